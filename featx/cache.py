@@ -1,0 +1,482 @@
+"""The HDF5 cache: schema, resumable writes, reads. Imports no torch (a test keeps it so).
+
+One file per cache key, `<cache_dir>/<key[:16]>.h5`. Layout:
+
+    /                       attrs: the key and everything it covers, plus provenance
+    /<split>/ids            (n,)   str
+    /<split>/text           (n,)   str           (and text_pair for pairs)
+    /<split>/labels         (n,) int64 | (n, L) uint8 | (n, T) float64
+    /<split>/columns/<c>    (n,)   str           kept extra columns (TREC's fine label)
+    /<split>/n_tokens       (n,)   int32         tokens after truncation
+    /<split>/truncated      (n,)   bool
+    /<split>/done           (n,)   uint8         rows whose vectors are written (resume)
+    /<split>/<pooling>      (n, n_layers, hidden) float16|float32, attr `layers`
+
+Crash safety: a cache is built in `<name>.partial` (itself first prepared under
+`<name>.partial.init`, renamed once every dataset exists). All datasets are contiguous and
+allocated at creation, so during extraction only raw bytes change, never HDF5 metadata: a
+SIGKILL cannot corrupt the file's structure. Vectors are flushed before the done mask that
+claims them. The partial file is renamed to its final name only when every row is done, so a
+final name always means a complete cache.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from featx import __version__
+from featx.errors import FeatxError
+
+SCHEMA_VERSION = 1
+KEY_CHARS = 16
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """Everything the cached numbers depend on; its hash is the cache key."""
+    model_fingerprint: str
+    init: str
+    init_seed: int | None
+    max_length: int
+    layers: dict[str, tuple[int, ...]]
+    """Per pooling, the hidden-state indices stored (pooler: the last layer only)."""
+    compute_dtype: str
+    store_dtype: str
+    dataset_fingerprint: str
+
+    @property
+    def poolings(self) -> tuple[str, ...]:
+        return tuple(self.layers)
+
+    def key(self) -> str:
+        fields = asdict(self) | {"layers": {p: list(v) for p, v in self.layers.items()},
+                                 "schema": SCHEMA_VERSION}
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def cache_path(cache_dir: str | Path, spec: CacheSpec) -> Path:
+    return Path(cache_dir) / f"{spec.key()[:KEY_CHARS]}.h5"
+
+
+def partial_path(path: Path) -> Path:
+    return path.with_name(path.name + ".partial")
+
+
+# ---------------------------------------------------------------------------------------------
+# Locking: one writer per cache
+
+
+@contextlib.contextmanager
+def writer_lock(path: Path):
+    """Hold an exclusive lock for writing the cache at `path`; a second writer gets a clear error.
+
+    flock is released by the kernel when the process dies, so a SIGKILLed run never leaves a
+    stale lock. The lock file stays (removing it would race with a process about to lock it).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = path.with_name(f".{path.name}.lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            raise FeatxError(
+                f"another featx process ({holder}) is writing the cache {path.name}; wait for it to "
+                "finish (its rows are kept), or stop it and rerun to resume") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the flock
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+
+
+@dataclass(frozen=True)
+class SplitData:
+    """What the writer needs of one split, known before any vector is computed."""
+    name: str
+    ids: list[str]
+    texts: list[str]
+    text_pairs: list[str] | None
+    labels: np.ndarray
+    columns: dict[str, list[str]]
+    fingerprint: str
+
+
+class CacheWriter:
+    """Creates or resumes `<path>.partial`; rows are written at their original positions."""
+
+    def __init__(self, path: Path, file: h5py.File):
+        self.path = path
+        self.file = file
+        self._pending: dict[str, list[np.ndarray]] = {}
+        self._pending_rows = 0
+        self._last_flush = time.monotonic()
+
+    @classmethod
+    def open(cls, path: Path, spec: CacheSpec, info: dict, splits: list[SplitData],
+             hidden: int) -> "CacheWriter":
+        """Resume the partial file for this key if there is one, else create it."""
+        partial = partial_path(path)
+        if partial.exists():
+            try:
+                file = h5py.File(partial, "r+")
+            except OSError as exc:
+                raise FeatxError(
+                    f"the partial cache {partial} cannot be opened ({exc}); it is damaged beyond "
+                    "resuming: delete it and rerun featx extract") from None
+            check_compatible(file, spec.key(), partial)
+            return cls(path, file)
+        _check_disk_space(path.parent, _estimate_bytes(spec, splits, hidden))
+        init = partial.with_name(partial.name + ".init")
+        with h5py.File(init, "w") as file:
+            _create(file, spec, info, splits, hidden)
+        os.replace(init, partial)  # a `.partial` always holds every dataset
+        return cls(path, h5py.File(partial, "r+"))
+
+    def count(self, dataset: str) -> int:
+        """Sum of a per-row dataset (`truncated`, `done`) over every split."""
+        return int(sum(self.file[s][dataset][...].sum() for s in _splits(self.file)))
+
+    def pending(self, split: str) -> np.ndarray:
+        """Row indices of `split` whose vectors are not written yet."""
+        return np.flatnonzero(self.file[split]["done"][...] == 0)
+
+    def write(self, split: str, rows: np.ndarray, pooled: dict[str, np.ndarray],
+              n_tokens: np.ndarray, truncated: np.ndarray) -> None:
+        """Store one batch. `rows` are original positions; `pooled[p]` is (B, n_layers, H)."""
+        order = np.argsort(rows)  # h5py writes need increasing indices
+        rows = rows[order]
+        group = self.file[split]
+        try:
+            for pooling, values in pooled.items():
+                group[pooling][rows] = values[order]
+            group["n_tokens"][rows] = n_tokens[order]
+            group["truncated"][rows] = truncated[order]
+        except OSError as exc:
+            raise _write_error(exc, self.path) from None
+        self._pending.setdefault(split, []).append(rows)
+        self._pending_rows += len(rows)
+
+    def maybe_flush(self, every_rows: int, every_seconds: float) -> None:
+        if (self._pending_rows >= every_rows
+                or time.monotonic() - self._last_flush >= every_seconds):
+            self.flush()
+
+    def flush(self) -> None:
+        """Vectors first, then the done mask that claims them: a crash between the two only
+        means those rows are computed again."""
+        try:
+            self.file.flush()
+            for split, parts in self._pending.items():
+                rows = np.unique(np.concatenate(parts))
+                self.file[split]["done"][rows] = 1
+            self.file.flush()
+        except OSError as exc:
+            raise _write_error(exc, self.path) from None
+        self._pending.clear()
+        self._pending_rows = 0
+        self._last_flush = time.monotonic()
+
+    def finalize(self) -> Path:
+        """Mark complete and rename to the final name (only if every row is done)."""
+        self.flush()
+        for split in _splits(self.file):
+            missing = int((self.file[split]["done"][...] == 0).sum())
+            if missing:
+                raise RuntimeError(f"finalize with {missing} rows of {split!r} not done")
+        self.file.attrs["complete"] = True
+        self.file.attrs["completed"] = _now()
+        self.file.close()
+        os.replace(partial_path(self.path), self.path)
+        return self.path
+
+    def close(self) -> None:
+        if self.file.id.valid:
+            self.file.close()
+
+
+def partial_finished(path: Path, splits: list[str]) -> bool:
+    """True when the partial file has every row done (a run killed just before the rename)."""
+    partial = partial_path(path)
+    if not partial.exists():
+        return False
+    try:
+        with h5py.File(partial, "r") as f:
+            return all(bool(f[s]["done"][...].all()) for s in splits)
+    except (OSError, KeyError):
+        return False  # CacheWriter.open reports a damaged file, with the fix
+
+
+def _create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[SplitData], hidden: int):
+    # Early allocation and no timestamps: after this, writes never touch HDF5 metadata.
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    attrs = {"schema_version": SCHEMA_VERSION, "featx_version": __version__, "key": spec.key(),
+             "complete": False, "created": _now(), "poolings": list(spec.poolings),
+             **{k: v for k, v in asdict(spec).items() if k != "layers"}, **info,
+             "splits": [s.name for s in splits]}
+    if attrs["init_seed"] is None:
+        del attrs["init_seed"]
+    for name, value in attrs.items():
+        file.attrs[name] = _encode_attr(value)
+    strings = h5py.string_dtype()
+    for split in splits:
+        n = len(split.ids)
+        group = file.create_group(split.name)
+        group.attrs["fingerprint"] = split.fingerprint
+        group.attrs["n_rows"] = n
+        group.create_dataset("ids", data=np.array(split.ids, dtype=object), dtype=strings)
+        group.create_dataset("text", data=np.array(split.texts, dtype=object), dtype=strings)
+        if split.text_pairs is not None:
+            group.create_dataset("text_pair", data=np.array(split.text_pairs, dtype=object),
+                                 dtype=strings)
+        group.create_dataset("labels", data=split.labels)
+        for column, values in split.columns.items():
+            group.create_dataset(f"columns/{column}", data=np.array(values, dtype=object),
+                                 dtype=strings)
+        for name, dtype, shape in [("n_tokens", "i4", (n,)), ("truncated", "?", (n,)),
+                                   ("done", "u1", (n,))]:
+            group.create_dataset(name, shape=shape, dtype=dtype, dcpl=dcpl, track_times=False)
+        for pooling, layers in spec.layers.items():
+            ds = group.create_dataset(pooling, shape=(n, len(layers), hidden),
+                                      dtype=np.dtype(spec.store_dtype), dcpl=dcpl, track_times=False)
+            ds.attrs["layers"] = np.array(layers, dtype=np.int32)
+    file.flush()
+
+
+def _estimate_bytes(spec: CacheSpec, splits: list[SplitData], hidden: int) -> int:
+    rows = sum(len(s.ids) for s in splits)
+    per_row = sum(len(v) for v in spec.layers.values()) * hidden * np.dtype(spec.store_dtype).itemsize
+    text = sum(len(t) for s in splits for t in s.texts) * 2
+    return rows * (per_row + 16) + text + (1 << 20)
+
+
+def _check_disk_space(folder: Path, needed: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(folder).free
+    if free < needed * 1.05:
+        raise FeatxError(
+            f"not enough disk space in {folder}: the cache needs {needed / 1e9:.2f} GB, "
+            f"{free / 1e9:.2f} GB are free; free some space, or store fewer poolings/layers or "
+            "extract.store_dtype = \"float16\"")
+
+
+def _write_error(exc: OSError, path: Path) -> FeatxError:
+    full = exc.errno == errno.ENOSPC or "No space" in str(exc) or "file write failed" in str(exc)
+    what = "the disk is full" if full else f"writing failed ({exc})"
+    return FeatxError(f"{what} while writing {partial_path(path)}; rows already flushed are kept: "
+                      "free some space and rerun the same command to resume")
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _encode_attr(value):
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value)
+    if isinstance(value, str):
+        return str(value)  # plain str: h5py cannot store str subclasses such as TorchVersion
+    return value
+
+
+def _splits(file: h5py.File) -> list[str]:
+    return json.loads(file.attrs["splits"])
+
+
+def check_compatible(file: h5py.File, key: str | None, path: Path) -> None:
+    """Refuse files from another schema, or whose key is not the one expected."""
+    version = file.attrs.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise FeatxError(
+            f"{path} was written with cache schema {version} (featx "
+            f"{file.attrs.get('featx_version', '?')}); this featx {__version__} reads schema "
+            f"{SCHEMA_VERSION}: rerun featx extract to rebuild it (the old file is left as is)")
+    if key is not None and file.attrs.get("key") != key:
+        raise FeatxError(f"{path} holds cache key {str(file.attrs.get('key'))[:KEY_CHARS]}, not "
+                         f"{key[:KEY_CHARS]} that this pipeline needs; it was renamed or copied by "
+                         "hand: delete it and rerun featx extract")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+class Cache:
+    """A complete cache opened for reading: metadata, features, labels, ids. No torch.
+
+    >>> cache = Cache("data/cache/0123456789abcdef.h5")
+    >>> X = cache.features("train", pooling="mean", layer=-1)        # (n, hidden) float32
+    >>> X4 = cache.features("train", pooling="cls", layer="last4")   # (n, 4 * hidden)
+    """
+
+    def __init__(self, path: str | Path, key: str | None = None):
+        self.path = Path(path)
+        if self.path.name.endswith((".partial", ".init")):
+            raise FeatxError(f"{self.path} is a partial cache (an extraction is running or was "
+                             "interrupted); rerun featx extract to finish it")
+        if not self.path.is_file():
+            partial = partial_path(self.path)
+            hint = (" (an unfinished .partial exists: rerun featx extract to finish it)"
+                    if partial.exists() else " (run featx extract first)")
+            raise FeatxError(f"cache {self.path} not found{hint}")
+        try:
+            self.file = h5py.File(self.path, "r")
+        except OSError as exc:
+            raise FeatxError(f"{self.path} is not a readable HDF5 file ({exc}); it is truncated or "
+                             "corrupt: delete it and rerun featx extract") from None
+        try:
+            check_compatible(self.file, key, self.path)
+            if not self.file.attrs.get("complete", False):
+                raise FeatxError(f"{self.path} is marked incomplete; rerun featx extract")
+            self.meta = {k: _decode_attr(v) for k, v in self.file.attrs.items()}
+        except BaseException:
+            self.file.close()
+            raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        if self.file.id.valid:
+            self.file.close()
+
+    def __repr__(self) -> str:
+        return (f"Cache({str(self.path)!r}, model={self.meta.get('model_name')!r}, "
+                f"task={self.task!r}, splits={ {s: self.n_rows(s) for s in self.splits} }, "
+                f"poolings={ {p: list(self.layers(p)) for p in self.poolings} })")
+
+    # metadata
+    @property
+    def key(self) -> str:
+        return self.meta["key"]
+
+    @property
+    def task(self) -> str:
+        return self.meta["task"]
+
+    @property
+    def label_names(self) -> list[str]:
+        return self.meta["label_names"]
+
+    @property
+    def splits(self) -> list[str]:
+        return self.meta["splits"]
+
+    @property
+    def poolings(self) -> list[str]:
+        return self.meta["poolings"]
+
+    def layers(self, pooling: str) -> tuple[int, ...]:
+        self._check("pooling", pooling, self.poolings)
+        return tuple(int(x) for x in self.file[self.splits[0]][pooling].attrs["layers"])
+
+    def n_rows(self, split: str) -> int:
+        return int(self._group(split).attrs["n_rows"])
+
+    # row data
+    def ids(self, split: str) -> np.ndarray:
+        return self._group(split)["ids"].asstr()[...]
+
+    def texts(self, split: str) -> np.ndarray:
+        return self._group(split)["text"].asstr()[...]
+
+    def text_pairs(self, split: str) -> np.ndarray | None:
+        group = self._group(split)
+        return group["text_pair"].asstr()[...] if "text_pair" in group else None
+
+    def labels(self, split: str) -> np.ndarray:
+        return self._group(split)["labels"][...]
+
+    def column(self, split: str, name: str) -> np.ndarray:
+        group = self._group(split)
+        kept = list(group["columns"]) if "columns" in group else []
+        self._check("kept column", name, kept)
+        return group["columns"][name].asstr()[...]
+
+    def n_tokens(self, split: str) -> np.ndarray:
+        return self._group(split)["n_tokens"][...]
+
+    def truncated(self, split: str) -> np.ndarray:
+        return self._group(split)["truncated"][...]
+
+    def features(self, split: str, pooling: str = "mean", layer=-1,
+                 dtype=np.float32) -> np.ndarray:
+        """(n, hidden) vectors of one layer, or (n, k * hidden) for k layers concatenated.
+
+        `layer`: a hidden-state index (0 = embeddings, -1 = the model's last layer), a list of
+        indices, or "last", "last4", "all". `dtype=None` keeps the stored dtype.
+        """
+        self._check("pooling", pooling, self.poolings)
+        stored = self.layers(pooling)
+        positions = [stored.index(i) for i in self._layer_indices(layer, pooling, stored)]
+        data = self._layer_view(self._group(split)[pooling], positions)
+        return data if dtype is None else data.astype(dtype, copy=False)
+
+    def _layer_indices(self, layer, pooling: str, stored: tuple[int, ...]) -> list[int]:
+        n = int(self.meta["n_layers"])
+        if isinstance(layer, str):
+            shorthand = {"last": [n], "last4": list(range(n - 3, n + 1)), "all": list(range(n + 1))}
+            self._check("layer shorthand", layer, list(shorthand))
+            wanted = shorthand[layer]
+        else:
+            wanted = [layer] if isinstance(layer, (int, np.integer)) else list(layer)
+            wanted = [int(i) % (n + 1) if -(n + 1) <= int(i) <= n else int(i) for i in wanted]
+        missing = [i for i in wanted if i not in stored]
+        if missing:
+            raise FeatxError(f"{self.path.name}: pooling {pooling!r} has no layer(s) {missing}; "
+                             f"stored layers: {list(stored)} (0 = embeddings, {n} = last)")
+        return wanted
+
+    def _layer_view(self, ds: h5py.Dataset, positions: list[int]) -> np.ndarray:
+        offset = ds.id.get_offset()
+        if offset is not None and ds.chunks is None and ds.compression is None:
+            # Contiguous and uncompressed: map the bytes directly, far faster than HDF5's
+            # strided hyperslab read of one layer out of (n, n_layers, hidden).
+            mapped = np.memmap(self.path, dtype=ds.dtype, mode="r", offset=offset, shape=ds.shape)
+            out = mapped[:, positions, :].reshape(ds.shape[0], -1)
+            del mapped
+            return out
+        return ds[:, positions, :].reshape(ds.shape[0], -1)
+
+    def _group(self, split: str) -> h5py.Group:
+        self._check("split", split, self.splits)
+        return self.file[split]
+
+    def _check(self, what: str, value, choices) -> None:
+        if value not in choices:
+            raise FeatxError(f"{self.path.name} has no {what} {value!r}; it has: "
+                             f"{', '.join(map(str, choices))}")
+
+
+def _decode_attr(value):
+    """Attributes as written by `_encode_attr`: lists and dicts are JSON text."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, bytes):
+        value = value.decode()
+    if isinstance(value, str) and value[:1] in ("[", "{"):
+        return json.loads(value)
+    return value

