@@ -68,7 +68,9 @@ def resolve(name: str, revision: str | None = None) -> Resolved:
     else:
         tried.append(f"no packaged copy (packaged models: {', '.join(PACKAGED)})")
 
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
         tried.append("hub skipped (HF_HUB_OFFLINE is set)")
     else:
         patterns = ["*.json", "*.safetensors", "*.txt", "*.model", "*.bin"]
@@ -177,7 +179,9 @@ def load_model(resolved: Resolved, *, init: str, seed: int = 0, allow_pickle: bo
     """
     import torch
     from transformers import AutoConfig, AutoModel
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # featx reports what was loaded itself
     if init == "random":
         config = AutoConfig.from_pretrained(resolved.path, trust_remote_code=False)
         with torch.random.fork_rng(devices=[]):  # seeded, without touching the caller's RNG

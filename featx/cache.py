@@ -37,6 +37,7 @@ import h5py
 import numpy as np
 
 from featx import __version__
+from featx.backbone import resolve_layers
 from featx.errors import FeatxError
 
 SCHEMA_VERSION = 1
@@ -232,6 +233,7 @@ def _create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[SplitData
     dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
     attrs = {"schema_version": SCHEMA_VERSION, "featx_version": __version__, "key": spec.key(),
              "complete": False, "created": _now(), "poolings": list(spec.poolings),
+             "layers": {p: list(v) for p, v in spec.layers.items()},
              **{k: v for k, v in asdict(spec).items() if k != "layers"}, **info,
              "splits": [s.name for s in splits]}
     if attrs["init_seed"] is None:
@@ -391,7 +393,7 @@ class Cache:
 
     def layers(self, pooling: str) -> tuple[int, ...]:
         self._check("pooling", pooling, self.poolings)
-        return tuple(int(x) for x in self.file[self.splits[0]][pooling].attrs["layers"])
+        return tuple(self.meta["layers"][pooling])
 
     def n_rows(self, split: str) -> int:
         return int(self._group(split).attrs["n_rows"])
@@ -437,13 +439,12 @@ class Cache:
 
     def _layer_indices(self, layer, pooling: str, stored: tuple[int, ...]) -> list[int]:
         n = int(self.meta["n_layers"])
-        if isinstance(layer, str):
-            shorthand = {"last": [n], "last4": list(range(n - 3, n + 1)), "all": list(range(n + 1))}
-            self._check("layer shorthand", layer, list(shorthand))
-            wanted = shorthand[layer]
-        else:
-            wanted = [layer] if isinstance(layer, (int, np.integer)) else list(layer)
-            wanted = [int(i) % (n + 1) if -(n + 1) <= int(i) <= n else int(i) for i in wanted]
+        if isinstance(layer, str) and layer == "all":  # every layer stored for this pooling
+            return list(stored)
+        if isinstance(layer, str) or isinstance(layer, (int, np.integer)):
+            wanted = list(resolve_layers(layer if isinstance(layer, str) else int(layer), n))
+        else:  # a list keeps the caller's order: that is the concatenation order
+            wanted = [resolve_layers(int(i), n)[0] for i in layer]
         missing = [i for i in wanted if i not in stored]
         if missing:
             raise FeatxError(f"{self.path.name}: pooling {pooling!r} has no layer(s) {missing}; "

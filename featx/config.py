@@ -30,7 +30,7 @@ COMPUTE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 STORE_DTYPES = ("float16", "float32")
 INITS = ("pretrained", "random")
 QUOTING = ("minimal", "none")
-FORMATS = ("csv", "tsv", "jsonl", "parquet")
+FORMATS = ("csv", "tsv", "jsonl", "parquet", "label-text")
 
 
 @dataclass(frozen=True)
@@ -39,14 +39,16 @@ class DataConfig:
     """Built-in offline dataset read from installed packages: "trec", "sms-spam", "vader-movies"."""
     path: str | None = None
     """One file holding every row; split by `split_column`, or by a seeded stratified split."""
-    train: str | None = None
-    """Training split file. Given alone, it is split like `path`."""
-    dev: str | None = None
-    """Development split file (hyperparameters and early stopping are chosen on it)."""
-    test: str | None = None
-    """Test split file (reported numbers come from it)."""
+    train: str | tuple[str, ...] | None = None
+    """Training split file (or a list of files with the same columns). Given alone, it is split
+    like `path`."""
+    dev: str | tuple[str, ...] | None = None
+    """Development split file(s): hyperparameters and early stopping are chosen on it."""
+    test: str | tuple[str, ...] | None = None
+    """Test split file(s): reported numbers come from it."""
     format: str | None = None
-    """File format: "csv", "tsv", "jsonl" or "parquet"; inferred from the file suffix when unset."""
+    """File format: "csv", "tsv", "jsonl", "parquet", or "label-text" (`label text...` per line,
+    as TREC ships); inferred from the file suffix when unset."""
     header: bool = True
     """Whether CSV/TSV files start with a header row. Without one, name the columns in `columns`."""
     columns: tuple[str, ...] | None = None
@@ -64,6 +66,9 @@ class DataConfig:
     multi-target regression."""
     label_sep: str | None = None
     """Separator for a multilabel column stored as one string ("2,17")."""
+    label_regex: str | None = None
+    """Regex with one group that picks the class out of each raw label: "^([A-Z]+):" turns
+    TREC's "NUM:dist" into its coarse class "NUM"."""
     label_names: str | tuple[str, ...] | None = None
     """Names for integer labels: a list, or a file with one name per line (labels index into it)."""
     id: str | None = None
@@ -102,6 +107,12 @@ class DataConfig:
                 raise FeatxError(f"data.{name} must be in [0, 1), got {value}")
         if self.dev_fraction + self.test_fraction >= 1.0:
             raise FeatxError("data.dev_fraction + data.test_fraction must leave rows for training")
+        if self.label_regex is not None:
+            try:
+                if re.compile(self.label_regex).groups != 1:
+                    raise FeatxError(f"data.label_regex {self.label_regex!r} needs exactly one group")
+            except re.error as exc:
+                raise FeatxError(f"data.label_regex {self.label_regex!r} is not a regex: {exc}") from None
         if self.max_rows is not None and self.max_rows < 1:
             raise FeatxError(f"data.max_rows must be a positive integer, got {self.max_rows}")
 

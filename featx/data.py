@@ -13,6 +13,7 @@ import importlib.util
 import io
 import json
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,15 +90,34 @@ class Table:
     rows: list[dict]
     lines: list[int]
     """Line (or record) number of each row in the file, for error messages."""
+    files: list[str] | None = None
+    """Per-row file name, when the table joins several files."""
 
     def where(self, i: int) -> str:
-        return f"{self.path}, row {self.lines[i]}"
+        return f"{self.files[i] if self.files else self.path}, row {self.lines[i]}"
+
+    @classmethod
+    def concat(cls, tables: list["Table"]) -> "Table":
+        if len(tables) == 1:
+            return tables[0]
+        for t in tables[1:]:
+            if t.columns != tables[0].columns:
+                raise FeatxError(f"{t.path} has columns {t.columns}, but {tables[0].path} has "
+                                 f"{tables[0].columns}; files of one split must match")
+        return cls(" + ".join(t.path for t in tables), tables[0].columns,
+                   [r for t in tables for r in t.rows], [n for t in tables for n in t.lines],
+                   [t.path for t in tables for _ in t.rows])
 
     def require(self, column: str, role: str) -> None:
         if column not in self.columns:
             raise FeatxError(
                 f"{self.path}: no column {column!r} (configured as data.{role}); "
                 f"the columns are: {', '.join(map(repr, self.columns))}")
+
+
+def read_tables(paths: str | tuple[str, ...], cfg: DataConfig) -> Table:
+    """One table from a file, or from several files with the same columns (CoLA's two devs)."""
+    return Table.concat([read_table(p, cfg) for p in ([paths] if isinstance(paths, str) else paths)])
 
 
 def read_table(path: str | Path, cfg: DataConfig) -> Table:
@@ -112,6 +132,8 @@ def read_table(path: str | Path, cfg: DataConfig) -> Table:
     text = _decode(path, cfg.encoding)
     if fmt == "jsonl":
         return _read_jsonl(path, text)
+    if fmt == "label-text":
+        return _read_label_text(path, text)
     return _read_delimited(path, text, cfg, delimiter="\t" if fmt == "tsv" else ",")
 
 
@@ -185,6 +207,19 @@ def _read_jsonl(path: Path, text: str) -> Table:
         rows.append(record)
         lines.append(number)
     return Table(str(path), list(columns), rows, lines)
+
+
+def _read_label_text(path: Path, text: str) -> Table:
+    """`label text...` per line: the first whitespace-separated word is the label (TREC, SST-2's
+    labeled test file)."""
+    rows, lines = [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        label, _, rest = line.strip().partition(" ")
+        rows.append({"label": label, "text": rest})
+        lines.append(number)
+    return Table(str(path), ["label", "text"], rows, lines)
 
 
 def _read_parquet(path: Path) -> Table:
@@ -321,9 +356,9 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
     else:
         files = {"train": cfg.train, "dev": cfg.dev, "test": cfg.test}
         if cfg.path is not None or not (cfg.dev or cfg.test):
-            tables = {None: read_table(cfg.path or cfg.train, cfg)}
+            tables = {None: read_tables(cfg.path or cfg.train, cfg)}
         else:
-            tables = {s: read_table(f, cfg) for s, f in files.items() if f}
+            tables = {s: read_tables(f, cfg) for s, f in files.items() if f}
         task, keep, id_column = cfg.task, cfg.keep or (), cfg.id
         source = ", ".join(t.path for t in tables.values())
     columns = _Columns.from_config(cfg, keep, id_column)
@@ -380,13 +415,14 @@ class _Columns:
     split: str | None
     keep: tuple[str, ...]
     label_sep: str | None
+    label_regex: str | None
 
     @classmethod
     def from_config(cls, cfg: DataConfig, keep, id_column: str | None) -> "_Columns":
         label = cfg.label if cfg.label is not None else "label"
         labels = (label,) if isinstance(label, str) else tuple(label)
         return cls(cfg.text or "text", cfg.text_pair, labels, id_column, cfg.split_column,
-                   tuple(keep), cfg.label_sep)
+                   tuple(keep), cfg.label_sep, cfg.label_regex)
 
     def extract(self, table: Table) -> _Rows:
         roles = [(self.text, "text"), (self.pair, "text_pair"), (self.id, "id"),
@@ -403,13 +439,24 @@ class _Columns:
             if self.pair:
                 rows.pairs.append(_text(row.get(self.pair), where, self.pair))
             rows.ids.append(None if self.id is None else _id(row.get(self.id), where, self.id))
-            labels = [_present(row.get(c), where, c) for c in self.labels]
+            labels = [self._label(row.get(c), where, c) for c in self.labels]
             rows.labels.append(labels[0] if len(labels) == 1 else labels)
             for k in self.keep:
                 rows.kept[k].append("" if row.get(k) is None else str(row.get(k)))
             rows.splits.append(None if self.split is None else
                                _split_value(row.get(self.split), where, self.split))
         return rows
+
+
+    def _label(self, value, where: str, column: str):
+        value = _present(value, where, column)
+        if self.label_regex is None:
+            return value
+        match = re.search(self.label_regex, str(value))
+        if match is None:
+            raise FeatxError(f"{where}, column {column!r}: label {value!r} does not match "
+                             f"data.label_regex {self.label_regex!r}")
+        return match.group(1)
 
 
 def _is_missing(value) -> bool:

@@ -1,0 +1,92 @@
+"""Shared fixtures: a tiny BERT written to disk the way a real checkpoint is, small datasets."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+from pathlib import Path
+
+# Tests never reach for the hub, whether or not the machine is online.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest
+
+from featx.config import pipeline_from_dict
+
+WORDS = ("the a cat dog bird fish sat ran flew swam on under over near mat log tree pond big "
+         "small red blue green happy sad fast slow what who where when why how is are was "
+         "were and or not very quite rather today yesterday").split()
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+LABELS = ("animal", "place", "mood")
+
+
+def build_tiny_bert(folder: Path, *, layers: int = 2, hidden: int = 32, seed: int = 0) -> Path:
+    """A small random BERT + WordPiece tokenizer saved with save_pretrained (loaded for real)."""
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab_dir = folder / "_vocab"
+    vocab_dir.mkdir(exist_ok=True)
+    (vocab_dir / "vocab.txt").write_text("\n".join(SPECIAL + WORDS + ["##s", "?", ".", ","]) + "\n")
+    tokenizer = BertTokenizer.from_pretrained(vocab_dir)
+    tokenizer.save_pretrained(folder)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
+                        num_attention_heads=4, intermediate_size=2 * hidden,
+                        max_position_embeddings=512, type_vocab_size=2)
+    torch.manual_seed(seed)
+    model = BertModel(config)
+    with torch.no_grad():  # a trained-looking pooler (random init leaves its bias at zero)
+        model.pooler.dense.bias.normal_(0, 0.02)
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> Path:
+    return build_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+def sentence(rng: random.Random, lo: int = 1, hi: int = 30) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi)))
+
+
+def write_rows(path: Path, rows: list[dict], fmt: str | None = None) -> Path:
+    fmt = fmt or path.suffix.lstrip(".")
+    if fmt == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        return path
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]), delimiter="\t" if fmt == "tsv" else ",")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def classification_rows(n: int, seed: int = 0, pairs: bool = False) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        row = {"id": f"r{i}", "text": sentence(rng), "label": LABELS[i % len(LABELS)]}
+        if pairs:
+            row["text2"] = sentence(rng)
+        rows.append(row)
+    return rows
+
+
+@pytest.fixture
+def make_pipeline(tmp_path, tiny_bert):
+    """Build a validated Pipeline from section dicts; data_dir and model default to tmp/tiny."""
+    def make(data: dict, model: dict | None = None, extract: dict | None = None, **top):
+        raw = {"name": top.pop("name", "test"), "data_dir": str(tmp_path / "data"), "data": data,
+               "model": {"name": str(tiny_bert), **(model or {})},
+               "extract": {"progress": False, **(extract or {})}, **top}
+        return pipeline_from_dict(raw)
+    return make
+
+
+@pytest.fixture
+def csv_dataset(tmp_path) -> Path:
+    return write_rows(tmp_path / "rows.csv", classification_rows(120))

@@ -1,0 +1,53 @@
+"""The command line: user errors are one message and exit status 2, never a traceback."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import classification_rows, write_rows
+from tests.test_extract import run_featx, write_pipeline_toml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def assert_user_error(result, *fragments: str) -> None:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("featx: error: ")
+    for fragment in fragments:
+        assert fragment in result.stderr, result.stderr
+
+
+def test_missing_pipeline_file(tmp_path):
+    assert_user_error(run_featx("extract", str(tmp_path / "nope.toml")), "nope.toml", "not found")
+
+
+def test_bad_override():
+    assert_user_error(run_featx("extract", "pipelines/trec.toml", "extract.poolings=[\"cls_token\"]",
+                                cwd=ROOT), "unknown pooling 'cls_token'", "'mean'")
+
+
+def test_bad_data_names_file_row_and_column(tmp_path, tiny_bert):
+    rows = classification_rows(20)
+    rows[6]["label"] = ""
+    data_file = write_rows(tmp_path / "r.csv", rows)
+    pipeline = write_pipeline_toml(tmp_path / "p.toml", data_file, tiny_bert, tmp_path / "data")
+    assert_user_error(run_featx("extract", str(pipeline)), "r.csv, row 8", "'label'", "missing")
+
+
+def test_info_before_extract_says_what_to_run(tmp_path, tiny_bert):
+    data_file = write_rows(tmp_path / "r.csv", classification_rows(20))
+    pipeline = write_pipeline_toml(tmp_path / "p.toml", data_file, tiny_bert, tmp_path / "data")
+    assert_user_error(run_featx("info", str(pipeline)), "featx extract")
+
+
+def test_extract_then_info(tmp_path, tiny_bert):
+    data_file = write_rows(tmp_path / "r.csv", classification_rows(20))
+    pipeline = write_pipeline_toml(tmp_path / "p.toml", data_file, tiny_bert, tmp_path / "data")
+    first = run_featx("extract", str(pipeline))
+    assert first.returncode == 0, first.stderr
+    path = Path(first.stdout.strip())
+    assert path.is_file() and path.parent == tmp_path / "data" / "cache"
+    again = run_featx("extract", str(pipeline))
+    assert "cache hit" in again.stderr and again.stdout.strip() == str(path)
+    info = run_featx("info", str(pipeline))
+    assert info.returncode == 0 and "multiclass" in info.stdout

@@ -1,0 +1,65 @@
+"""Pipeline files: defaults, overrides, and errors that list the choices."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from featx.config import POOLINGS, load_pipeline, pipeline_from_dict
+from featx.errors import FeatxError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_shipped_pipeline_is_valid():
+    for path in sorted((ROOT / "pipelines").glob("*.toml")):
+        pipeline = load_pipeline(path)
+        assert pipeline.name == path.stem
+
+
+def test_default_pipeline():
+    pipeline = load_pipeline(ROOT / "pipelines" / "trec.toml")
+    assert pipeline.data.builtin == "trec"
+    assert pipeline.model.name == "sentence-transformers/all-MiniLM-L6-v2"
+    assert pipeline.extract.poolings == POOLINGS and pipeline.extract.layers == "all"
+
+
+def test_overrides_parse_toml_values_and_bare_words():
+    pipeline = load_pipeline(ROOT / "pipelines" / "trec.toml",
+                             ["data.max_rows=50", "extract.dtype=bfloat16",
+                              'extract.poolings=["mean"]', "extract.layers=[0, -1]",
+                              "model.init=random"])
+    assert pipeline.data.max_rows == 50 and pipeline.extract.dtype == "bfloat16"
+    assert pipeline.extract.poolings == ("mean",) and pipeline.extract.layers == (0, -1)
+    assert pipeline.model.init == "random"
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ({"data": {"builtin": "trec", "typo": 1}}, "unknown key(s) ['typo'] in [data]"),
+    ({"data": {"builtin": "trec"}, "extract": {"poolings": ["mean", "cls_token"]}},
+     "unknown pooling 'cls_token'; choose one of: 'cls', 'mean', 'max', 'pooler'"),
+    ({"data": {"builtin": "trec"}, "extract": {"dtype": "fp8"}}, "'auto', 'float32', 'bfloat16'"),
+    ({"data": {"builtin": "trec"}, "extract": {"layers": "first"}}, "'all', 'last', 'last4'"),
+    ({"data": {"builtin": "trec"}, "model": {"init": "scratch"}}, "'pretrained', 'random'"),
+    ({"data": {"builtin": "trec"}, "extract": {"max_length": "long"}}, "extract.max_length must be a int"),
+    ({"data": {"builtin": "trec", "task": "ranking"}}, "'binary', 'multiclass', 'multilabel', 'regression'"),
+    ({"data": {}}, "needs exactly one source"),
+    ({"data": {"builtin": "trec", "path": "x.csv"}}, "needs exactly one source"),
+    ({"data": {"builtin": "trec"}, "name": "../escape"}, "pipeline name"),
+    ({"data": {"builtin": "trec", "label_regex": "[A-Z]+"}}, "exactly one group"),
+])
+def test_config_errors(raw, expected):
+    with pytest.raises(FeatxError) as info:
+        pipeline_from_dict({"name": "t", **raw})
+    assert expected in str(info.value)
+
+
+def test_missing_pipeline_file_lists_pipelines(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(FeatxError, match="pipelines/trec.toml"):
+        load_pipeline("pipelines/nope.toml")
+
+
+def test_bad_override_shape():
+    with pytest.raises(FeatxError, match="section.key=value"):
+        load_pipeline(ROOT / "pipelines" / "trec.toml", ["max_rows"])

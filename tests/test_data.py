@@ -1,0 +1,276 @@
+"""Datasets: built-ins with their official counts, every file format and task type, bad input."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from featx.config import DataConfig, load_pipeline
+from featx.data import load_dataset, stratified_assignment
+from featx.errors import FeatxError
+from tests.conftest import classification_rows, write_rows
+
+SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Built-in datasets
+
+
+def test_trec_builtin_counts_and_ambiguous_question():
+    data = load_dataset(DataConfig(builtin="trec"))
+    assert data.task == "multiclass"
+    assert data.label_names == ("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM")
+    assert sum(len(s) for s in data.splits.values()) == 5381  # distinct questions
+    assert {k: len(v) for k, v in data.splits.items()} == {"train": 4305, "dev": 538, "test": 538}
+    rows = {t: (s.labels[i], s.columns["fine"][i]) for s in data.splits.values()
+            for i, t in enumerate(s.texts)}
+    # the one question listed under two fine labels keeps the one the file gives most often
+    label, fine = rows["What is the chromosome number of an elephant ?"]
+    assert (data.label_names[label], fine) == ("NUM", "NUM:count")
+    fine_labels = {f for s in data.splits.values() for f in s.columns["fine"]}
+    assert len(fine_labels) == 50
+
+
+def test_trec_fine_labels_as_target():
+    data = load_dataset(DataConfig(builtin="trec", label="fine"))
+    assert len(data.label_names) == 50 and data.task == "multiclass"
+
+
+def test_sms_spam_builtin_counts():
+    data = load_dataset(DataConfig(builtin="sms-spam"))
+    assert data.task == "binary" and data.label_names == ("ham", "spam")
+    assert sum(len(s) for s in data.splits.values()) == 5574
+    spam = sum(int(s.labels.sum()) for s in data.splits.values())
+    assert spam == 747  # the SMS Spam Collection's published count
+    texts = [t for s in data.splits.values() for t in s.texts]
+    assert not any(t.startswith(("ham\t", "spam\t")) for t in texts)
+
+
+def test_vader_movies_builtin_counts():
+    data = load_dataset(DataConfig(builtin="vader-movies"))
+    assert data.task == "regression" and data.label_names == ("sentiment",)
+    values = np.concatenate([s.labels for s in data.splits.values()])
+    assert values.shape == (10605, 1)
+    assert -4 <= values.min() < -3.5 and 3.5 < values.max() <= 4
+
+
+def test_split_is_deterministic_and_stratified():
+    a = load_dataset(DataConfig(builtin="trec"))
+    b = load_dataset(DataConfig(builtin="trec"))
+    c = load_dataset(DataConfig(builtin="trec", split_seed=1))
+    assert a.fingerprint() == b.fingerprint() != c.fingerprint()
+    shares = [np.bincount(a.splits[s].labels, minlength=6) / len(a.splits[s]) for s in a.splits]
+    assert np.abs(shares[0] - shares[2]).max() < 0.02
+
+
+def test_stratified_assignment_keeps_singletons_in_train():
+    strata = np.array([0] * 50 + [1] * 3 + [2])
+    out = stratified_assignment(strata, 0.1, 0.1, seed=0)
+    assert out[-1] == 0
+    assert (out[:50] == 1).sum() == 5 and (out[:50] == 2).sum() == 5
+
+
+# ---------------------------------------------------------------------------------------------
+# File formats and task types
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl"])
+def test_formats_give_the_same_dataset(tmp_path, fmt):
+    rows = classification_rows(60)
+    path = write_rows(tmp_path / f"rows.{fmt}", rows)
+    data = load_dataset(DataConfig(path=str(path), id="id"))
+    assert data.task == "multiclass" and data.label_names == ("animal", "mood", "place")
+    assert sum(len(s) for s in data.splits.values()) == 60
+    reference = load_dataset(DataConfig(path=str(write_rows(tmp_path / "ref.csv", rows)), id="id"))
+    assert data.fingerprint() == reference.fingerprint()
+
+
+def test_parquet_needs_pandas_or_reads(tmp_path):
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    frame = pd.DataFrame(classification_rows(30))
+    frame.to_parquet(tmp_path / "rows.parquet")
+    data = load_dataset(DataConfig(path=str(tmp_path / "rows.parquet")))
+    assert sum(len(s) for s in data.splits.values()) == 30
+
+
+def test_separate_split_files_and_pairs(tmp_path):
+    train = write_rows(tmp_path / "train.tsv", classification_rows(40, pairs=True))
+    dev = write_rows(tmp_path / "dev.tsv", classification_rows(12, seed=1, pairs=True))
+    data = load_dataset(DataConfig(train=str(train), dev=str(dev), text_pair="text2"))
+    assert list(data.splits) == ["train", "dev"] and data.pairs
+    assert data.splits["dev"].ids[0] == "dev-0"  # no id column: numbered per split
+    assert len(data.splits["dev"].text_pairs) == 12
+
+
+def test_split_column(tmp_path):
+    rows = classification_rows(30)
+    for i, row in enumerate(rows):
+        row["part"] = ["train", "validation", "test"][(i // 3) % 3]
+    data = load_dataset(DataConfig(path=str(write_rows(tmp_path / "r.csv", rows)),
+                                   split_column="part"))
+    assert {k: len(v) for k, v in data.splits.items()} == {"train": 12, "dev": 9, "test": 9}
+
+
+def test_multilabel_from_list_separator_and_columns(tmp_path):
+    rng = np.random.default_rng(0)
+    names = ["joy", "anger", "fear"]
+    sets = [[n for n in names if rng.random() < 0.5] or ["joy"] for _ in range(60)]
+    base = [{"text": f"text {i}"} for i in range(60)]
+    as_list = write_rows(tmp_path / "a.jsonl", [r | {"label": s} for r, s in zip(base, sets)])
+    as_sep = write_rows(tmp_path / "b.csv", [r | {"label": ",".join(s)} for r, s in zip(base, sets)])
+    as_cols = write_rows(tmp_path / "c.csv",
+                         [r | {n: int(n in s) for n in names} for r, s in zip(base, sets)])
+    a = load_dataset(DataConfig(path=str(as_list)))
+    b = load_dataset(DataConfig(path=str(as_sep), label_sep=","))
+    c = load_dataset(DataConfig(path=str(as_cols), label=tuple(names)))
+    assert a.task == b.task == c.task == "multilabel"
+    assert a.label_names == b.label_names == ("anger", "fear", "joy")
+    assert c.label_names == tuple(names)
+    total = lambda d: sum(int(s.labels.sum()) for s in d.splits.values())  # noqa: E731
+    assert total(a) == total(b) == total(c) == sum(len(s) for s in sets)
+
+
+def test_regression_single_and_multi_target(tmp_path):
+    rows = [{"text": f"t{i}", "y": i * 0.37, "z": -i * 1.5} for i in range(50)]
+    path = write_rows(tmp_path / "r.csv", rows)
+    one = load_dataset(DataConfig(path=str(path), label="y"))
+    two = load_dataset(DataConfig(path=str(path), label=("y", "z")))
+    assert one.task == two.task == "regression"
+    assert two.splits["train"].labels.shape[1] == 2 and two.label_names == ("y", "z")
+
+
+@pytest.mark.parametrize("labels, task", [(["0", "1"], "binary"), (["1", "2", "3"], "multiclass"),
+                                          (["0.5", "1.25", "2"], "regression"),
+                                          (["yes", "no"], "binary")])
+def test_task_inference(tmp_path, labels, task):
+    rows = [{"text": f"t{i}", "label": labels[i % len(labels)]} for i in range(30)]
+    data = load_dataset(DataConfig(path=str(write_rows(tmp_path / "r.csv", rows))))
+    assert data.task == task
+
+
+def test_numeric_labels_are_one_class_whatever_the_spelling(tmp_path):
+    rows = [{"text": f"t{i}", "label": ["1", "1.0", "0"][i % 3]} for i in range(30)]
+    data = load_dataset(DataConfig(path=str(write_rows(tmp_path / "r.csv", rows))))
+    assert data.label_names == ("0", "1")
+
+
+def test_max_rows(tmp_path, csv_dataset):
+    data = load_dataset(DataConfig(path=str(csv_dataset), max_rows=7))
+    assert all(len(s) == 7 for s in data.splits.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: one clear error naming file, row, column and the fix
+
+
+def error_of(cfg: DataConfig) -> str:
+    with pytest.raises(FeatxError) as info:
+        load_dataset(cfg)
+    return str(info.value)
+
+
+def test_missing_file(tmp_path):
+    message = error_of(DataConfig(path=str(tmp_path / "nope.csv")))
+    assert "nope.csv" in message and "not found" in message
+
+
+def test_missing_column_lists_columns(csv_dataset):
+    message = error_of(DataConfig(path=str(csv_dataset), text="sentence"))
+    assert "'sentence'" in message and "'text'" in message and "'label'" in message
+
+
+@pytest.mark.parametrize("text", ["", "   \t "])
+def test_empty_text(tmp_path, text):
+    rows = classification_rows(10)
+    rows[4]["text"] = text
+    message = error_of(DataConfig(path=str(write_rows(tmp_path / "r.csv", rows))))
+    assert "row 6" in message and "'text'" in message and "empty" in message
+
+
+@pytest.mark.parametrize("label", ["", "NaN", "nan"])
+def test_missing_label(tmp_path, label):
+    rows = classification_rows(10)
+    rows[2]["label"] = label
+    message = error_of(DataConfig(path=str(write_rows(tmp_path / "r.csv", rows))))
+    assert "row 4" in message and "'label'" in message and "missing" in message
+
+
+def test_nan_regression_target_in_jsonl(tmp_path):
+    rows = [{"text": f"t{i}", "label": i * 0.5} for i in range(10)]
+    rows[3]["label"] = float("nan")
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))  # json writes NaN
+    message = error_of(DataConfig(path=str(path), task="regression"))
+    assert "row 4" in message and "missing" in message
+
+
+def test_unseen_label_in_dev(tmp_path):
+    train = write_rows(tmp_path / "train.csv", classification_rows(30))
+    dev_rows = classification_rows(5)
+    dev_rows[3]["label"] = "vegetable"
+    dev = write_rows(tmp_path / "dev.csv", dev_rows)
+    message = error_of(DataConfig(train=str(train), dev=str(dev)))
+    assert "dev.csv, row 5" in message and "'vegetable'" in message and "never appears in train" in message
+
+
+def test_duplicate_ids(tmp_path):
+    rows = classification_rows(10)
+    rows[7]["id"] = rows[1]["id"]
+    message = error_of(DataConfig(path=str(write_rows(tmp_path / "r.csv", rows)), id="id"))
+    assert "duplicate id 'r1'" in message and "row 3" in message and "row 9" in message
+
+
+def test_undecodable_bytes_name_the_encoding_option(tmp_path):
+    path = tmp_path / "r.csv"
+    path.write_bytes(b"text,label\nfine,a\ncaf\xe9 au lait,b\n")
+    message = error_of(DataConfig(path=str(path)))
+    assert "line 3" in message and "data.encoding" in message
+    data = load_dataset(DataConfig(path=str(path), encoding="latin-1", dev_fraction=0, test_fraction=0))
+    assert "café au lait" in data.splits["train"].texts
+
+
+def test_ragged_rows_point_at_quoting(tmp_path):
+    path = tmp_path / "r.tsv"
+    path.write_text("text\tlabel\nok\ta\nbroken\ta\textra\n")
+    message = error_of(DataConfig(path=str(path)))
+    assert "row 3" in message and "data.quoting" in message
+
+
+def test_binary_declared_with_three_classes(csv_dataset):
+    assert "binary" in error_of(DataConfig(path=str(csv_dataset), task="binary"))
+
+
+def test_multilabel_column_needs_separator(tmp_path):
+    rows = [{"text": f"t{i}", "label": "a,b"} for i in range(10)]
+    message = error_of(DataConfig(path=str(write_rows(tmp_path / "r.csv", rows)), task="multilabel"))
+    assert "data.label_sep" in message
+
+
+# ---------------------------------------------------------------------------------------------
+# The real benchmark data in ../shared/data (skipped on a fresh clone without it)
+
+OFFICIAL = {
+    "sst2": {"train": 67349, "test": 872},
+    "cola": {"train": 8551, "test": 1043},
+    "stsb": {"train": 5749, "dev": 1500, "test": 1379},
+    "goemotions": {"train": 43410, "dev": 5426, "test": 5427},
+    "trec-original": {"train": 5452, "test": 500},
+}
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data is absent")
+@pytest.mark.parametrize("name", sorted(OFFICIAL))
+def test_shared_pipelines_give_official_row_counts(name, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    pipeline = load_pipeline(ROOT / "pipelines" / f"{name}.toml")
+    data = load_dataset(pipeline.data, name)
+    assert {k: len(v) for k, v in data.splits.items()} == OFFICIAL[name]
+    if name == "goemotions":
+        assert len(data.label_names) == 28 and data.task == "multilabel"
+    if name == "stsb":
+        assert data.pairs and data.task == "regression"

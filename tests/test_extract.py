@@ -1,0 +1,320 @@
+"""The extractor and its cache, end to end on a tiny BERT built by the tests."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+import featx
+from featx import backbone
+from featx.cache import Cache, writer_lock
+from featx.errors import FeatxError
+from featx.extract import extract, plan_batches
+from tests.conftest import classification_rows, write_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+EXACT = {"store_dtype": "float32"}
+
+
+def run_featx(*args: str, cwd: Path | None = None, wait: bool = True, **kw):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    command = [sys.executable, "-m", "featx", *args]
+    if wait:
+        return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def write_pipeline_toml(path: Path, data_file: Path, model: Path, data_dir: Path, **extract) -> Path:
+    lines = ['name = "t"', f'data_dir = "{data_dir}"', "[data]", f'path = "{data_file}"',
+             'id = "id"', "[model]", f'name = "{model}"', "[extract]", "progress = false"]
+    lines += [f"{k} = {v!r}".replace("'", '"') for k, v in extract.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def direct_pooled(model_dir: Path, text: str, pair: str | None = None, max_length: int = 128):
+    """Reference: one text through the model alone (no batch, no padding)."""
+    model = backbone.freeze(backbone.load_model(backbone.resolve(str(model_dir)), init="pretrained"))
+    tokenizer = backbone.load_tokenizer(model_dir)
+    enc = tokenizer(text, pair, return_tensors="pt", truncation=True, max_length=max_length)
+    with torch.inference_mode():
+        out = model(**enc, output_hidden_states=True)
+    return out, enc
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_extract_writes_a_self_describing_cache(make_pipeline, csv_dataset):
+    pipeline = make_pipeline({"path": str(csv_dataset), "id": "id"})
+    result = extract(pipeline)
+    assert not result.hit and result.path.name == f"{result.key[:16]}.h5"
+    with featx.open_cache(result.path) as cache:
+        meta = cache.meta
+        for key in ("model_fingerprint", "init", "max_length", "compute_dtype", "store_dtype",
+                    "dataset_fingerprint", "featx_version", "model_name", "model_path", "task",
+                    "label_names", "created", "poolings", "key"):
+            assert key in meta, key
+        assert meta["complete"] is True and meta["init"] == "pretrained"
+        assert meta["model_fingerprint"] == backbone.fingerprint(Path(meta["model_path"]))
+        assert cache.poolings == ["cls", "mean", "max", "pooler"]
+        assert cache.layers("mean") == (0, 1, 2) and cache.layers("pooler") == (2,)
+        n = cache.n_rows("train")
+        assert cache.features("train", "mean").shape == (n, 32)
+        assert cache.features("train", "cls", layer=[0, 2]).shape == (n, 64)
+        assert cache.features("train", "max", layer="all").shape == (n, 96)
+        assert cache.features("train", "mean", dtype=None).dtype == np.float16
+        assert sorted(cache.ids("train"))[:2] == sorted(cache.ids("train"))[:2]
+        assert set(cache.label_names) == {"animal", "place", "mood"}
+        assert (cache.n_tokens("train") > 2).all()
+        assert not cache.truncated("train").any()
+        assert all(cache.file[s]["done"][...].all() for s in cache.splits)
+    # the ids and labels match the dataset, row for row
+    from featx.data import load_dataset
+    data = load_dataset(pipeline.data)
+    with Cache(result.path) as cache:
+        for name, split in data.splits.items():
+            assert list(cache.ids(name)) == split.ids
+            assert np.array_equal(cache.labels(name), split.labels)
+            assert list(cache.texts(name)) == split.texts
+
+
+def test_rows_keep_their_original_order(make_pipeline, tmp_path, tiny_bert):
+    rows = classification_rows(40)
+    rows[5]["text"] = "what " * 40  # the longest row is computed first, stored at position 5
+    data_file = write_rows(tmp_path / "r.csv", rows)
+    pipeline = make_pipeline({"path": str(data_file), "id": "id", "dev_fraction": 0,
+                              "test_fraction": 0}, extract=EXACT)
+    with Cache(extract(pipeline).path) as cache:
+        ids = list(cache.ids("train"))
+        mean = cache.features("train", "mean", layer=-1)
+        cls0 = cache.features("train", "cls", layer=0)
+        pooler = cache.features("train", "pooler")
+        texts = list(cache.texts("train"))
+    for i in (0, ids.index("r5"), len(ids) - 1):
+        out, enc = direct_pooled(tiny_bert, texts[i])
+        np.testing.assert_allclose(mean[i], out.last_hidden_state[0].mean(0).numpy(), atol=1e-5)
+        np.testing.assert_allclose(cls0[i], out.hidden_states[0][0, 0].numpy(), atol=1e-5)
+        np.testing.assert_allclose(pooler[i], out.pooler_output[0].numpy(), atol=1e-5)
+
+
+def test_features_do_not_depend_on_batch_size_or_padding(make_pipeline, csv_dataset, tmp_path):
+    results = []
+    for i, (budget, rows) in enumerate([(64, 1), (256, 3), (100000, 1024)]):
+        pipeline = make_pipeline({"path": str(csv_dataset)}, data_dir=str(tmp_path / f"d{i}"),
+                                 extract=EXACT | {"token_budget": budget, "max_batch_rows": rows})
+        result = extract(pipeline)
+        with Cache(result.path) as cache:
+            results.append({p: cache.features("train", p, layer="all") for p in cache.poolings})
+    for other in results[1:]:
+        for pooling, values in results[0].items():
+            np.testing.assert_allclose(other[pooling], values, atol=1e-5, rtol=0)
+
+
+def test_text_pairs_use_token_types(make_pipeline, tmp_path, tiny_bert):
+    data_file = write_rows(tmp_path / "p.csv", classification_rows(30, pairs=True))
+    pipeline = make_pipeline({"path": str(data_file), "text_pair": "text2"}, extract=EXACT)
+    with Cache(extract(pipeline).path) as cache:
+        assert cache.meta["text_pair"] is True
+        a, b = cache.texts("train")[0], cache.text_pairs("train")[0]
+        mean = cache.features("train", "mean")[0]
+    out, enc = direct_pooled(tiny_bert, a, b)
+    assert enc["token_type_ids"].max() == 1
+    np.testing.assert_allclose(mean, out.last_hidden_state[0].mean(0).numpy(), atol=1e-5)
+
+
+def test_truncation_is_counted(make_pipeline, csv_dataset):
+    pipeline = make_pipeline({"path": str(csv_dataset)}, extract={"max_length": 8})
+    result = extract(pipeline)
+    with Cache(result.path) as cache:
+        n_tokens = np.concatenate([cache.n_tokens(s) for s in cache.splits])
+        truncated = np.concatenate([cache.truncated(s) for s in cache.splits])
+    assert n_tokens.max() == 8 and truncated.any() and not truncated.all()
+    assert result.stats["truncated_total"] == int(truncated.sum())
+
+
+def test_second_run_is_a_cache_hit(make_pipeline, csv_dataset):
+    pipeline = make_pipeline({"path": str(csv_dataset)})
+    first = extract(pipeline)
+    mtime = first.path.stat().st_mtime_ns
+    second = extract(pipeline)
+    assert second.hit and second.path == first.path and second.path.stat().st_mtime_ns == mtime
+
+
+@pytest.mark.parametrize("change", [
+    {"extract": {"max_length": 16}}, {"extract": {"poolings": ["mean"]}},
+    {"extract": {"layers": "last"}}, {"extract": {"store_dtype": "float32"}},
+    {"extract": {"dtype": "bfloat16"}}, {"model": {"init": "random"}},
+    {"data": {"split_seed": 1}},
+])
+def test_a_different_key_is_a_different_file(make_pipeline, csv_dataset, change):
+    base = make_pipeline({"path": str(csv_dataset)})
+    first = extract(base)
+    data = {"path": str(csv_dataset), **change.get("data", {})}
+    second = extract(make_pipeline(data, model=change.get("model"), extract=change.get("extract")))
+    assert second.path != first.path and first.path.is_file() and not second.hit
+
+
+def test_random_control_says_so(make_pipeline, csv_dataset):
+    pretrained = extract(make_pipeline({"path": str(csv_dataset)}, extract=EXACT))
+    control = extract(make_pipeline({"path": str(csv_dataset)}, model={"init": "random", "seed": 7},
+                                    extract=EXACT))
+    with Cache(control.path) as c, Cache(pretrained.path) as p:
+        assert c.meta["init"] == "random" and c.meta["init_seed"] == 7
+        assert "init_seed" not in p.meta
+        assert not np.allclose(c.features("train", "mean"), p.features("train", "mean"))
+
+
+def test_bf16_on_cpu_is_close_to_fp32(make_pipeline, csv_dataset):
+    fp32 = extract(make_pipeline({"path": str(csv_dataset)}, extract=EXACT))
+    bf16 = extract(make_pipeline({"path": str(csv_dataset)}, extract=EXACT | {"dtype": "bfloat16"}))
+    with Cache(fp32.path) as a, Cache(bf16.path) as b:
+        x, y = a.features("train", "mean"), b.features("train", "mean")
+        assert b.meta["compute_dtype"] == "bfloat16"
+    cosine = (x * y).sum(1) / np.linalg.norm(x, axis=1) / np.linalg.norm(y, axis=1)
+    assert cosine.min() > 0.99
+
+
+def test_api_errors_list_what_the_cache_has(make_pipeline, csv_dataset):
+    with Cache(extract(make_pipeline({"path": str(csv_dataset)})).path) as cache:
+        with pytest.raises(FeatxError, match="cls, mean, max, pooler"):
+            cache.features("train", "attention")
+        with pytest.raises(FeatxError, match=r"stored layers: \[2\]"):
+            cache.features("train", "pooler", layer=0)
+        with pytest.raises(FeatxError, match="train, dev, test"):
+            cache.labels("validation")
+
+
+def test_reader_refuses_partial_and_missing_files(tmp_path):
+    with pytest.raises(FeatxError, match="partial"):
+        Cache(tmp_path / "x.h5.partial")
+    with pytest.raises(FeatxError, match="run featx extract"):
+        Cache(tmp_path / "x.h5")
+    (tmp_path / "bad.h5").write_bytes(b"not hdf5 at all")
+    with pytest.raises(FeatxError, match="corrupt"):
+        Cache(tmp_path / "bad.h5")
+
+
+def test_bad_input_fails_before_any_file_is_written(make_pipeline, tmp_path):
+    rows = classification_rows(20)
+    rows[3]["text"] = " "
+    pipeline = make_pipeline({"path": str(write_rows(tmp_path / "r.csv", rows))})
+    with pytest.raises(FeatxError, match="empty"):
+        extract(pipeline)
+    assert not [p for p in (tmp_path / "data").glob("cache/*") if not p.name.startswith(".")]
+
+
+def test_not_enough_disk_space_is_refused_up_front(make_pipeline, csv_dataset, monkeypatch, tmp_path):
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**9, 10**9 - 1000, 1000))
+    with pytest.raises(FeatxError, match="not enough disk space"):
+        extract(make_pipeline({"path": str(csv_dataset)}))
+    assert not [p for p in (tmp_path / "data").glob("cache/*") if not p.name.startswith(".")]
+
+
+def test_plan_batches_respects_budget_and_rows():
+    lengths = np.array([50, 40, 10, 10, 10, 10, 3, 3])
+    cuts = plan_batches(lengths, token_budget=100, max_rows=3)
+    assert [(c.start, c.stop) for c in cuts] == [(0, 2), (2, 5), (5, 8)]
+    assert all(len(lengths[c]) * lengths[c][0] <= 100 for c in cuts)
+    assert [(c.start, c.stop) for c in plan_batches(np.array([500, 2]), 100, 8)] == [(0, 1), (1, 2)]
+
+
+def test_featx_cache_imports_no_torch():
+    code = ("import sys, featx, featx.cache, featx.data, featx.config, featx.plan; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes: resume after SIGKILL, one writer at a time
+
+
+@pytest.fixture
+def big_job(tmp_path, tiny_bert):
+    """A pipeline file whose extraction takes a few seconds (many small batches)."""
+    data_file = write_rows(tmp_path / "big.csv", classification_rows(6000, seed=3))
+
+    def make(data_dir: Path) -> Path:
+        return write_pipeline_toml(tmp_path / f"{data_dir.name}.toml", data_file, tiny_bert, data_dir,
+                                   store_dtype="float32", token_budget=128, max_batch_rows=4,
+                                   flush_rows=64)
+    return make
+
+
+def done_rows(partial: Path) -> int:
+    try:
+        with h5py.File(partial, "r", locking=False) as f:
+            return int(sum(f[s]["done"][...].sum() for s in ("train", "dev", "test")))
+    except (OSError, KeyError):
+        return 0
+
+
+def test_resume_after_sigkill_equals_an_uninterrupted_run(big_job, tmp_path):
+    killed_dir = tmp_path / "killed"
+    job = run_featx("extract", str(big_job(killed_dir)), wait=False)
+    deadline = time.time() + 120
+    partial = None
+    while time.time() < deadline and job.poll() is None:
+        found = list((killed_dir / "cache").glob("*.h5.partial"))
+        if found and done_rows(found[0]) >= 200:
+            partial = found[0]
+            break
+        time.sleep(0.02)
+    assert partial is not None, job.communicate()
+    job.send_signal(signal.SIGKILL)
+    job.wait()
+    before = done_rows(partial)
+    assert 0 < before < 6000
+
+    from featx.config import load_pipeline
+    resumed = extract(load_pipeline(big_job(killed_dir)))
+    assert resumed.stats["rows_computed"] == 6000 - before  # nothing done twice
+    clean = extract(load_pipeline(big_job(tmp_path / "clean")))
+    assert clean.path.name == resumed.path.name and not partial.exists()
+    with Cache(resumed.path) as a, Cache(clean.path) as b:
+        for split in b.splits:
+            assert list(a.ids(split)) == list(b.ids(split))
+            assert (a.n_tokens(split) == b.n_tokens(split)).all()
+            for pooling in b.poolings:
+                np.testing.assert_allclose(a.features(split, pooling, "all"),
+                                           b.features(split, pooling, "all"), atol=1e-5, rtol=0)
+
+
+def test_a_second_writer_gets_a_clear_error(big_job, tmp_path):
+    data_dir = tmp_path / "shared"
+    pipeline_file = big_job(data_dir)
+    first = run_featx("extract", str(pipeline_file), wait=False)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list((data_dir / "cache").glob("*.h5.partial")):
+        time.sleep(0.02)
+    second = run_featx("extract", str(pipeline_file))
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    assert second.returncode == 2
+    assert "another featx process" in second.stderr and "Traceback" not in second.stderr
+    with Cache(Path(out.strip())) as cache:
+        assert cache.meta["complete"]
+
+
+def test_lock_is_exclusive_in_process(make_pipeline, csv_dataset):
+    from featx.plan import make_plan
+
+    pipeline = make_pipeline({"path": str(csv_dataset)})
+    path = make_plan(pipeline).cache_path("float32")
+    with writer_lock(path):
+        with pytest.raises(FeatxError, match="another featx process"):
+            extract(pipeline)
+    assert extract(pipeline).path == path

