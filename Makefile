@@ -41,7 +41,8 @@ else
 	$(BIN)/torchrun --standalone --nproc-per-node $(NPROC) -m featx extract $(PIPELINE) $(ARGS)
 endif
 
-probe: $(STAMP)
+# Later stages find the cache by the pipeline's key; extracting first is a cache hit when it exists.
+probe: extract
 	$(BIN)/featx probe $(PIPELINE) $(ARGS)
 
 finetune: $(STAMP)

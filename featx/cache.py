@@ -433,11 +433,13 @@ class Cache:
         """
         self._check("pooling", pooling, self.poolings)
         stored = self.layers(pooling)
-        positions = [stored.index(i) for i in self._layer_indices(layer, pooling, stored)]
+        positions = [stored.index(i) for i in self.layer_indices(pooling, layer)]
         data = self._layer_view(self._group(split)[pooling], positions)
         return data if dtype is None else data.astype(dtype, copy=False)
 
-    def _layer_indices(self, layer, pooling: str, stored: tuple[int, ...]) -> list[int]:
+    def layer_indices(self, pooling: str, layer=-1) -> list[int]:
+        """The stored hidden-state indices `layer` names for `pooling` (an error lists them)."""
+        stored = self.layers(pooling)
         n = int(self.meta["n_layers"])
         if isinstance(layer, str) and layer == "all":  # every layer stored for this pooling
             return list(stored)

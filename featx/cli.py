@@ -22,6 +22,13 @@ def cmd_extract(pipeline: Pipeline) -> None:
     print(result.path)
 
 
+def cmd_probe(pipeline: Pipeline) -> None:
+    """Train the probe grid (heads x poolings x layers, plus the layer sweep) on the cache."""
+    from featx.probe import format_table, run_probe
+
+    print(format_table(run_probe(pipeline)))
+
+
 def cmd_info(pipeline: Pipeline) -> None:
     """Show the pipeline's cache: where it is, what it holds."""
     from featx.cache import Cache
@@ -34,13 +41,14 @@ def cmd_info(pipeline: Pipeline) -> None:
             print(f"  {key}: {cache.meta.get(key)}")
 
 
-COMMANDS = {"extract": cmd_extract, "info": cmd_info}
+COMMANDS = {"extract": cmd_extract, "probe": cmd_probe, "info": cmd_info}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="featx", description="Frozen encoder features vs fine-tuning, measured.")
-    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="only warnings and errors, no progress bars")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, fn in COMMANDS.items():
         sub = commands.add_parser(name, help=fn.__doc__.splitlines()[0], description=fn.__doc__)
@@ -54,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="featx: %(message)s", stream=sys.stderr)
+    overrides = list(args.overrides) + (["progress=false"] if args.quiet else [])
     try:
-        pipeline = load_pipeline(args.pipeline, args.overrides)
+        pipeline = load_pipeline(args.pipeline, overrides)
         COMMANDS[args.command](pipeline)
     except FeatxError as exc:
         print(f"featx: error: {exc}", file=sys.stderr)

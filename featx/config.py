@@ -29,6 +29,8 @@ LAYER_SHORTHANDS = ("all", "last", "last4")
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 STORE_DTYPES = ("float16", "float32")
 INITS = ("pretrained", "random")
+HEAD_NAMES = ("logistic", "mlp", "lightgbm")  # the registry is `featx.heads.HEADS`
+PROTOCOLS = ("auto", "dev", "cv", "mteb")
 QUOTING = ("minimal", "none")
 FORMATS = ("csv", "tsv", "jsonl", "parquet", "label-text")
 
@@ -163,8 +165,6 @@ class ExtractConfig:
     """Rows between flushes of the done mask: at most this many rows are recomputed after a crash."""
     flush_seconds: float = 30.0
     """Seconds between flushes, whichever of the two comes first."""
-    progress: bool = True
-    """Show a progress bar with texts/s and tokens/s."""
 
     def __post_init__(self):
         if not self.poolings:
@@ -192,14 +192,68 @@ class ExtractConfig:
 
 
 @dataclass(frozen=True)
+class ProbeConfig:
+    heads: tuple[str, ...] = HEAD_NAMES
+    """Heads trained on every feature set: logistic (Ridge for regression), mlp, lightgbm."""
+    poolings: tuple[str, ...] = ("cls", "mean", "pooler", "max")
+    """Poolings probed (each must be in the cache)."""
+    layers: tuple[str | int | list, ...] = ("last",)
+    """Feature layers: an index, "last", "last4" (concatenated), or a list of indices to
+    concatenate. Each entry is probed with every pooling and head."""
+    sweep: bool = True
+    """Also probe every stored layer of `sweep_pooling` with `sweep_head` (the layer curve)."""
+    sweep_pooling: str = "mean"
+    sweep_head: str = "logistic"
+    protocol: str = "auto"
+    """auto: choose on dev and report on test when both exist; otherwise cross-validate on train
+    (cv) and report on test, or on dev when there is no test. mteb: MTEB's classification
+    evaluator (undersampled train, LogisticRegression max_iter=100, unscaled, mean accuracy)."""
+    folds: int = 5
+    """Folds for the cv protocol (stratified for classification)."""
+    seeds: tuple[int, ...] = (0,)
+    """Seeds: hyperparameters are chosen with the first, every seed refits and is evaluated;
+    records carry mean and std."""
+    metric: str | None = None
+    """Primary metric override (must be one of the task's metrics); default per task:
+    binary mcc, multiclass accuracy, multilabel micro_f1, regression pearson."""
+    n_jobs: int = 0
+    """Heads fitted in parallel (processes); 0 = one per CPU core. Threads per process are
+    limited so that processes x threads = cores."""
+    mteb_experiments: int = 10
+    mteb_samples_per_label: int = 8
+    mteb_seed: int = 42
+    save_heads: bool = True
+    """Save every fitted head (joblib + sha256 manifest) under the run directory."""
+
+    def __post_init__(self):
+        for name in self.heads + (self.sweep_head,):
+            check_choice(name, HEAD_NAMES, "head")
+        for name in self.poolings + (self.sweep_pooling,):
+            check_choice(name, POOLINGS, "pooling")
+        check_choice(self.protocol, PROTOCOLS, "probe.protocol")
+        for item in self.layers:
+            if isinstance(item, str):
+                check_choice(item, LAYER_SHORTHANDS, "probe.layers shorthand")
+            elif isinstance(item, list) and not (item and all(isinstance(i, int) for i in item)):
+                raise FeatxError(f"probe.layers entry {item!r} must be a non-empty list of indices")
+        if not self.seeds:
+            raise FeatxError("probe.seeds is empty; give at least one seed")
+        if self.folds < 2 or self.n_jobs < 0 or self.mteb_experiments < 1 or self.mteb_samples_per_label < 1:
+            raise FeatxError("probe.folds must be >= 2; n_jobs >= 0; mteb_* >= 1")
+
+
+@dataclass(frozen=True)
 class Pipeline:
     name: str
     """Experiment name: names the report folder and the cache files."""
     data: DataConfig
     model: ModelConfig = field(default_factory=ModelConfig)
     extract: ExtractConfig = field(default_factory=ExtractConfig)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
     data_dir: str = "data"
     """Where caches, runs and reports are written (git-ignored)."""
+    progress: bool = True
+    """Progress bars (extraction: texts/s and tokens/s; probe: fits done)."""
     source: str | None = None
     """The pipeline file this was read from (set by `load_pipeline`)."""
 
@@ -217,7 +271,8 @@ class Pipeline:
         return Path(self.data_dir) / "runs"
 
 
-SECTIONS = {"data": DataConfig, "model": ModelConfig, "extract": ExtractConfig}
+SECTIONS = {"data": DataConfig, "model": ModelConfig, "extract": ExtractConfig,
+            "probe": ProbeConfig}
 
 
 def load_pipeline(path: str | Path, overrides: typing.Sequence[str] = ()) -> Pipeline:
@@ -310,5 +365,6 @@ def _is_instance(value, kind) -> bool:
 
 def _type_name(kind) -> str:
     if typing.get_origin(kind) is tuple:
-        return f"a list of {typing.get_args(kind)[0].__name__}"
+        item = typing.get_args(kind)[0]
+        return f"a list of {getattr(item, '__name__', None) or str(item)}"
     return "nothing" if kind is type(None) else f"a {kind.__name__}"

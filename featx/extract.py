@@ -299,7 +299,7 @@ def run(model, tokenizer, plan: Plan, todo: dict[str, np.ndarray], writer: Cache
     stats = {"device": str(device), "compute_dtype": compute_dtype, "token_budget": budget,
              "threads": torch.get_num_threads(), "batches": 0, "real_tokens": 0,
              "padded_tokens": 0, "truncated": 0, "tokenizer_wait_s": 0.0}
-    bar = tqdm(total=total, unit="text", disable=not cfg.progress, dynamic_ncols=True,
+    bar = tqdm(total=total, unit="text", disable=not plan.pipeline.progress, dynamic_ncols=True,
                desc=f"extract {plan.pipeline.name}")
     background = _BackgroundWriter(writer, cfg.flush_rows, cfg.flush_seconds)
     start = time.perf_counter()

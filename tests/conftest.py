@@ -82,7 +82,7 @@ def make_pipeline(tmp_path, tiny_bert):
     def make(data: dict, model: dict | None = None, extract: dict | None = None, **top):
         raw = {"name": top.pop("name", "test"), "data_dir": str(tmp_path / "data"), "data": data,
                "model": {"name": str(tiny_bert), **(model or {})},
-               "extract": {"progress": False, **(extract or {})}, **top}
+               "extract": extract or {}, "progress": False, **top}
         return pipeline_from_dict(raw)
     return make
 
@@ -90,3 +90,30 @@ def make_pipeline(tmp_path, tiny_bert):
 @pytest.fixture
 def csv_dataset(tmp_path) -> Path:
     return write_rows(tmp_path / "rows.csv", classification_rows(120))
+
+
+def write_synthetic_cache(folder: Path, task: str, features: dict, labels: dict,
+                          label_names, pooling: str = "mean", layers=(0,)) -> Path:
+    """A complete cache written through the real CacheWriter, from given feature arrays
+    (split -> (n, len(layers), hidden)), for testing heads without a backbone."""
+    import numpy as np
+
+    from featx.cache import CacheSpec, CacheWriter, SplitData, cache_path
+
+    hidden = next(iter(features.values())).shape[-1]
+    spec = CacheSpec(model_fingerprint="synthetic", init="pretrained", init_seed=None,
+                     max_length=8, layers={pooling: tuple(layers)}, compute_dtype="float32",
+                     store_dtype="float32", dataset_fingerprint=f"synthetic-{task}-{folder.name}")
+    splits = [SplitData(name, [f"{name}-{i}" for i in range(len(y))],
+                        [f"text {i}" for i in range(len(y))], None, y, {}, "x")
+              for name, y in labels.items()]
+    info = {"pipeline_name": "synthetic", "model_name": "synthetic", "task": task,
+            "label_names": list(label_names), "n_layers": max(layers), "hidden_size": hidden,
+            "text_pair": False}
+    path = cache_path(folder, spec)
+    writer = CacheWriter.open(path, spec, info, splits, hidden)
+    for name, x in features.items():
+        rows = np.arange(len(x))
+        writer.write(name, rows, {pooling: x.astype(np.float32)}, np.full(len(x), 4),
+                     np.zeros(len(x), bool))
+    return writer.finalize()

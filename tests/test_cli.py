@@ -51,3 +51,6 @@ def test_extract_then_info(tmp_path, tiny_bert):
     assert "cache hit" in again.stderr and again.stdout.strip() == str(path)
     info = run_featx("info", str(pipeline))
     assert info.returncode == 0 and "multiclass" in info.stdout
+    probe = run_featx("probe", str(pipeline), 'probe.heads=["logistic"]', "probe.n_jobs=1")
+    assert probe.returncode == 0, probe.stderr
+    assert "mean@2" in probe.stdout and "*" in probe.stdout and "primary metric: accuracy" in probe.stdout

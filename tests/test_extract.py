@@ -34,8 +34,8 @@ def run_featx(*args: str, cwd: Path | None = None, wait: bool = True, **kw):
 
 
 def write_pipeline_toml(path: Path, data_file: Path, model: Path, data_dir: Path, **extract) -> Path:
-    lines = ['name = "t"', f'data_dir = "{data_dir}"', "[data]", f'path = "{data_file}"',
-             'id = "id"', "[model]", f'name = "{model}"', "[extract]", "progress = false"]
+    lines = ['name = "t"', f'data_dir = "{data_dir}"', "progress = false", "[data]",
+             f'path = "{data_file}"', 'id = "id"', "[model]", f'name = "{model}"', "[extract]"]
     lines += [f"{k} = {v!r}".replace("'", '"') for k, v in extract.items()]
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -27,7 +27,7 @@ def st_encode(texts, max_length: int) -> np.ndarray:
 @pytest.mark.parametrize("builtin, max_length, max_rows", [("trec", 256, None), ("sms-spam", 32, 150)])
 def test_mean_pooling_matches_sentence_transformers(tmp_path, builtin, max_length, max_rows):
     overrides = [f"data_dir={tmp_path}", f'data.builtin="{builtin}"', 'extract.store_dtype="float32"',
-                 f"extract.max_length={max_length}", "extract.progress=false"]
+                 f"extract.max_length={max_length}", "progress=false"]
     if max_rows:
         overrides.append(f"data.max_rows={max_rows}")
     result = run_featx("extract", "pipelines/trec.toml", *overrides, cwd=ROOT)

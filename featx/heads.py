@@ -1,0 +1,182 @@
+"""Heads on cached features: real scikit-learn estimators, one registry, small documented grids.
+
+| head | binary / multiclass | multilabel | regression | grid |
+|---|---|---|---|---|
+| logistic | StandardScaler + LogisticRegression (multinomial) | one LogisticRegression per label | StandardScaler + Ridge | C or alpha in 1e-3..1e3 (7 values) |
+| mlp | StandardScaler + MLPClassifier, 1 hidden layer of 256, early stopping on 10% of train | the same (sigmoid outputs) | the same MLPRegressor, standardised targets | L2 alpha in {1e-4, 1e-2, 1} |
+| lightgbm | LGBMClassifier (max_bin 63, lr 0.1), early stopping on 10% of train | one model per label | LGBMRegressor (one per target) | num_leaves in {7, 31} |
+
+Every head takes `random_state` and a thread count; nothing touches a GPU or the backbone.
+"""
+from __future__ import annotations
+
+import inspect
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.compose import TransformedTargetRegressor
+from sklearn.exceptions import ConvergenceWarning, DataConversionWarning
+from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.model_selection import train_test_split
+from sklearn.multioutput import MultiOutputClassifier, MultiOutputRegressor
+from sklearn.neural_network import MLPClassifier, MLPRegressor
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from featx.errors import check_choice
+
+
+class _LightGBMHead(BaseEstimator):
+    """LightGBM with early stopping on a seeded validation split carved from the training data,
+    so `fit(X, y)` needs nothing else (and works inside MultiOutput wrappers)."""
+
+    def __init__(self, *, num_leaves: int = 31, learning_rate: float = 0.1,
+                 n_estimators: int = 1000, early_stopping_rounds: int = 30,
+                 validation_fraction: float = 0.1, min_child_samples: int = 20,
+                 colsample_bytree: float = 0.5, subsample: float = 0.8, reg_lambda: float = 1.0,
+                 max_bin: int = 63, random_state: int = 0, n_jobs: int = 1):
+        self.num_leaves = num_leaves
+        self.learning_rate = learning_rate
+        self.n_estimators = n_estimators
+        self.early_stopping_rounds = early_stopping_rounds
+        self.validation_fraction = validation_fraction
+        self.min_child_samples = min_child_samples
+        self.colsample_bytree = colsample_bytree
+        self.subsample = subsample
+        self.reg_lambda = reg_lambda
+        self.max_bin = max_bin
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+
+    def _fit(self, model_class, X, y, stratify: bool):
+        import lightgbm
+
+        counts = np.unique(y, return_counts=True)[1] if stratify else None
+        X_fit, X_val, y_fit, y_val = train_test_split(
+            X, y, test_size=self.validation_fraction, random_state=self.random_state,
+            stratify=y if stratify and counts.min() >= 2 else None)
+        self.model_ = model_class(
+            n_estimators=self.n_estimators, learning_rate=self.learning_rate,
+            num_leaves=self.num_leaves, min_child_samples=self.min_child_samples,
+            colsample_bytree=self.colsample_bytree, subsample=self.subsample, subsample_freq=1,
+            reg_lambda=self.reg_lambda, max_bin=self.max_bin, random_state=self.random_state,
+            n_jobs=self.n_jobs, verbose=-1)
+        stop = [lightgbm.early_stopping(self.early_stopping_rounds, verbose=False)]
+        if "eval_X" in inspect.signature(model_class.fit).parameters:  # lightgbm >= 4.7
+            self.model_.fit(X_fit, y_fit, eval_X=(X_val,), eval_y=(y_val,), callbacks=stop)
+        else:
+            self.model_.fit(X_fit, y_fit, eval_set=[(X_val, y_val)], callbacks=stop)
+        self.best_iteration_ = int(self.model_.best_iteration_ or self.n_estimators)
+        return self
+
+
+class LightGBMClassifierHead(ClassifierMixin, _LightGBMHead):
+    def fit(self, X, y):
+        from lightgbm import LGBMClassifier
+
+        self.classes_ = np.unique(y)
+        return self._fit(LGBMClassifier, X, y, stratify=True)
+
+    def predict_proba(self, X):
+        # A class that fell entirely into the validation split gets probability 0.
+        proba = self.model_.predict_proba(X)
+        out = np.zeros((len(X), len(self.classes_)))
+        out[:, np.searchsorted(self.classes_, self.model_.classes_)] = proba
+        return out
+
+    def predict(self, X):
+        return self.classes_[self.predict_proba(X).argmax(axis=1)]
+
+
+class LightGBMRegressorHead(RegressorMixin, _LightGBMHead):
+    def fit(self, X, y):
+        from lightgbm import LGBMRegressor
+
+        return self._fit(LGBMRegressor, X, np.ravel(y), stratify=False)
+
+    def predict(self, X):
+        return self.model_.predict(X)
+
+
+# ---------------------------------------------------------------------------------------------
+# The registry: how each head is built per task, and the grid its hyperparameters come from
+
+
+def _logistic(task: str, seed: int, threads: int, C: float = 1.0, alpha: float = 1.0):
+    if task == "regression":  # the linear probe of a regression task: ridge regression
+        return make_pipeline(StandardScaler(), Ridge(alpha=alpha))
+    base = LogisticRegression(C=C, max_iter=2000, random_state=seed)
+    return make_pipeline(StandardScaler(), MultiOutputClassifier(base) if task == "multilabel" else base)
+
+
+def _mlp(task: str, seed: int, threads: int, alpha: float = 1e-4, hidden: int = 256):
+    common = dict(hidden_layer_sizes=(hidden,), alpha=alpha, early_stopping=True,
+                  validation_fraction=0.1, n_iter_no_change=10, max_iter=200, random_state=seed)
+    if task == "regression":
+        network = make_pipeline(StandardScaler(), MLPRegressor(**common))
+        return TransformedTargetRegressor(regressor=network, transformer=StandardScaler())
+    return make_pipeline(StandardScaler(), MLPClassifier(**common))
+
+
+def _lightgbm(task: str, seed: int, threads: int, num_leaves: int = 31):
+    params = dict(num_leaves=num_leaves, random_state=seed, n_jobs=threads)
+    if task == "regression":
+        return MultiOutputRegressor(LightGBMRegressorHead(**params))
+    if task == "multilabel":
+        return MultiOutputClassifier(LightGBMClassifierHead(**params))
+    return LightGBMClassifierHead(**params)
+
+
+@dataclass(frozen=True)
+class Head:
+    name: str
+    build: Callable
+    """(task, seed, threads, **hyperparameters) -> an unfitted estimator."""
+    grid: Callable[[str], list[dict]]
+    """task -> the hyperparameter candidates tried, in order."""
+    deterministic: bool
+    """True when the seed cannot change the fitted model (one fit serves every seed)."""
+
+
+HEADS = {
+    "logistic": Head("logistic", _logistic, deterministic=True, grid=lambda task: (
+        [{"alpha": a} for a in (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0)] if task == "regression"
+        else [{"C": c} for c in (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0)])),
+    "mlp": Head("mlp", _mlp, deterministic=False,
+                grid=lambda task: [{"alpha": a} for a in (1e-4, 1e-2, 1.0)]),
+    "lightgbm": Head("lightgbm", _lightgbm, deterministic=False,
+                     grid=lambda task: [{"num_leaves": n} for n in (7, 31)]),
+}
+
+
+def build(head: str, task: str, params: dict, seed: int = 0, threads: int = 1):
+    check_choice(head, HEADS, "head")
+    return HEADS[head].build(task, seed, threads, **params)
+
+
+def fit(estimator, X: np.ndarray, y: np.ndarray):
+    with warnings.catch_warnings():
+        # lbfgs at a tiny C, or an MLP stopped early, warns about convergence; the score shows it.
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        # Regression targets stay (n, T) for every head (MultiOutputRegressor needs 2-D); the MLP
+        # accepts (n, 1) with this warning.
+        warnings.simplefilter("ignore", DataConversionWarning)
+        return estimator.fit(X, y)
+
+
+def predict_scores(estimator, X: np.ndarray, task: str, n_classes: int) -> np.ndarray:
+    """What `featx.metrics.evaluate` takes: probabilities for classification, values for
+    regression (always (n, T))."""
+    if task == "regression":
+        return np.asarray(estimator.predict(X), dtype=np.float64).reshape(len(X), -1)
+    proba = estimator.predict_proba(X)
+    if task == "multilabel":
+        # MultiOutputClassifier gives one (n, 2) array per label; MLPClassifier gives (n, L).
+        return np.stack([p[:, 1] for p in proba], axis=1) if isinstance(proba, list) else proba
+    classes = np.asarray(getattr(estimator, "classes_", np.arange(proba.shape[1])))
+    full = np.zeros((len(X), n_classes))
+    full[:, classes] = proba  # classes are label indices; a class missing from train stays at 0
+    return full[:, 1] if task == "binary" else full

@@ -1,0 +1,115 @@
+"""Metrics per task type, from scikit-learn and scipy; one primary metric per task.
+
+`scores` is what a head outputs: binary (n,) P(positive); multiclass (n, K) class
+probabilities; multilabel (n, L) per-label probabilities; regression (n, T) predictions on the
+original target scale. Every primary metric is "higher is better".
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from scipy.stats import pearsonr, spearmanr
+from sklearn import metrics as skm
+
+from featx.errors import FeatxError, check_choice
+
+PRIMARY = {"binary": "mcc", "multiclass": "accuracy", "multilabel": "micro_f1",
+           "regression": "pearson"}
+# Thresholds tried for multilabel decisions (chosen on dev, or on out-of-fold predictions).
+THRESHOLDS = np.round(np.arange(0.05, 0.96, 0.05), 2)
+
+
+def _binary(y: np.ndarray, scores: np.ndarray, threshold: float) -> dict[str, float]:
+    predicted = (scores >= threshold).astype(int)
+    return {"accuracy": skm.accuracy_score(y, predicted),
+            "f1": skm.f1_score(y, predicted, zero_division=0),
+            "mcc": skm.matthews_corrcoef(y, predicted),
+            "roc_auc": _auc(y, scores)}
+
+
+def _multiclass(y: np.ndarray, scores: np.ndarray, threshold: float) -> dict[str, float]:
+    predicted = scores.argmax(axis=1)
+    return {"accuracy": skm.accuracy_score(y, predicted),
+            "macro_f1": skm.f1_score(y, predicted, average="macro", zero_division=0),
+            "mcc": skm.matthews_corrcoef(y, predicted)}
+
+
+def _multilabel(y: np.ndarray, scores: np.ndarray, threshold: float) -> dict[str, float]:
+    predicted = (scores >= threshold).astype(int)
+    # ROC AUC is undefined for a label with one class in y; average over the labels that have both.
+    both = [j for j in range(y.shape[1]) if 0 < y[:, j].sum() < len(y)]
+    return {"micro_f1": skm.f1_score(y, predicted, average="micro", zero_division=0),
+            "macro_f1": skm.f1_score(y, predicted, average="macro", zero_division=0),
+            "macro_roc_auc": float(np.mean([_auc(y[:, j], scores[:, j]) for j in both]))
+            if both else float("nan"),
+            "subset_accuracy": skm.accuracy_score(y, predicted)}
+
+
+def _regression(y: np.ndarray, scores: np.ndarray, threshold: float) -> dict[str, float]:
+    # Averaged over targets when there are several.
+    columns = range(y.shape[1])
+    with warnings.catch_warnings():  # a constant prediction has no correlation: nan, not a crash
+        warnings.simplefilter("ignore")
+        pearson = [pearsonr(y[:, j], scores[:, j])[0] for j in columns]
+        spearman = [spearmanr(y[:, j], scores[:, j])[0] for j in columns]
+    return {"mse": skm.mean_squared_error(y, scores), "mae": skm.mean_absolute_error(y, scores),
+            "r2": skm.r2_score(y, scores), "pearson": float(np.mean(pearson)),
+            "spearman": float(np.mean(spearman))}
+
+
+METRICS = {"binary": _binary, "multiclass": _multiclass, "multilabel": _multilabel,
+           "regression": _regression}
+NAMES = {"binary": ("accuracy", "f1", "mcc", "roc_auc"),
+         "multiclass": ("accuracy", "macro_f1", "mcc"),
+         "multilabel": ("micro_f1", "macro_f1", "macro_roc_auc", "subset_accuracy"),
+         "regression": ("mse", "mae", "r2", "pearson", "spearman")}
+
+
+def _auc(y: np.ndarray, scores: np.ndarray) -> float:
+    if len(np.unique(y)) < 2:
+        return float("nan")
+    return skm.roc_auc_score(y, scores)
+
+
+def evaluate(task: str, y: np.ndarray, scores: np.ndarray, threshold: float = 0.5) -> dict[str, float]:
+    """Every metric of the task type, as plain floats."""
+    if task == "regression":
+        y, scores = y.reshape(len(y), -1), scores.reshape(len(scores), -1)
+    return {k: float(v) for k, v in METRICS[task](y, scores, threshold).items()}
+
+
+def primary(task: str, metric: str | None = None) -> str:
+    """The task's primary metric, or `metric` if it is one of the task's metrics."""
+    if metric is None:
+        return PRIMARY[task]
+    return check_choice(metric, NAMES[task], f"metric for a {task} task")
+
+
+def choose_threshold(y: np.ndarray, scores: np.ndarray) -> float:
+    """Multilabel decision threshold maximising micro-F1 (ties: the one closest to 0.5)."""
+    best = max(THRESHOLDS, key=lambda t: (
+        skm.f1_score(y, (scores >= t).astype(int), average="micro", zero_division=0), -abs(t - 0.5)))
+    return float(best)
+
+
+def check_trainable(task: str, y: np.ndarray, label_names) -> None:
+    """A single-class training split or a constant target is a clear error, not a crash deep
+    in scikit-learn."""
+    if task in ("binary", "multiclass"):
+        present = np.unique(y)
+        if len(present) < 2:
+            raise FeatxError(f"the training split has a single class ({label_names[present[0]]!r}); "
+                             "a classifier needs at least two")
+    elif task == "multilabel":
+        counts = y.sum(axis=0)
+        constant = [label_names[j] for j in range(y.shape[1]) if counts[j] in (0, len(y))]
+        if constant:
+            raise FeatxError(f"label(s) {constant[:10]} are never (or always) present in the "
+                             "training split; drop them or add examples")
+    else:
+        flat = y.reshape(len(y), -1)
+        constant = [label_names[j] for j in range(flat.shape[1]) if np.ptp(flat[:, j]) == 0]
+        if constant:
+            raise FeatxError(f"regression target(s) {constant} have zero variance in the training "
+                             "split; there is nothing to predict")

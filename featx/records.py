@@ -1,0 +1,128 @@
+"""Run records: one JSON file per (features, head) or fine-tune, shared by probe and finetune.
+
+    data/runs/<cache key[:16]>/<stage>/<features>__<head>.json
+
+A record (schema 1):
+
+    schema            1
+    stage             "probe" | "finetune"
+    pipeline          pipeline name
+    cache_key         full key of the cache the features came from (the fine-tune: the cache
+                      of the same pipeline, for the same backbone and data)
+    task              binary | multiclass | multilabel | regression
+    features          "mean@6", "cls@3+4+5+6" (pooling@layers), or "finetune:<head input>"
+    pooling, layers   the parts of `features` (layers: hidden-state indices)
+    head              logistic | mlp | lightgbm | linear (the fine-tune's classifier)
+    init              pretrained | random (the control)
+    protocol          {"name": dev | cv | mteb | finetune, "select_on": ..., "report_on": ...}
+    hyperparameters   the values chosen (and `search`: every candidate with its selection score)
+    seeds             the seeds run; metrics are their mean, metrics_std their std
+    primary_metric    the task's primary metric (higher is better)
+    metrics           {name: mean over seeds} on the report split
+    metrics_std       {name: std over seeds}
+    per_seed          [{name: value}, ...]
+    threshold         multilabel decision threshold (chosen on dev / out-of-fold)
+    n_train, n_eval   rows used to fit and to report
+    fit_seconds, predict_seconds   wall time (all seeds, selection included)
+    featx_version, created
+    finetune only: learning_rate, epochs, steps, best_epoch, wall_seconds, curve
+
+Heads are saved with joblib beside a `<file>.sha256` manifest; `load_head` checks the hash
+before unpickling, because a joblib file is code.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+from featx import __version__
+from featx.errors import FeatxError
+
+SCHEMA = 1
+
+
+def run_dir(runs_dir: str | Path, cache_key: str) -> Path:
+    return Path(runs_dir) / cache_key[:16]
+
+
+def record_name(features: str, head: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9@+._-]", "_", f"{features}__{head}")
+    return f"{safe}.json"
+
+
+def new_record(**fields) -> dict:
+    return {"schema": SCHEMA, **fields, "featx_version": __version__,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def write_json(path: Path, data) -> Path:
+    """Atomic: a reader sees the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=False, allow_nan=True) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def write_record(directory: Path, record: dict) -> Path:
+    return write_json(directory / record["stage"] / record_name(record["features"], record["head"]),
+                      record)
+
+
+def read_records(directory: Path) -> list[dict]:
+    """Every record under a run directory (probe and finetune), oldest schema refused."""
+    out = []
+    for path in sorted(Path(directory).glob("*/*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise FeatxError(f"run record {path} is unreadable ({exc}); delete it and rerun its "
+                             "stage") from None
+        if not isinstance(record, dict) or "stage" not in record:
+            continue  # a sweep summary or another helper file
+        if record.get("schema") != SCHEMA:
+            raise FeatxError(f"run record {path} has schema {record.get('schema')}, this featx "
+                             f"reads {SCHEMA}: rerun its stage")
+        out.append(record)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Fitted heads
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def save_head(estimator, path: Path) -> Path:
+    import joblib
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    joblib.dump(estimator, tmp)
+    os.replace(tmp, path)
+    write_json(path.with_name(path.name + ".sha256"),
+               {"file": path.name, "sha256": _sha256(path), "featx_version": __version__})
+    return path
+
+
+def load_head(path: str | Path):
+    """Unpickle a saved head only if its bytes match the manifest featx wrote."""
+    import joblib
+
+    path = Path(path)
+    manifest = path.with_name(path.name + ".sha256")
+    if not manifest.is_file():
+        raise FeatxError(f"{path} has no sha256 manifest beside it; refusing to unpickle it (a "
+                         "joblib file can run code). Refit the head with featx probe")
+    expected = json.loads(manifest.read_text()).get("sha256")
+    if _sha256(path) != expected:
+        raise FeatxError(f"{path} does not match its sha256 manifest: it changed after featx wrote "
+                         "it. Refusing to unpickle it; refit the head with featx probe")
+    return joblib.load(path)

@@ -1,0 +1,232 @@
+"""Heads and the probe protocol on synthetic features with a known answer, and end to end."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn import metrics as skm
+
+from featx import config, heads as H, metrics as M
+from featx.cache import Cache
+from featx.config import ProbeConfig
+from featx.errors import FeatxError
+from featx.probe import Features, choose_protocol, probe_one, run_probe, undersample
+from featx.records import load_head, read_records, save_head
+from tests.conftest import write_synthetic_cache
+
+SPLITS = {"train": 300, "dev": 120, "test": 120}
+
+
+def make_task(task: str, separable: bool, seed: int = 0, dim: int = 12):
+    """Features (n, 1, dim) and labels per split; separable -> the answer is in the features."""
+    rng = np.random.default_rng(seed)
+    features, labels = {}, {}
+    for split, n in SPLITS.items():
+        if task in ("binary", "multiclass"):
+            k = 2 if task == "binary" else 4
+            y = rng.integers(0, k, n)
+            centers = np.eye(dim)[:k] * 6
+            x = rng.normal(size=(n, dim)) + (centers[y] if separable else 0)
+            names = [f"c{i}" for i in range(k)]
+        elif task == "multilabel":
+            y = (rng.random((n, 3)) < 0.4).astype(np.uint8)
+            x = rng.normal(size=(n, dim))
+            if separable:
+                x[:, :3] += (y * 2 - 1) * 4
+            names = ["a", "b", "c"]
+        else:
+            x = rng.normal(size=(n, dim))
+            y = (x[:, :2] @ np.array([2.0, -1.0]) + 0.05 * rng.normal(size=n) if separable
+                 else rng.normal(size=n) * 3 + 10).reshape(n, 1)
+            names = ["target"]
+        features[split], labels[split] = x[:, None, :], y
+    return features, labels, names
+
+
+def synthetic(tmp_path, task, separable, seed=0):
+    features, labels, names = make_task(task, separable, seed)
+    return write_synthetic_cache(tmp_path / f"{task}-{separable}-{seed}", task, features, labels, names)
+
+
+CHANCE = {"binary": ("mcc", 0.0, 0.2), "multiclass": ("accuracy", 0.25, 0.12),
+          "multilabel": ("macro_roc_auc", 0.5, 0.12), "regression": ("pearson", 0.0, 0.25)}
+
+
+@pytest.mark.parametrize("task", config.TASKS)
+@pytest.mark.parametrize("head", config.HEAD_NAMES)
+def test_separable_is_near_perfect_and_noise_is_chance(tmp_path, task, head):
+    cfg = ProbeConfig(heads=(head,))
+    features = Features("mean", (0,))
+    good = probe_one(synthetic(tmp_path, task, True), features, head, cfg)
+    noise = probe_one(synthetic(tmp_path, task, False), features, head, cfg)
+    primary = good["primary_metric"]
+    assert good["metrics"][primary] >= 0.9, (primary, good["metrics"])
+    metric, chance, tolerance = CHANCE[task]
+    assert abs(noise["metrics"][metric] - chance) <= tolerance, (metric, noise["metrics"])
+    assert good["protocol"]["name"] == "dev" and good["hyperparameters"] in [c["params"] for c in good["search"]]
+
+
+def test_metrics_agree_with_scikit_learn():
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 2, 200)
+    p = np.clip(y * 0.3 + rng.random(200) * 0.7, 0, 1)
+    m = M.evaluate("binary", y, p)
+    assert m["accuracy"] == skm.accuracy_score(y, p >= 0.5)
+    assert m["mcc"] == skm.matthews_corrcoef(y, p >= 0.5)
+    assert m["roc_auc"] == skm.roc_auc_score(y, p)
+    y3 = rng.integers(0, 3, 200)
+    p3 = rng.dirichlet(np.ones(3), 200)
+    m3 = M.evaluate("multiclass", y3, p3)
+    assert m3["macro_f1"] == skm.f1_score(y3, p3.argmax(1), average="macro")
+    yl = (rng.random((200, 4)) < 0.3).astype(int)
+    pl = rng.random((200, 4))
+    ml = M.evaluate("multilabel", yl, pl, threshold=0.6)
+    assert ml["micro_f1"] == skm.f1_score(yl, pl >= 0.6, average="micro")
+    assert ml["subset_accuracy"] == skm.accuracy_score(yl, pl >= 0.6)
+    assert np.isclose(ml["macro_roc_auc"], skm.roc_auc_score(yl, pl, average="macro"))
+    yr = rng.normal(size=(200, 1))
+    pr = yr + rng.normal(size=(200, 1))
+    mr = M.evaluate("regression", yr, pr)
+    assert mr["r2"] == skm.r2_score(yr, pr) and mr["mae"] == skm.mean_absolute_error(yr, pr)
+    assert np.isclose(mr["pearson"], np.corrcoef(yr[:, 0], pr[:, 0])[0, 1])
+
+
+def test_regression_metrics_are_on_the_original_scale(tmp_path):
+    features, labels, names = make_task("regression", True)
+    labels = {k: v * 100 + 400 for k, v in labels.items()}  # raw scale: around 400
+    path = write_synthetic_cache(tmp_path / "raw", "regression", features, labels, names)
+    record = probe_one(path, Features("mean", (0,)), "mlp", ProbeConfig())
+    assert record["metrics"]["mae"] > 1  # errors in target units, not standardised ones
+    assert record["metrics"]["r2"] > 0.9
+
+
+def test_cv_protocol_without_dev(tmp_path):
+    features, labels, names = make_task("multiclass", True)
+    del features["dev"], labels["dev"]
+    path = write_synthetic_cache(tmp_path / "nodev", "multiclass", features, labels, names)
+    record = probe_one(path, Features("mean", (0,)), "logistic", ProbeConfig(folds=3))
+    assert record["protocol"] == {"name": "cv", "select_on": "3-fold cv on train",
+                                  "report_on": "test", "folds": 3}
+    assert record["metrics"]["accuracy"] > 0.9
+
+
+def test_choose_protocol():
+    assert choose_protocol("auto", ["train", "dev", "test"], 5).name == "dev"
+    assert choose_protocol("auto", ["train", "test"], 5).report_on == "test"
+    cv = choose_protocol("auto", ["train", "dev"], 5)
+    assert (cv.name, cv.report_on) == ("cv", "dev")
+    with pytest.raises(FeatxError, match="needs dev and test"):
+        choose_protocol("dev", ["train", "test"], 5)
+
+
+def test_seeds_give_mean_and_std(tmp_path):
+    path = synthetic(tmp_path, "multiclass", False)
+    record = probe_one(path, Features("mean", (0,)), "mlp", ProbeConfig(seeds=(0, 1, 2)))
+    assert len(record["per_seed"]) == 3 and record["seeds"] == [0, 1, 2]
+    values = [s["accuracy"] for s in record["per_seed"]]
+    assert np.isclose(record["metrics"]["accuracy"], np.mean(values))
+    assert np.isclose(record["metrics_std"]["accuracy"], np.std(values))
+
+
+def test_multilabel_threshold_is_chosen_on_dev(tmp_path):
+    record = probe_one(synthetic(tmp_path, "multilabel", True), Features("mean", (0,)), "logistic",
+                       ProbeConfig())
+    assert record["threshold"] in M.THRESHOLDS
+
+
+def test_mteb_draws_the_stated_number_per_label(tmp_path):
+    y = np.repeat(np.arange(5), [3, 20, 20, 20, 40])
+    order = np.random.RandomState(42).permutation(len(y))
+    picked = undersample(y, order, 8)
+    assert np.bincount(y[picked]).tolist() == [3, 8, 8, 8, 8]
+    path = synthetic(tmp_path, "multiclass", True)
+    cfg = ProbeConfig(protocol="mteb", mteb_experiments=4, mteb_samples_per_label=6)
+    record = probe_one(path, Features("mean", (0,)), "logistic", cfg)
+    assert record["n_train_sampled"] == 4 * 6 and len(record["per_seed"]) == 4
+    assert record["primary_metric"] == "accuracy" and record["protocol"]["name"] == "mteb"
+    with pytest.raises(FeatxError, match="binary or multiclass"):
+        probe_one(synthetic(tmp_path, "regression", True), Features("mean", (0,)), "logistic", cfg)
+
+
+@pytest.mark.parametrize("task, message", [("multiclass", "single class"),
+                                           ("regression", "zero variance"),
+                                           ("multilabel", "never .or always. present")])
+def test_untrainable_training_split_is_a_clear_error(tmp_path, task, message):
+    features, labels, names = make_task(task, True)
+    labels["train"] = np.zeros_like(labels["train"]) + (5 if task == "regression" else 0)
+    path = write_synthetic_cache(tmp_path / "bad", task, features, labels, names)
+    with pytest.raises(FeatxError, match=message):
+        probe_one(path, Features("mean", (0,)), "logistic", ProbeConfig())
+
+
+def test_saved_heads_are_hash_checked(tmp_path):
+    features, labels, names = make_task("binary", True)
+    estimator = H.fit(H.build("logistic", "binary", {"C": 1.0}), features["train"][:, 0], labels["train"])
+    path = save_head(estimator, tmp_path / "heads" / "h.joblib")
+    loaded = load_head(path)
+    assert (loaded.predict(features["test"][:, 0]) == estimator.predict(features["test"][:, 0])).all()
+    path.write_bytes(path.read_bytes() + b"\0")
+    with pytest.raises(FeatxError, match="sha256"):
+        load_head(path)
+    (tmp_path / "heads" / "h.joblib.sha256").unlink()
+    with pytest.raises(FeatxError, match="no sha256 manifest"):
+        load_head(path)
+
+
+def test_registry_matches_config():
+    assert tuple(H.HEADS) == config.HEAD_NAMES
+
+
+# ---------------------------------------------------------------------------------------------
+# The probe stage on a cache extracted from the tiny BERT
+
+
+def test_featx_probe_end_to_end(make_pipeline, csv_dataset, tmp_path):
+    from featx.extract import extract
+
+    pipeline = make_pipeline({"path": str(csv_dataset)},
+                             probe={"heads": ["logistic", "lightgbm"], "poolings": ["mean", "cls"],
+                                    "layers": ["last", "last4"], "n_jobs": 2})
+    cache_path = extract(pipeline).path
+    records = run_probe(pipeline)
+    with Cache(cache_path) as cache:
+        key, stored = cache.key, cache.layers("mean")
+    names = {(r["features"], r["head"]) for r in records}
+    # grid: 2 poolings x 2 layer specs x 2 heads; sweep: every stored layer of mean
+    assert {("mean@2", "logistic"), ("cls@0+1+2", "lightgbm")} <= names
+    assert {f"mean@{i}" for i in stored} <= {f for f, h in names if h == "logistic"}
+    assert len(names) == len(records)
+    run = tmp_path / "data" / "runs" / key[:16]
+    on_disk = read_records(run)
+    assert len(on_disk) == len(records)
+    record = on_disk[0]
+    for field in ("cache_key", "features", "head", "hyperparameters", "protocol", "seeds", "metrics",
+                  "primary_metric", "fit_seconds", "predict_seconds", "n_train"):
+        assert field in record
+    sweep = json.loads((run / "probe" / "sweep-mean-logistic.json").read_text())
+    assert [p["layer"] for p in sweep["curve"]] == list(stored)
+    saved = sorted((run / "heads").glob("*.joblib"))
+    assert len(saved) == len(records)
+    load_head(saved[0])
+    # a second run gives the same numbers (probe runs are idempotent)
+    again = {(r["features"], r["head"]): r["metrics"] for r in run_probe(pipeline)}
+    assert all(again[(r["features"], r["head"])] == r["metrics"] for r in records)
+
+
+def test_probe_refuses_missing_features_and_missing_cache(make_pipeline, csv_dataset):
+    from featx.extract import extract
+
+    missing = make_pipeline({"path": str(csv_dataset)})
+    with pytest.raises(FeatxError, match="run `featx extract"):
+        run_probe(missing)
+    pipeline = make_pipeline({"path": str(csv_dataset)}, extract={"poolings": ["mean"]},
+                             probe={"poolings": ["mean", "max"]})
+    extract(pipeline)
+    with pytest.raises(FeatxError, match="no pooling 'max'; it has: mean"):
+        run_probe(pipeline)
+    deep = make_pipeline({"path": str(csv_dataset)}, extract={"poolings": ["mean"]},
+                         probe={"poolings": ["mean"], "layers": [9]})
+    with pytest.raises(FeatxError, match="layer 9 does not exist"):
+        run_probe(deep)
