@@ -1,0 +1,25 @@
+"""`python -m bench [name ...]`: run the named benchmarks (default: all)."""
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+
+BENCHMARKS = ("extraction", "probe")
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.WARNING, format="featx: %(message)s")
+    names = argv or list(BENCHMARKS)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        print(f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}", file=sys.stderr)
+        return 2
+    for name in names:
+        print(f"\n== bench {name} ==")
+        importlib.import_module(f"bench.{name}").run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
