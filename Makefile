@@ -45,7 +45,7 @@ endif
 probe: extract
 	$(BIN)/featx probe $(PIPELINE) $(ARGS)
 
-finetune: $(STAMP)
+finetune: extract
 	$(BIN)/featx finetune $(PIPELINE) $(ARGS)
 
 report: $(STAMP)

@@ -29,6 +29,14 @@ def cmd_probe(pipeline: Pipeline) -> None:
     print(format_table(run_probe(pipeline)))
 
 
+def cmd_finetune(pipeline: Pipeline) -> None:
+    """Fine-tune the same backbone (the baseline); writes its record and best checkpoint."""
+    from featx.probe import format_table
+    from featx.finetune import run_finetune
+
+    print(format_table([run_finetune(pipeline)]))
+
+
 def cmd_info(pipeline: Pipeline) -> None:
     """Show the pipeline's cache: where it is, what it holds."""
     from featx.cache import Cache
@@ -41,7 +49,8 @@ def cmd_info(pipeline: Pipeline) -> None:
             print(f"  {key}: {cache.meta.get(key)}")
 
 
-COMMANDS = {"extract": cmd_extract, "probe": cmd_probe, "info": cmd_info}
+COMMANDS = {"extract": cmd_extract, "probe": cmd_probe, "finetune": cmd_finetune,
+            "info": cmd_info}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -31,6 +31,10 @@ STORE_DTYPES = ("float16", "float32")
 INITS = ("pretrained", "random")
 HEAD_NAMES = ("logistic", "mlp", "lightgbm")  # the registry is `featx.heads.HEADS`
 PROTOCOLS = ("auto", "dev", "cv", "mteb")
+HEAD_INPUTS = ("pooler", "cls", "mean")
+# A backbone learning rate above this destroys pretrained weights (1e-3 is right for a head,
+# not for BERT: 2e-5..5e-5 is); above WARN_LR is unusual enough to say so.
+MAX_LR, WARN_LR = 1e-3, 1e-4
 QUOTING = ("minimal", "none")
 FORMATS = ("csv", "tsv", "jsonl", "parquet", "label-text")
 
@@ -243,6 +247,58 @@ class ProbeConfig:
 
 
 @dataclass(frozen=True)
+class FinetuneConfig:
+    head_input: str = "pooler"
+    """What the linear head reads: "pooler" (BertForSequenceClassification's choice), "cls" or
+    "mean" of the last layer, so a frozen probe and its fine-tuned counterpart use the same
+    features."""
+    learning_rate: float = 2e-5
+    """AdamW learning rate for every weight. 2e-5..5e-5 is right for BERT fine-tuning; above
+    1e-4 is warned about, above 1e-3 refused (it destroys the pretrained weights)."""
+    weight_decay: float = 0.01
+    """AdamW weight decay, not applied to biases and LayerNorm weights."""
+    warmup_ratio: float = 0.06
+    """Share of the steps with linear warmup, then linear decay to zero."""
+    epochs: int = 3
+    batch_size: int = 32
+    max_grad_norm: float = 1.0
+    """Gradient clipping (global L2 norm)."""
+    patience: int = 2
+    """Stop after this many epochs without a better dev score."""
+    seed: int = 0
+    dtype: str = "auto"
+    """Autocast dtype: auto = bf16 on CUDA (fp16 + loss scaling where bf16 is unsupported),
+    fp32 on CPU; "bfloat16" on CPU on request."""
+    device: str = "auto"
+    init_head_from_probe: bool = False
+    """LP-FT: start the linear head from the logistic probe of the same features (the scaler
+    folded into weight and bias), then fine-tune everything."""
+    validation_fraction: float = 0.1
+    """Share of train held out to pick the best epoch when the data has no separate dev split
+    beside its test split."""
+    log_every: int = 10
+    """Steps per point of the loss curve."""
+
+    def __post_init__(self):
+        check_choice(self.head_input, HEAD_INPUTS, "finetune.head_input")
+        check_choice(self.dtype, COMPUTE_DTYPES, "finetune.dtype")
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
+            raise FeatxError(f"unknown finetune.device {self.device!r}; "
+                             "choose one of: 'auto', 'cpu', 'cuda', 'cuda:N'")
+        if not 0 < self.learning_rate <= MAX_LR:
+            raise FeatxError(
+                f"finetune.learning_rate = {self.learning_rate:g} is refused: above {MAX_LR:g} "
+                "fine-tuning overwrites what pretraining learned (1e-3 suits a head on frozen "
+                "features; BERT fine-tuning wants 2e-5..5e-5)")
+        if self.epochs < 1 or self.batch_size < 1 or self.patience < 1 or self.log_every < 1:
+            raise FeatxError("finetune.epochs, batch_size, patience and log_every must be >= 1")
+        if not 0 <= self.warmup_ratio < 1 or not 0 < self.validation_fraction < 1:
+            raise FeatxError("finetune.warmup_ratio must be in [0, 1), validation_fraction in (0, 1)")
+        if self.weight_decay < 0 or self.max_grad_norm <= 0:
+            raise FeatxError("finetune.weight_decay must be >= 0 and max_grad_norm > 0")
+
+
+@dataclass(frozen=True)
 class Pipeline:
     name: str
     """Experiment name: names the report folder and the cache files."""
@@ -250,6 +306,7 @@ class Pipeline:
     model: ModelConfig = field(default_factory=ModelConfig)
     extract: ExtractConfig = field(default_factory=ExtractConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     data_dir: str = "data"
     """Where caches, runs and reports are written (git-ignored)."""
     progress: bool = True
@@ -272,7 +329,7 @@ class Pipeline:
 
 
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "extract": ExtractConfig,
-            "probe": ProbeConfig}
+            "probe": ProbeConfig, "finetune": FinetuneConfig}
 
 
 def load_pipeline(path: str | Path, overrides: typing.Sequence[str] = ()) -> Pipeline:

@@ -514,19 +514,29 @@ def _split_single(rows: _Rows, cfg: DataConfig, columns: _Columns, task: str | N
 
 def stratified_assignment(strata: np.ndarray, dev_fraction: float, test_fraction: float,
                           seed: int) -> np.ndarray:
-    """0/1/2 (train/dev/test) per row: each stratum is shuffled (seeded) and cut by fractions.
+    """0/1/2 (train/dev/test) per row: each stratum shuffled (seeded) and cut in proportion.
 
-    Written by hand because scikit-learn's stratified splitters refuse strata with one member,
-    which real label distributions have; here a singleton simply stays in train.
+    The split sizes are round(n x fraction) overall; each stratum gets its proportional share,
+    the remainders going to the strata with the largest fractional parts, and every stratum
+    keeps at least one training row. Written by hand because scikit-learn's stratified
+    splitters refuse strata with one member, which real label distributions have.
     """
     rng = np.random.default_rng(seed)
+    values, sizes = np.unique(strata, return_counts=True)
     out = np.zeros(len(strata), dtype=np.int8)
-    for value in np.unique(strata):
+    quotas = {}
+    for code, fraction in ((2, test_fraction), (1, dev_fraction)):
+        exact = sizes * fraction
+        quota = np.floor(exact).astype(int)
+        spare = int(round(len(strata) * fraction)) - quota.sum()
+        tie_break = rng.random(len(sizes))
+        for j in sorted(range(len(sizes)), key=lambda j: (-(exact[j] - quota[j]), tie_break[j]))[:max(spare, 0)]:
+            quota[j] += 1
+        quotas[code] = quota
+    for j, value in enumerate(values):
         members = rng.permutation(np.flatnonzero(strata == value))
-        n_test = int(round(len(members) * test_fraction))
-        n_dev = int(round(len(members) * dev_fraction))
-        if n_test + n_dev >= len(members):  # keep at least one training row per stratum
-            n_test, n_dev = min(n_test, (len(members) - 1) // 2), min(n_dev, (len(members) - 1) // 2)
+        n_test = min(quotas[2][j], len(members) - 1)
+        n_dev = min(quotas[1][j], len(members) - 1 - n_test)
         out[members[:n_test]] = 2
         out[members[n_test:n_test + n_dev]] = 1
     return out

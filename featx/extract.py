@@ -146,6 +146,40 @@ def plan_batches(lengths: np.ndarray, token_budget: int, max_rows: int) -> list[
     return out
 
 
+class Encoder:
+    """Tokenises texts (or pairs) with truncation on a private copy of the fast tokenizer, and
+    pads batches of encodings into model inputs. Shared by extraction and fine-tuning."""
+
+    def __init__(self, tokenizer, max_length: int):
+        from tokenizers import Tokenizer
+
+        # A private copy: truncation/padding settings must not leak into the caller's tokenizer.
+        self.backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+        self.backend.no_padding()
+        self.backend.enable_truncation(max_length=max_length, strategy="longest_first")
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.with_types = "token_type_ids" in tokenizer.model_input_names
+
+    def encode(self, texts: list[str], pairs: list[str] | None, rows) -> list:
+        inputs = [(texts[i], pairs[i]) for i in rows] if pairs else [texts[i] for i in rows]
+        return self.backend.encode_batch(inputs)
+
+    def collate(self, encodings: list) -> dict[str, torch.Tensor]:
+        """Pad to the longest: input_ids, attention_mask (and token_type_ids), each (B, T)."""
+        width = max(len(e.ids) for e in encodings)
+        ids = np.full((len(encodings), width), self.pad_id, dtype=np.int64)  # (B, T)
+        mask = np.zeros((len(encodings), width), dtype=np.int64)  # (B, T)
+        types = np.zeros((len(encodings), width), dtype=np.int64)  # (B, T)
+        for r, e in enumerate(encodings):
+            ids[r, :len(e.ids)] = e.ids
+            mask[r, :len(e.ids)] = 1
+            types[r, :len(e.ids)] = e.type_ids
+        out = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
+        if self.with_types:
+            out["token_type_ids"] = torch.from_numpy(types)
+        return out
+
+
 def tokenized_batches(tokenizer, texts: list[str], pairs: list[str] | None, rows: np.ndarray, *,
                       max_length: int, token_budget: int, max_rows: int,
                       chunk: int = TOKENIZE_CHUNK):
@@ -155,36 +189,19 @@ def tokenized_batches(tokenizer, texts: list[str], pairs: list[str] | None, rows
     by token length within the chunk and cut by the token budget. The caller restores the
     original order by writing each row at its position.
     """
-    from tokenizers import Tokenizer
-
-    # A private copy: truncation/padding settings must not leak into the caller's tokenizer.
-    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
-    backend.no_padding()
-    backend.enable_truncation(max_length=max_length, strategy="longest_first")
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    with_types = "token_type_ids" in tokenizer.model_input_names
+    encoder = Encoder(tokenizer, max_length)
     chars = np.array([len(texts[i]) + (len(pairs[i]) if pairs else 0) for i in rows])
     ordered = rows[np.argsort(-chars, kind="stable")]
     for begin in range(0, len(ordered), chunk):
         part = ordered[begin:begin + chunk]
-        inputs = [(texts[i], pairs[i]) for i in part] if pairs else [texts[i] for i in part]
-        encodings = backend.encode_batch(inputs)
+        encodings = encoder.encode(texts, pairs, part)
         lengths = np.array([len(e.ids) for e in encodings])
         order = np.argsort(-lengths, kind="stable")
         for cut in plan_batches(lengths[order], token_budget, max_rows):
             picked = order[cut]
-            width = int(lengths[picked[0]])
-            ids = np.full((len(picked), width), pad_id, dtype=np.int64)  # (B, T)
-            mask = np.zeros((len(picked), width), dtype=np.int64)  # (B, T)
-            types = np.zeros((len(picked), width), dtype=np.int64) if with_types else None
-            for r, j in enumerate(picked):
-                e = encodings[j]
-                ids[r, :len(e.ids)] = e.ids
-                mask[r, :len(e.ids)] = 1
-                if with_types:
-                    types[r, :len(e.ids)] = e.type_ids
-            yield Batch(part[picked], torch.from_numpy(ids), torch.from_numpy(mask),
-                        None if types is None else torch.from_numpy(types), lengths[picked],
+            inputs = encoder.collate([encodings[j] for j in picked])
+            yield Batch(part[picked], inputs["input_ids"], inputs["attention_mask"],
+                        inputs.get("token_type_ids"), lengths[picked],
                         np.array([bool(encodings[j].overflowing) for j in picked]))
 
 

@@ -80,12 +80,23 @@ def feature_sets(cache: Cache, cfg: ProbeConfig) -> list[tuple[Features, str]]:
 # One (features, head): selection, fits over seeds, evaluation
 
 
-def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeConfig, *,
-              threads: int = 1, heads_dir: Path | None = None) -> dict:
-    """Train and evaluate one head on one feature set; returns its record (not written)."""
-    from threadpoolctl import threadpool_limits
+@dataclass
+class Problem:
+    """One (features, head) job's data, loaded from the cache."""
+    task: str
+    names: list[str]
+    protocol: Protocol
+    X: np.ndarray
+    y: np.ndarray
+    X_dev: np.ndarray | None
+    y_dev: np.ndarray | None
+    X_report: np.ndarray
+    y_report: np.ndarray
+    base: dict
 
-    with threadpool_limits(threads), Cache(cache_path) as cache:
+
+def load_problem(cache_path: str | Path, features: Features, head: str, cfg: ProbeConfig) -> Problem:
+    with Cache(cache_path) as cache:
         task, names = cache.task, cache.label_names
         protocol = choose_protocol(cfg.protocol, cache.splits, cfg.folds)
         load = lambda split: (cache.features(split, features.pooling, list(features.layers)),  # noqa: E731
@@ -98,29 +109,55 @@ def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeC
                     task=task, features=features.name, pooling=features.pooling,
                     layers=list(features.layers), head=head, init=cache.meta.get("init"),
                     n_train=len(y), n_eval=len(y_report))
+    return Problem(task, names, protocol, X, y, X_dev, y_dev, X_report, y_report, base)
+
+
+def fit_selected(cache_path: str | Path, features: Features, head: str, cfg: ProbeConfig,
+                 threads: int = 1):
+    """The head fitted on train with the hyperparameters the protocol selects (first seed)."""
+    from threadpoolctl import threadpool_limits
+
+    p = load_problem(cache_path, features, head, cfg)
+    if p.protocol.name == "mteb":
+        raise FeatxError("a head for LP-FT is selected with the dev or cv protocol, not mteb")
+    with threadpool_limits(threads):
+        chosen, _, _, fitted = _select(head, p.task, len(p.names), p.X, p.y, p.X_dev, p.y_dev,
+                                       p.protocol, cfg, M.primary(p.task, cfg.metric), threads)
+        return fitted if fitted is not None else H.fit(H.build(head, p.task, chosen, cfg.seeds[0], threads),
+                                                       p.X, p.y)
+
+
+def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeConfig, *,
+              threads: int = 1, heads_dir: Path | None = None) -> dict:
+    """Train and evaluate one head on one feature set; returns its record (not written)."""
+    from threadpoolctl import threadpool_limits
+
+    p = load_problem(cache_path, features, head, cfg)
+    task, names, protocol, X, y = p.task, p.names, p.protocol, p.X, p.y
     if protocol.name == "mteb":
-        return base | _mteb(task, X, y, X_report, y_report, cfg, protocol, len(names))
+        return p.base | _mteb(task, X, y, p.X_report, p.y_report, cfg, protocol, len(names))
     metric = M.primary(task, cfg.metric)
     start = time.perf_counter()
-    chosen, threshold, search, fitted = _select(head, task, len(names), X, y, X_dev, y_dev,
-                                                protocol, cfg, metric, threads)
-    per_seed, predict_seconds = [], 0.0
-    for seed in cfg.seeds:
-        if seed != cfg.seeds[0] and H.HEADS[head].deterministic:
-            per_seed.append(per_seed[0])  # the seed cannot change this head: same fit, same scores
-            continue
-        if fitted is None or seed != cfg.seeds[0]:
-            fitted = H.fit(H.build(head, task, chosen, seed, threads), X, y)
-        t = time.perf_counter()
-        scores = H.predict_scores(fitted, X_report, task, len(names))
-        predict_seconds += time.perf_counter() - t
-        per_seed.append(M.evaluate(task, y_report, scores, threshold))
-        if heads_dir is not None:
-            save_head(fitted, heads_dir / record_name(features.name, f"{head}__seed{seed}")
-                      .replace(".json", ".joblib"))
-        fitted = None
+    with threadpool_limits(threads):
+        chosen, threshold, search, fitted = _select(head, task, len(names), X, y, p.X_dev, p.y_dev,
+                                                    protocol, cfg, metric, threads)
+        per_seed, predict_seconds = [], 0.0
+        for seed in cfg.seeds:
+            if seed != cfg.seeds[0] and H.HEADS[head].deterministic:
+                per_seed.append(per_seed[0])  # the seed cannot change this head: same fit, same scores
+                continue
+            if fitted is None or seed != cfg.seeds[0]:
+                fitted = H.fit(H.build(head, task, chosen, seed, threads), X, y)
+            t = time.perf_counter()
+            scores = H.predict_scores(fitted, p.X_report, task, len(names))
+            predict_seconds += time.perf_counter() - t
+            per_seed.append(M.evaluate(task, p.y_report, scores, threshold))
+            if heads_dir is not None:
+                save_head(fitted, heads_dir / record_name(features.name, f"{head}__seed{seed}")
+                          .replace(".json", ".joblib"))
+            fitted = None
     fit_seconds = time.perf_counter() - start - predict_seconds
-    return base | new_record(
+    return p.base | new_record(
         protocol=vars(protocol) | ({"folds": cfg.folds} if protocol.name == "cv" else {}),
         hyperparameters=chosen, search=search, seeds=list(cfg.seeds), primary_metric=metric,
         **_aggregate(per_seed), threshold=threshold if task == "multilabel" else None,

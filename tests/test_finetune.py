@@ -1,0 +1,282 @@
+"""The fine-tune baseline on the tiny BERT: reference parity, the guards, overfitting, resume, LP-FT."""
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+from transformers import BertForSequenceClassification, BertModel
+
+from featx import backbone as B
+from featx.config import load_pipeline
+from featx.errors import FeatxError
+from featx.extract import Encoder, extract
+from featx.finetune import (LOSSES, SequenceClassifier, TargetScaler, fold_probe, length_grouped_batches,
+                            parameter_groups, predict_logits, run_finetune, scores_from_logits,
+                            warmup_then_linear_decay, encode_split, _init_from_probe)
+from tests.conftest import LABELS, WORDS, write_rows
+from tests.test_extract import run_featx, write_pipeline_toml
+
+
+def batch(tiny_bert: Path, texts=("the cat sat on the mat", "what", "a big red dog ran fast today")):
+    tokenizer = B.load_tokenizer(tiny_bert)
+    return dict(tokenizer(list(texts), padding=True, return_tensors="pt"))
+
+
+def models(tiny_bert: Path, n: int, **config):
+    reference = BertForSequenceClassification.from_pretrained(tiny_bert, num_labels=n, **config)
+    ours = SequenceClassifier(BertModel.from_pretrained(tiny_bert), n, "pooler")
+    ours.classifier.load_state_dict(reference.classifier.state_dict())
+    return reference, ours
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+@pytest.mark.parametrize("problem, n", [("single_label_classification", 3),
+                                        ("multi_label_classification", 4), ("regression", 1)])
+def test_logits_and_loss_equal_bert_for_sequence_classification(tiny_bert, mode, problem, n):
+    reference, ours = models(tiny_bert, n, problem_type=problem)
+    inputs = batch(tiny_bert)
+    labels = {"single_label_classification": torch.tensor([0, 2, 1]),
+              "multi_label_classification": torch.tensor([[1, 0, 1, 0], [0, 0, 0, 1], [1, 1, 0, 0]]).float(),
+              "regression": torch.tensor([[0.5], [-1.0], [2.0]])}[problem]
+    for model in (reference, ours):
+        model.train(mode == "train")
+    torch.manual_seed(11)  # the same dropout masks, drawn in the same order
+    expected = reference(**inputs, labels=labels)
+    torch.manual_seed(11)
+    logits = ours(**inputs)
+    task = {"single_label_classification": "multiclass", "multi_label_classification": "multilabel",
+            "regression": "regression"}[problem]
+    assert torch.equal(logits, expected.logits)
+    assert torch.equal(LOSSES[task](logits, labels), expected.loss)
+    if mode == "train":  # dropout is really on: another seed gives other logits
+        torch.manual_seed(12)
+        assert not torch.equal(ours(**inputs), logits)
+
+
+def test_head_dropout_follows_the_config(tiny_bert):
+    backbone = BertModel.from_pretrained(tiny_bert)
+    assert SequenceClassifier(backbone, 3).dropout.p == backbone.config.hidden_dropout_prob
+    backbone.config.classifier_dropout = 0.3
+    assert SequenceClassifier(backbone, 3).dropout.p == 0.3
+
+
+def test_fresh_head_is_initialised_like_the_reference(tiny_bert):
+    torch.manual_seed(0)
+    reference = BertForSequenceClassification.from_pretrained(tiny_bert, num_labels=64)
+    ours = SequenceClassifier(BertModel.from_pretrained(tiny_bert), 64)
+    std = reference.config.initializer_range
+    for head in (reference.classifier, ours.classifier):
+        assert abs(head.weight.std().item() - std) < 0.15 * std
+        assert abs(head.weight.mean().item()) < 0.2 * std
+        assert torch.count_nonzero(head.bias) == 0
+    # PyTorch's default Linear init (what a hand-written head gets) is five times wider here
+    assert torch.nn.Linear(32, 64).weight.std().item() > 3 * std
+
+
+def test_pretrained_path_never_uses_from_config(tiny_bert, monkeypatch):
+    from transformers import AutoModel
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("from_config on the pretrained path")
+
+    monkeypatch.setattr(AutoModel, "from_config", refuse)
+    model = B.load_model(B.resolve(str(tiny_bert)), init="pretrained")
+    saved = load_file(tiny_bert / "model.safetensors")
+    name = next(k for k in saved if k.endswith("embeddings.word_embeddings.weight"))
+    assert torch.equal(model.embeddings.word_embeddings.weight, saved[name])
+
+
+def test_learning_rate_guard(tmp_path, caplog):
+    from featx.config import pipeline_from_dict
+    from featx.finetune import check_learning_rate
+
+    with pytest.raises(FeatxError, match="destroy|overwrites"):
+        pipeline_from_dict({"name": "t", "data": {"builtin": "trec"},
+                            "finetune": {"learning_rate": 2e-3}})
+    with caplog.at_level(logging.WARNING, logger="featx"):
+        check_learning_rate(5e-4)
+    assert "high for fine-tuning" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="featx"):
+        check_learning_rate(3e-5)
+    assert not caplog.text
+
+
+def test_length_grouped_batches_cover_every_row_once():
+    lengths = np.random.default_rng(0).integers(1, 60, 1000)
+    batches = length_grouped_batches(lengths, 16, np.random.default_rng(1), group=5)
+    rows = np.concatenate(batches)
+    assert sorted(rows.tolist()) == list(range(1000))
+    spread = np.mean([np.ptp(lengths[b]) for b in batches])
+    random_spread = np.mean([np.ptp(lengths[b]) for b in np.array_split(np.arange(1000), 63)])
+    assert spread < random_spread / 3
+
+
+def test_no_weight_decay_on_biases_and_layernorm(tiny_bert):
+    model = SequenceClassifier(BertModel.from_pretrained(tiny_bert), 3)
+    decayed, plain = parameter_groups(model, 0.01)
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert all(not names[id(p)].endswith("bias") and "LayerNorm" not in names[id(p)] for p in decayed["params"])
+    assert any("LayerNorm.weight" in names[id(p)] for p in plain["params"])
+    assert plain["weight_decay"] == 0.0 and decayed["weight_decay"] == 0.01
+    assert len(decayed["params"]) + len(plain["params"]) == len(list(model.parameters()))
+
+
+def test_warmup_then_linear_decay():
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = warmup_then_linear_decay(optimizer, warmup_steps=4, total_steps=20)
+    rates = []
+    for _ in range(20):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert rates[:4] == [0.25, 0.5, 0.75, 1.0] and rates[4] == 1.0
+    assert rates[-1] == pytest.approx(1 / 16) and optimizer.param_groups[0]["lr"] == 0.0
+
+
+def test_regression_targets_are_standardised_and_restored():
+    y = np.array([[100.0], [250.0], [400.0], [50.0]])
+    scaler = TargetScaler.fit(y)
+    z = scaler.transform(y)
+    assert abs(z.mean()) < 1e-12 and abs(z.std() - 1) < 1e-12
+    assert np.allclose(scores_from_logits("regression", z.astype(np.float32), scaler), y, atol=1e-3)
+
+
+# ---------------------------------------------------------------------------------------------
+# The stage, end to end on the tiny BERT
+
+
+def separable_rows(n: int, seed: int = 0) -> list[dict]:
+    """Each class has its own words: a tiny model can learn it."""
+    rng = random.Random(seed)
+    vocab = {label: WORDS[i * 10:(i + 1) * 10] for i, label in enumerate(LABELS)}
+    rows = []
+    for i in range(n):
+        label = LABELS[i % 3]
+        rows.append({"id": f"r{i}", "text": " ".join(rng.choice(vocab[label]) for _ in range(6)),
+                     "label": label})
+    return rows
+
+
+def test_tiny_dataset_is_overfitted(make_pipeline, tmp_path):
+    data = write_rows(tmp_path / "d.csv", separable_rows(48))
+    pipeline = make_pipeline({"path": str(data)}, finetune={"learning_rate": 1e-3, "epochs": 20,
+                                                            "batch_size": 8, "patience": 20,
+                                                            "log_every": 1, "head_input": "mean"})
+    extract(pipeline)
+    record = run_finetune(pipeline)
+    losses = [loss for _, loss in record["curve"]["loss"]]
+    assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
+    assert record["stage"] == "finetune" and record["features"] == "finetune:mean"
+    assert record["epochs"] == 20 and record["steps"] == 20 * 5 and 1 <= record["best_epoch"] <= 20
+    assert Path(record["checkpoint"]).is_file()
+    for field in ("learning_rate", "wall_seconds", "curve", "metrics", "primary_metric", "protocol"):
+        assert field in record
+    again = run_finetune(pipeline)  # same configuration: the finished run is reused
+    assert again["created"] == record["created"]
+
+
+def test_regression_on_a_raw_scale(make_pipeline, tmp_path):
+    rng = np.random.default_rng(0)
+    rows = [{"text": " ".join(rng.choice(WORDS, 5)), "score": float(rng.uniform(0, 400))}
+            for _ in range(40)]
+    data = write_rows(tmp_path / "r.csv", rows)
+    pipeline = make_pipeline({"path": str(data), "label": "score", "task": "regression"},
+                             finetune={"epochs": 1, "head_input": "mean"})
+    extract(pipeline)
+    record = run_finetune(pipeline)
+    assert 100 < record["target_scaler"]["mean"][0] < 300 and record["target_scaler"]["std"][0] > 50
+    assert record["metrics"]["mae"] > 10  # reported in target units, not standardised ones
+
+
+def test_multilabel_uses_bce_and_a_threshold(make_pipeline, tmp_path):
+    assert LOSSES["multilabel"] is F.binary_cross_entropy_with_logits
+    rng = np.random.default_rng(1)
+    rows = [{"text": " ".join(rng.choice(WORDS, 5)), "tags": ["a", "b", "a,b"][i % 3]} for i in range(40)]
+    data = write_rows(tmp_path / "m.csv", rows)
+    pipeline = make_pipeline({"path": str(data), "label": "tags", "label_sep": ","},
+                             finetune={"epochs": 1, "head_input": "cls"})
+    extract(pipeline)
+    record = run_finetune(pipeline)
+    assert record["task"] == "multilabel" and record["threshold"] is not None
+    assert "micro_f1" in record["metrics"]
+
+
+@pytest.mark.parametrize("task, head_input", [("multiclass", "mean"), ("binary", "pooler")])
+def test_lp_ft_head_starts_at_the_probe(make_pipeline, tmp_path, task, head_input):
+    from featx.cache import Cache
+    from featx.plan import make_plan
+    from featx.probe import Features, fit_selected
+
+    rows = separable_rows(60)
+    if task == "binary":
+        rows = [r | {"label": "animal" if r["label"] == "animal" else "other"} for r in rows]
+    data = write_rows(tmp_path / "lp.csv", rows)
+    pipeline = make_pipeline({"path": str(data)}, extract={"store_dtype": "float32"},
+                             finetune={"head_input": head_input, "init_head_from_probe": True})
+    cache_path = extract(pipeline).path
+    plan = make_plan(pipeline)
+    model = SequenceClassifier(B.load_model(plan.model, init="pretrained"), 3 if task == "multiclass" else 2,
+                               head_input)
+    _init_from_probe(model, pipeline, cache_path, plan.n_layers, task, None)
+    encoder = Encoder(B.load_tokenizer(plan.model.path), pipeline.extract.max_length)
+    test = encode_split(encoder, plan.dataset.splits["test"], np.arange(len(plan.dataset.splits["test"])))
+    logits = predict_logits(model, encoder, test, torch.device("cpu"), torch.float32, 4096)
+    probe = fit_selected(cache_path, Features(head_input, (plan.n_layers,)), "logistic", pipeline.probe)
+    with Cache(cache_path) as cache:
+        decision = probe.decision_function(cache.features("test", head_input, -1))
+    ours = logits[:, 1] - logits[:, 0] if task == "binary" else logits
+    np.testing.assert_allclose(ours, decision, atol=1e-4, rtol=1e-4)
+
+
+def test_fold_probe_for_regression_predicts_standardised_targets():
+    from sklearn.linear_model import Ridge
+    from sklearn.pipeline import make_pipeline as sk_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(50, 6)) * 3 + 1
+    y = (X @ rng.normal(size=(6, 1))) * 20 + 300
+    estimator = sk_pipeline(StandardScaler(), Ridge(alpha=1.0)).fit(X, y)
+    scaler = TargetScaler.fit(y)
+    weight, bias = fold_probe(estimator, "regression", 6, scaler)
+    assert np.allclose(scaler.inverse(X @ weight.T + bias).ravel(), estimator.predict(X).ravel())
+
+
+def test_interrupted_training_resumes_from_the_last_epoch(tmp_path, tiny_bert):
+    data = write_rows(tmp_path / "d.csv", separable_rows(600))
+    toml = write_pipeline_toml(tmp_path / "p.toml", data, tiny_bert, tmp_path / "data")
+    toml.write_text(toml.read_text() + "[finetune]\nepochs = 4\npatience = 4\nbatch_size = 4\n"
+                    "learning_rate = 1e-4\n")
+    assert run_featx("extract", str(toml)).returncode == 0
+    job = run_featx("finetune", str(toml), wait=False)
+    deadline = time.time() + 120
+    while time.time() < deadline and job.poll() is None:
+        if list((tmp_path / "data" / "runs").glob("*/finetune/*/last.pt")):
+            break
+        time.sleep(0.01)
+    assert job.poll() is None, "training finished before it could be interrupted"
+    job.send_signal(signal.SIGKILL)
+    job.wait()
+    resumed = run_featx("finetune", str(toml))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming fine-tuning after epoch" in resumed.stderr
+    record = run_finetune(load_pipeline(toml))  # finished: reused, not retrained
+    # an uninterrupted run of the same configuration, elsewhere, gives the same model
+    clean = tmp_path / "clean.toml"
+    clean.write_text(toml.read_text().replace(str(tmp_path / "data"), str(tmp_path / "clean")))
+    assert run_featx("extract", str(clean)).returncode == 0
+    reference = run_finetune(load_pipeline(clean))
+    assert record["best_epoch"] == reference["best_epoch"] and record["steps"] == reference["steps"]
+    for name, value in reference["metrics"].items():
+        assert record["metrics"][name] == pytest.approx(value, abs=1e-6), name
+    assert [p[1] for p in record["curve"]["select"]] == pytest.approx(
+        [p[1] for p in reference["curve"]["select"]], abs=1e-6)
