@@ -37,6 +37,29 @@ def cmd_finetune(pipeline: Pipeline) -> None:
     print(format_table([run_finetune(pipeline)]))
 
 
+def cmd_report(pipeline: Pipeline) -> None:
+    """Write the frozen-vs-tuned report (markdown, self-contained HTML, CSV) from the records."""
+    from featx.report import verdict, collect, write_report
+
+    paths = write_report(pipeline.runs_dir, pipeline.reports_dir, pipeline.name)
+    print(verdict(collect(pipeline.runs_dir, pipeline.name)).text)
+    for path in paths.values():
+        print(path)
+
+
+def cmd_all(pipeline: Pipeline) -> None:
+    """The whole story: extract -> probe -> finetune -> report, with each stage's time."""
+    import time
+
+    timings = []
+    for name, command in (("extract", cmd_extract), ("probe", cmd_probe),
+                          ("finetune", cmd_finetune), ("report", cmd_report)):
+        start = time.perf_counter()
+        command(pipeline)
+        timings.append((name, time.perf_counter() - start))
+    print("stage times: " + ", ".join(f"{n} {s:.0f} s" for n, s in timings))
+
+
 def cmd_info(pipeline: Pipeline) -> None:
     """Show the pipeline's cache: where it is, what it holds."""
     from featx.cache import Cache
@@ -50,7 +73,7 @@ def cmd_info(pipeline: Pipeline) -> None:
 
 
 COMMANDS = {"extract": cmd_extract, "probe": cmd_probe, "finetune": cmd_finetune,
-            "info": cmd_info}
+            "report": cmd_report, "all": cmd_all, "info": cmd_info}
 
 
 def build_parser() -> argparse.ArgumentParser:

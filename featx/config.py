@@ -327,6 +327,10 @@ class Pipeline:
     def runs_dir(self) -> Path:
         return Path(self.data_dir) / "runs"
 
+    @property
+    def reports_dir(self) -> Path:
+        return Path(self.data_dir) / "reports"
+
 
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "extract": ExtractConfig,
             "probe": ProbeConfig, "finetune": FinetuneConfig}

@@ -317,7 +317,10 @@ def run_finetune(pipeline: Pipeline) -> dict:
         curve=state["curve"], device=str(device), run_hash=run_hash,
         checkpoint=str(checkpoints / "best.safetensors"),
         target_scaler={"mean": scaler.mean.tolist(), "std": scaler.std.tolist()} if scaler else None,
-        backbone_forward_passes=state["forward_rows"])
+        # Compute in backbone forward-pass equivalents (rows): a training step is a forward and
+        # a backward pass, about 3 forwards; evaluation passes count once.
+        backbone_forward_passes=3 * state["train_rows"] + state["eval_rows"] + len(report.labels),
+        train_rows_processed=state["train_rows"], eval_rows_processed=state["eval_rows"] + len(report.labels))
     write_record(directory, record)
     log.info("fine-tuned in %.0f s (best epoch %d of %d): %s = %.4f on %s; record %s",
              record["wall_seconds"], state["best_epoch"], state["epochs_run"], metric,
@@ -366,7 +369,7 @@ def _train(model, encoder, train: Encoded, select: Encoded, task, scaler, cfg: F
     scheduler = warmup_then_linear_decay(optimizer, math.ceil(cfg.warmup_ratio * total), total)
     scaler_fp16 = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     state = {"epoch": 0, "step": 0, "best_score": float("-inf"), "best_epoch": 0, "stale": 0,
-             "threshold": 0.5, "train_seconds": 0.0, "forward_rows": 0, "epochs_run": 0,
+             "threshold": 0.5, "train_seconds": 0.0, "train_rows": 0, "eval_rows": 0, "epochs_run": 0,
              "curve": {"loss": [], "select": []}, "run_hash": run_hash}
     checkpoints.mkdir(parents=True, exist_ok=True)
     resume = checkpoints / "last.pt"
@@ -403,7 +406,7 @@ def _train(model, encoder, train: Encoded, select: Encoded, task, scaler, cfg: F
             scaler_fp16.update()
             scheduler.step()
             state["step"] += 1
-            state["forward_rows"] += len(rows)
+            state["train_rows"] += len(rows)
             running, count = running + loss.item(), count + 1
             if state["step"] % cfg.log_every == 0 or count == len(batches):
                 state["curve"]["loss"].append([state["step"], running / count])
@@ -411,7 +414,7 @@ def _train(model, encoder, train: Encoded, select: Encoded, task, scaler, cfg: F
                 running, count = 0.0, 0
         state["train_seconds"] += time.perf_counter() - start
         logits = predict_logits(model, encoder, select, device, dtype, budget)
-        state["forward_rows"] += len(select.labels)
+        state["eval_rows"] += len(select.labels)
         scores = scores_from_logits(task, logits, scaler)
         threshold = M.choose_threshold(select.labels, scores) if task == "multilabel" else 0.5
         score = M.evaluate(task, select.labels, scores, threshold)[metric]

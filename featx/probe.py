@@ -105,10 +105,14 @@ def load_problem(cache_path: str | Path, features: Features, head: str, cfg: Pro
         M.check_trainable(task, y, names)
         X_report, y_report = load(protocol.report_on)
         X_dev, y_dev = load("dev") if protocol.name == "dev" else (None, None)
+        stats = cache.meta.get("extract_stats") or {}
         base = dict(stage="probe", pipeline=cache.meta.get("pipeline_name"), cache_key=cache.key,
                     task=task, features=features.name, pooling=features.pooling,
                     layers=list(features.layers), head=head, init=cache.meta.get("init"),
-                    n_train=len(y), n_eval=len(y_report))
+                    n_train=len(y), n_eval=len(y_report),
+                    # The cost side of the comparison: every probe shares one extraction pass.
+                    backbone_forward_passes=int(stats.get("rows_total", 0)),
+                    extract_seconds=stats.get("seconds"), cache_bytes=Path(cache_path).stat().st_size)
     return Problem(task, names, protocol, X, y, X_dev, y_dev, X_report, y_report, base)
 
 
