@@ -51,6 +51,7 @@ finetune: extract
 report: $(STAMP)
 	$(BIN)/featx report $(PIPELINE) $(ARGS)
 
+# The whole story on one pipeline: extract -> probe -> finetune -> report, with stage times.
 all: $(STAMP)
 	$(BIN)/featx all $(PIPELINE) $(ARGS)
 
