@@ -5,12 +5,13 @@ import importlib
 import logging
 import sys
 
-BENCHMARKS = ("extraction", "probe")
+BENCHMARKS = ("extraction", "levers", "probe", "gpu")
+DEFAULT = ("extraction", "levers", "probe")  # gpu: on a CUDA machine, via bench/gpu_check.sh
 
 
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING, format="featx: %(message)s")
-    names = argv or list(BENCHMARKS)
+    names = argv or list(DEFAULT)
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         print(f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}", file=sys.stderr)

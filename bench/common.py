@@ -41,5 +41,7 @@ def table(rows: list[list], header: list[str]) -> str:
 
 def _fmt(value) -> str:
     if isinstance(value, float):
-        return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"
+        if abs(value) >= 100:
+            return f"{value:,.0f}"
+        return f"{value:.4f}" if abs(value) < 1.5 else f"{value:,.3g}"
     return str(value)

@@ -31,7 +31,7 @@ from featx.cache import Cache
 from featx.config import MAX_LR, WARN_LR, FinetuneConfig, Pipeline
 from featx.data import Split, stratified_assignment
 from featx.errors import FeatxError
-from featx.extract import Encoder, TORCH_DTYPES, plan_batches
+from featx.extract import Encoder, TORCH_DTYPES, default_token_budget, plan_batches
 from featx.pooling import cls_pool, mean_pool
 from featx.records import new_record, record_name, run_dir, write_record
 
@@ -43,7 +43,6 @@ HEAD_INPUTS = {
     "cls": lambda output, mask: cls_pool(output.last_hidden_state, mask),
     "mean": lambda output, mask: mean_pool(output.last_hidden_state, mask),
 }
-EVAL_TOKEN_BUDGET = {"cpu": 8192, "cuda": 65536}
 
 
 class SequenceClassifier(nn.Module):
@@ -288,7 +287,7 @@ def run_finetune(pipeline: Pipeline) -> dict:
     if cfg.init_head_from_probe:
         _init_from_probe(model, pipeline, cache_path, plan.n_layers, task, scaler)
     model.to(device)
-    budget = EVAL_TOKEN_BUDGET.get(device.type, 8192)
+    budget = default_token_budget(device, str(dtype).removeprefix("torch."))
     state = _train(model, encoder, train, select, task, scaler, cfg, device, dtype, budget,
                    checkpoints, run_hash, pipeline.progress)
 

@@ -19,9 +19,10 @@ def cls_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    weights = mask.unsqueeze(-1).float()  # (B, T, 1)
-    total = (hidden.float() * weights).sum(dim=1)  # (B, H)
-    return total / weights.sum(dim=1).clamp(min=1.0)
+    weights = mask.float().unsqueeze(1)  # (B, 1, T)
+    # A batched matrix product: one pass over the hidden states, no (B, T, H) temporary.
+    total = torch.bmm(weights, hidden.float()).squeeze(1)  # (B, H)
+    return total / weights.sum(dim=2).clamp(min=1.0)
 
 
 def max_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

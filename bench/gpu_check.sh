@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# GPU check, one script, under 5 minutes on a CUDA machine: the CUDA-marked tests, then the
+# GPU benchmark (tokens/s and MFU against the GPU's measured bf16 matmul peak).
+#
+# Needs featx's dependencies with a CUDA build of torch, e.g. from the repository root:
+#   make venv TORCH_SPEC='torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128'
+#   bash bench/gpu_check.sh            (PYTHON defaults to .venv/bin/python, else python3)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
+export PYTHONPATH=$PWD HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+$PY - <<'PY'
+import torch
+assert torch.cuda.is_available(), "no CUDA device visible to torch " + torch.__version__
+print("torch", torch.__version__, "on", torch.cuda.get_device_name(0),
+      "bf16" if torch.cuda.is_bf16_supported() else "fp16 only")
+PY
+timeout 120 $PY -m pytest -m cuda tests/test_cuda.py -q -p no:cacheprovider
+timeout 170 $PY -m bench gpu

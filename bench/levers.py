@@ -1,0 +1,175 @@
+"""Each extraction lever measured on its own, side by side in one run (built-in TREC, CPU).
+
+Model-only levers time the forward loop over pre-built batches (the same batches for both
+sides of a comparison); pipeline levers (tokenisation overlap, background writer) time a
+whole `extract()` with that piece swapped for its synchronous version.
+"""
+from __future__ import annotations
+
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import OUT, machine, save, table
+
+MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def _setup():
+    import torch
+
+    from featx import backbone as B
+    from featx.config import DataConfig
+    from featx.data import load_dataset
+
+    resolved = B.resolve(MODEL)
+    model = B.freeze(B.load_model(resolved, init="pretrained"))
+    tokenizer = B.load_tokenizer(resolved.path)
+    texts = [t for s in load_dataset(DataConfig(builtin="trec")).splits.values() for t in s.texts]
+    return torch, model, tokenizer, texts
+
+
+def _batches(tokenizer, texts, budget: int):
+    from featx.extract import tokenized_batches
+
+    return list(tokenized_batches(tokenizer, texts, None, np.arange(len(texts)), max_length=256,
+                                  token_budget=budget, max_rows=4096))
+
+
+def _forward_rate(model, batches, dtype: str, layers=None, repeats: int = 2) -> float:
+    """Best real tokens/s of the forward loop over `batches` (mean pooling of the last layer)."""
+    import torch
+
+    from featx.extract import forward_pooled
+
+    layers = layers or {"mean": (6,)}
+    real = sum(int(b.n_tokens.sum()) for b in batches)
+    best = 0.0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for batch in batches:
+            forward_pooled(model, batch, layers, torch.device("cpu"), dtype)
+        best = max(best, real / (time.perf_counter() - start))
+    return best
+
+
+@contextmanager
+def _synchronous(name: str):
+    """Swap a background stage of featx.extract for its inline version."""
+    import featx.extract as E
+
+    saved = getattr(E, name)
+    if name == "_in_background":
+        def inline(iterable, maxsize=4):
+            for item in iterable:
+                yield item, 0.0
+        setattr(E, name, inline)
+    else:
+        class Inline:
+            def __init__(self, writer, flush_rows, flush_seconds):
+                self.writer, self.rows, self.seconds = writer, flush_rows, flush_seconds
+
+            def put(self, *item):
+                self.writer.write(*item)
+                self.writer.maybe_flush(self.rows, self.seconds)
+
+            def close(self, flush):
+                if flush:
+                    self.writer.flush()
+        setattr(E, name, Inline)
+    try:
+        yield
+    finally:
+        setattr(E, name, saved)
+
+
+def _extract_seconds(folder: Path, tag: str, all_layers: bool) -> float:
+    from featx.config import pipeline_from_dict
+    from featx.extract import extract
+
+    extract_cfg = ({"poolings": ["cls", "mean", "max", "pooler"], "layers": "all"} if all_layers
+                   else {"poolings": ["mean"], "layers": "last"})
+    pipeline = pipeline_from_dict({"name": "levers", "data_dir": str(folder / tag), "progress": False,
+                                   "data": {"builtin": "trec"}, "model": {"name": MODEL},
+                                   "extract": extract_cfg})
+    return extract(pipeline).stats["seconds"]
+
+
+def run() -> dict:
+    torch, model, tokenizer, texts = _setup()
+    threads = torch.get_num_threads()
+    rows = []
+
+    by_budget = {}
+    for dtype in ("float32", "bfloat16"):
+        for budget in (1024, 2048, 4096, 8192, 16384):
+            by_budget[(dtype, budget)] = _forward_rate(model, _batches(tokenizer, texts, budget), dtype)
+    for dtype, default in (("float32", 2048), ("bfloat16", 4096)):
+        rates = {b: r for (d, b), r in by_budget.items() if d == dtype}
+        best = max(rates, key=rates.get)
+        rows.append([f"token budget ({dtype}): {', '.join(f'{b}: {r:,.0f}' for b, r in rates.items())} tok/s",
+                     f"default {default}", rates[default] / rates[8192], "kept" if best == default else "check"])
+
+    batches = _batches(tokenizer, texts, 2048)
+    base = _forward_rate(model, batches, "float32")
+    model.config._attn_implementation = "eager"
+    eager = _forward_rate(model, batches, "float32")
+    model.config._attn_implementation = "sdpa"
+    rows.append(["SDPA attention vs eager (fp32)", f"{base:,.0f} vs {eager:,.0f} tok/s", base / eager,
+                 "kept" if base >= eager else "dropped"])
+
+    torch.set_num_threads(1)
+    one = _forward_rate(model, batches, "float32")
+    torch.set_num_threads(threads)
+    rows.append([f"CPU threads: {threads} vs 1", f"{base:,.0f} vs {one:,.0f} tok/s", base / one,
+                 "kept (one per core)"])
+
+    bf16 = _forward_rate(model, _batches(tokenizer, texts, 4096), "bfloat16")
+    rows.append(["bf16 autocast vs fp32 (each at its budget)", f"{bf16:,.0f} vs {base:,.0f} tok/s",
+                 bf16 / base, "on request (changes the numbers)"])
+
+    with tempfile.TemporaryDirectory(dir=OUT) as scratch:
+        folder = Path(scratch)
+        overlapped = _extract_seconds(folder, "overlap", all_layers=False)
+        with _synchronous("_in_background"):
+            inline = _extract_seconds(folder, "inline", all_layers=False)
+        rows.append(["tokenisation in a background thread vs inline (extract, mean)",
+                     f"{overlapped:.2f} vs {inline:.2f} s", inline / overlapped,
+                     "kept" if overlapped <= inline else "dropped"])
+        background = _extract_seconds(folder, "writer", all_layers=True)
+        with _synchronous("_BackgroundWriter"):
+            synchronous = _extract_seconds(folder, "sync", all_layers=True)
+        rows.append(["HDF5 writes in a background thread vs inline (extract, all x all)",
+                     f"{background:.2f} vs {synchronous:.2f} s", synchronous / background,
+                     "kept" if background <= synchronous else "dropped"])
+
+    compiled_row = _compile_row(torch, model, batches, base)
+    rows.append(compiled_row)
+    print(f"{machine()['cpu']}, {threads} threads; built-in TREC, {len(texts):,} texts; "
+          "speed-up > 1 means the lever pays")
+    print(table(rows, ["lever", "measured", "speed-up", "decision"]))
+    out = {"machine": machine(), "levers": [{"lever": r[0], "measured": r[1], "speedup": r[2],
+                                             "decision": r[3]} for r in rows],
+           "budget_tokens_per_s": {f"{d}@{b}": r for (d, b), r in by_budget.items()}}
+    print(f"written to {save('levers', out)}")
+    return out
+
+
+def _compile_row(torch, model, batches, eager_rate: float) -> list:
+    """torch.compile (inductor, dynamic shapes): compile time, then the steady-state rate."""
+    try:
+        compiled = torch.compile(model, dynamic=True)
+        start = time.perf_counter()
+        _forward_rate(compiled, batches[:3], "float32", repeats=1)  # compiles
+        compile_seconds = time.perf_counter() - start
+        rate = _forward_rate(compiled, batches, "float32")
+    except Exception as exc:  # noqa: BLE001 - a failure to compile is a measured outcome too
+        return ["torch.compile (inductor, dynamic)", f"failed: {type(exc).__name__}", 0.0, "dropped"]
+    text = f"{rate:,.0f} vs {eager_rate:,.0f} tok/s after {compile_seconds:.0f} s compiling"
+    texts_pass = sum(int(b.n_tokens.sum()) for b in batches) / eager_rate
+    pays = rate > eager_rate * 1.05 and compile_seconds < texts_pass
+    return ["torch.compile (inductor, dynamic)", text, rate / eager_rate,
+            "kept" if pays else "dropped (compile time > a whole pass)"]
