@@ -232,9 +232,12 @@ def run() -> dict:
         scratch = Path(scratch)
         once, tenfold = texts_file(scratch, 1), texts_file(scratch, 10)
         best: dict[str, dict] = {}
+        rss_once = []
         for round_ in range(REPEATS):
             for name in CHILDREN:  # alternated: every contender once per round
                 result = run_child(name, once, scratch / f"{name}-{round_}")
+                if name == "featx-mean":
+                    rss_once.append(result["peak_rss_mb"])
                 if name not in best or result["seconds"] < best[name]["seconds"]:
                     best[name] = result
         big = run_child("featx-mean", tenfold, scratch / "tenfold")
@@ -252,7 +255,9 @@ def run() -> dict:
     print(table(printed, ["contender", "texts/s", "tokens/s", "pad eff", "peak RSS MB", "MFU", "x ST"]))
     c1, c2, c3, c4, bf = (rows[n] for n in ("featx-mean", "featx-all", "sentence-transformers", "naive",
                                             "featx-mean-bf16"))
-    rss_growth = big["peak_rss_mb"] / best["featx-mean"]["peak_rss_mb"]
+    # Peak RSS of one run varies by tens of MB with allocator timing: compare with the median
+    # of the 1x rounds.
+    rss_growth = big["peak_rss_mb"] / float(np.median(rss_once))
     targets = [
         ("fp32: featx (mean) >= 1.15x sentence-transformers texts/s", c1["texts_per_s"] / c3["texts_per_s"], 1.15),
         ("fp32: featx (all poolings x layers, HDF5) >= 0.95x featx (mean)", c2["texts_per_s"] / c1["texts_per_s"], 0.95),
@@ -276,7 +281,8 @@ def run() -> dict:
         verdicts.append([label, value, "met" if met else ("missed" if met is False else "-")])
     print(table(verdicts, ["target", "measured", "status"]))
     out = {"machine": machine(), "peaks_flops": peaks, "contenders": rows, "reading_gb_s": reading,
-           "bf16_cosine_min": float(cos.min()), "rss_10x_mb": big["peak_rss_mb"], "rss_growth": rss_growth,
+           "bf16_cosine_min": float(cos.min()), "rss_1x_mb": rss_once, "rss_10x_mb": big["peak_rss_mb"],
+           "rss_growth": rss_growth,
            "tokenizer_wait_share": wait, "token_budgets": budgets,
            "targets": [{"target": t, "measured": v, "status": s} for t, v, s in verdicts],
            "torch_threads": torch.get_num_threads()}
