@@ -122,6 +122,8 @@ class SplitData:
     labels: np.ndarray
     columns: dict[str, list[str]]
     fingerprint: str
+    rows: np.ndarray | None = None
+    """A shard's global row indices (distributed extraction); None for a whole cache."""
 
 
 class CacheWriter:
@@ -300,6 +302,8 @@ def _create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[SplitData
             group.create_dataset("text_pair", data=np.array(split.text_pairs, dtype=object),
                                  dtype=strings)
         group.create_dataset("labels", data=split.labels)
+        if split.rows is not None:
+            group.create_dataset("rows", data=np.asarray(split.rows, dtype=np.int64))
         for column, values in split.columns.items():
             group.create_dataset(f"columns/{column}", data=np.array(values, dtype=object),
                                  dtype=strings)

@@ -16,10 +16,12 @@ from featx.errors import FeatxError
 
 def cmd_extract(pipeline: Pipeline) -> None:
     """Run the frozen backbone once; cache every pooling x layer in HDF5."""
+    from featx.distributed import world
     from featx.extract import extract
 
     result = extract(pipeline)
-    print(result.path)
+    if world() is None or world()[0] == 0:  # one line, not one per rank
+        print(result.path)
 
 
 def cmd_probe(pipeline: Pipeline) -> None:

@@ -54,7 +54,15 @@ class ExtractResult:
 
 
 def extract(pipeline: Pipeline) -> ExtractResult:
-    """Make sure the pipeline's cache exists and is complete; compute only what is missing."""
+    """Make sure the pipeline's cache exists and is complete; compute only what is missing.
+
+    Launched by torchrun with several processes, each computes a shard and rank 0 assembles
+    the same file (`featx.distributed`).
+    """
+    from featx import distributed
+
+    if distributed.world() is not None:
+        return distributed.extract_sharded(pipeline)
     start = time.perf_counter()
     plan = make_plan(pipeline)
     device = backbone.pick_device(pipeline.extract.device)
@@ -66,29 +74,39 @@ def extract(pipeline: Pipeline) -> ExtractResult:
     with writer_lock(path):
         if path.is_file():  # another process finished it while we waited for the data
             return _hit(path, spec.key(), start)
-        model = None
-        writer = None
-        try:
-            if not partial_finished(path, list(plan.dataset.splits)):
-                model, tokenizer = _load(plan, device)
-            writer = CacheWriter.open(path, spec, _info(plan, model, device), _split_data(plan),
-                                      plan.hidden)
-            todo = {s: writer.pending(s) for s in plan.dataset.splits}
-            stats = {"rows_total": sum(len(s) for s in plan.dataset.splits.values()),
-                     "rows_computed": int(sum(len(r) for r in todo.values()))}
-            if stats["rows_computed"]:
-                if model is None:
-                    model, tokenizer = _load(plan, device)
-                stats |= run(model, tokenizer, plan, todo, writer, device, compute_dtype)
-            stats["truncated_total"] = writer.count("truncated")
-            writer.file.attrs["extract_stats"] = json.dumps(stats)
-            path = writer.finalize()
-        finally:
-            if writer is not None:
-                writer.close()
+        stats = build(path, plan, spec, device, compute_dtype)
     seconds = time.perf_counter() - start
     _report(path, plan, stats, seconds)
     return ExtractResult(path, spec.key(), False, seconds, stats)
+
+
+def build(path: Path, plan: Plan, spec, device: torch.device, compute_dtype: str,
+          rows: dict[str, np.ndarray] | None = None, info: dict | None = None) -> dict:
+    """Create or resume the cache file `path` for `plan` and compute its missing rows.
+
+    The caller holds the writer lock. `rows` (per split, global row indices) and `info` are
+    for shards of a distributed run: stored beside the vectors so rank 0 can assemble them.
+    """
+    model = writer = None
+    try:
+        if not partial_finished(path, list(plan.dataset.splits)):
+            model, tokenizer = _load(plan, device)
+        writer = CacheWriter.open(path, spec, _info(plan, model, device) | (info or {}),
+                                  _split_data(plan, rows), plan.hidden)
+        todo = {s: writer.pending(s) for s in plan.dataset.splits}
+        stats = {"rows_total": sum(len(s) for s in plan.dataset.splits.values()),
+                 "rows_computed": int(sum(len(r) for r in todo.values()))}
+        if stats["rows_computed"]:
+            if model is None:
+                model, tokenizer = _load(plan, device)
+            stats |= run(model, tokenizer, plan, todo, writer, device, compute_dtype)
+        stats["truncated_total"] = writer.count("truncated")
+        writer.file.attrs["extract_stats"] = json.dumps(stats)
+        writer.finalize()
+        return stats
+    finally:
+        if writer is not None:
+            writer.close()
 
 
 def _hit(path: Path, key: str, start: float) -> ExtractResult:
@@ -122,8 +140,9 @@ def _info(plan: Plan, model, device: torch.device) -> dict:
     }
 
 
-def _split_data(plan: Plan) -> list[SplitData]:
-    return [SplitData(s.name, s.ids, s.texts, s.text_pairs, s.labels, s.columns, s.fingerprint())
+def _split_data(plan: Plan, rows: dict[str, np.ndarray] | None = None) -> list[SplitData]:
+    return [SplitData(s.name, s.ids, s.texts, s.text_pairs, s.labels, s.columns, s.fingerprint(),
+                      None if rows is None else rows[s.name])
             for s in plan.dataset.splits.values()]
 
 

@@ -1,0 +1,188 @@
+"""Sharded extraction on torch.distributed, launched by torchrun.
+
+    torchrun --nproc-per-node N -m featx extract PIPELINE [overrides]
+
+Every rank loads the same dataset and deals the length-sorted rows round-robin, so each gets
+the same share of tokens. Each rank builds its own resumable shard (the same `.partial`,
+done-mask and lock rules as one process) under `<cache_dir>/<key>.shards/`; after they all
+finish, rank 0 streams the shards into the final cache, which has exactly the key, schema
+and metadata of a single-process run, then deletes the shards. Rerunning the same command
+after a rank died resumes every shard; nothing already computed is computed again.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from featx import __version__, backbone
+from featx.cache import Cache, CacheWriter, partial_path, writer_lock
+from featx.config import Pipeline
+from featx.data import Split
+from featx.errors import FeatxError
+
+log = logging.getLogger("featx")
+ASSEMBLY_ROWS = 65536  # rows copied per step when rank 0 assembles (bounded memory)
+
+
+def world() -> tuple[int, int, int] | None:
+    """(rank, world size, local rank) under torchrun with more than one process, else None."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size <= 1:
+        return None
+    return int(os.environ["RANK"]), size, int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def deal(lengths: np.ndarray, rank: int, size: int) -> np.ndarray:
+    """This rank's rows: the length-sorted order dealt round-robin (balanced token counts),
+    returned in increasing row order."""
+    order = np.argsort(-lengths, kind="stable")
+    return np.sort(order[rank::size])
+
+
+def signature(pipeline: Pipeline, key: str) -> dict:
+    """What every rank must agree on before computing anything."""
+    config = dataclasses.asdict(pipeline)
+    config.pop("source", None)  # the same content from another path is the same pipeline
+    return {"featx": __version__, "key": key,
+            "pipeline": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16],
+            "name": pipeline.name}
+
+
+def _device(spec: str, local_rank: int):
+    import torch
+
+    device = backbone.pick_device(spec)
+    if device.type == "cuda":
+        if torch.cuda.device_count() <= local_rank:
+            raise FeatxError(f"local rank {local_rank} has no GPU: {torch.cuda.device_count()} visible")
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        # torchrun sets OMP_NUM_THREADS=1; share the cores between the ranks of this host.
+        per_host = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // per_host))
+    return device
+
+
+def extract_sharded(pipeline: Pipeline):
+    import torch.distributed as dist
+
+    from featx.extract import ExtractResult, build
+    from featx.plan import make_plan
+
+    rank, size, local_rank = world()
+    start = time.perf_counter()
+    cfg = pipeline.extract
+    if cfg.threads:
+        os.environ["OMP_NUM_THREADS"] = str(cfg.threads)
+    device = _device(cfg.device, local_rank)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                            timeout=datetime.timedelta(days=1))
+    try:
+        plan = make_plan(pipeline)
+        compute_dtype = backbone.pick_dtype(cfg.dtype, device)
+        spec = plan.spec(compute_dtype)
+        final = plan.cache_path(compute_dtype)
+        _agree(dist, rank, size, signature(pipeline, spec.key()))
+        if final.is_file():
+            dist.barrier()
+            with Cache(final, key=spec.key()):
+                pass
+            log.info("cache hit: %s is complete for this pipeline (rank %d)", final, rank)
+            return ExtractResult(final, spec.key(), True, time.perf_counter() - start)
+
+        shards = final.with_name(final.name.removesuffix(".h5") + ".shards")
+        shard = shards / f"rank{rank:03d}-of-{size:03d}.h5"
+        rows = {name: deal(np.array([len(t) + (len(split.text_pairs[i]) if split.text_pairs else 0)
+                                     for i, t in enumerate(split.texts)]), rank, size)
+                for name, split in plan.dataset.splits.items()}
+        shard_plan = dataclasses.replace(
+            plan, dataset=dataclasses.replace(plan.dataset, splits={
+                name: _subset(split, rows[name]) for name, split in plan.dataset.splits.items()}),
+            pipeline=dataclasses.replace(pipeline, progress=pipeline.progress and rank == 0))
+        shard_spec = dataclasses.replace(spec, dataset_fingerprint=f"{spec.dataset_fingerprint}"
+                                         f":shard-{rank}-of-{size}")
+        if shard.is_file():  # finished before an earlier run stopped: nothing to compute
+            with h5py.File(shard, "r") as f:
+                stats = json.loads(f.attrs["extract_stats"]) | {"rows_computed": 0}
+        else:
+            with writer_lock(shard):
+                stats = build(shard, shard_plan, shard_spec, device, compute_dtype, rows=rows,
+                              info={"shard_rank": rank, "world_size": size})
+        per_rank = [None] * size
+        dist.all_gather_object(per_rank, stats)  # also waits for every shard
+        if rank == 0:
+            _assemble(final, plan, spec, device, [shards / f"rank{r:03d}-of-{size:03d}.h5" for r in range(size)],
+                      per_rank)
+            shutil.rmtree(shards)
+        dist.barrier()  # the final file exists for every rank from here on
+        seconds = time.perf_counter() - start
+        if rank == 0:
+            log.info("wrote %s in %.1f s with %d ranks: %s rows computed now", final, seconds, size,
+                     [s["rows_computed"] for s in per_rank])
+        return ExtractResult(final, spec.key(), False, seconds,
+                             {"world_size": size, "per_rank": per_rank})
+    finally:
+        dist.destroy_process_group()
+
+
+def _agree(dist, rank: int, size: int, mine: dict) -> None:
+    everyone = [None] * size
+    dist.all_gather_object(everyone, mine)
+    if any(other != everyone[0] for other in everyone):
+        lines = "; ".join(f"rank {r}: featx {s['featx']}, pipeline {s['name']!r} ({s['pipeline']}), "
+                          f"cache key {s['key'][:16]}" for r, s in enumerate(everyone))
+        raise FeatxError(f"the ranks disagree, nothing was computed: {lines}. Launch every rank "
+                         "with the same pipeline file, overrides and featx version")
+
+
+def _subset(split: Split, rows: np.ndarray) -> Split:
+    pick = lambda xs: [xs[i] for i in rows]  # noqa: E731
+    return Split(split.name, pick(split.ids), pick(split.texts),
+                 None if split.text_pairs is None else pick(split.text_pairs), split.labels[rows],
+                 {k: pick(v) for k, v in split.columns.items()})
+
+
+def _assemble(final: Path, plan, spec, device, shards: list[Path], per_rank: list[dict]) -> None:
+    """Stream every shard's rows into the final cache, written exactly as one process would."""
+    from featx.extract import _info, _split_data
+
+    start = time.perf_counter()
+    with h5py.File(shards[0], "r") as f:  # what only a rank that loaded the model knows
+        known = {"pooler_untrained": bool(f.attrs["pooler_untrained"])}
+    with writer_lock(final):
+        writer = CacheWriter.open(final, spec, _info(plan, None, device) | known, _split_data(plan),
+                                  plan.hidden)
+        try:
+            for shard in shards:
+                with h5py.File(shard, "r") as f:
+                    for split in plan.dataset.splits:
+                        group = f[split]
+                        total = len(group["rows"])
+                        for begin in range(0, total, ASSEMBLY_ROWS):
+                            cut = slice(begin, min(total, begin + ASSEMBLY_ROWS))
+                            writer.write(split, group["rows"][cut],
+                                         {p: group[p][cut] for p in spec.layers},
+                                         group["n_tokens"][cut], group["truncated"][cut])
+                            writer.flush()
+            stats = {"rows_total": sum(len(s) for s in plan.dataset.splits.values()),
+                     "rows_computed": sum(s["rows_computed"] for s in per_rank),
+                     "world_size": len(shards), "per_rank": per_rank,
+                     "assembly_seconds": round(time.perf_counter() - start, 3)}
+            stats["truncated_total"] = writer.count("truncated")
+            writer.file.attrs["extract_stats"] = json.dumps(stats)
+            writer.finalize()
+        finally:
+            writer.close()
+    if partial_path(final).exists():
+        raise RuntimeError(f"assembly left {partial_path(final)} behind")

@@ -1,0 +1,149 @@
+"""Sharded extraction with torchrun (CPU, gloo): same cache as one process, resumable, guarded."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from featx.cache import Cache
+from featx.config import load_pipeline
+from featx.distributed import deal
+from featx.extract import extract
+from tests.conftest import classification_rows, write_rows
+from tests.test_extract import ROOT, write_pipeline_toml
+
+ENV = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+
+
+def torchrun(pipeline: Path, *overrides: str, wait: bool = True):
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               "-m", "featx", "extract", str(pipeline), *overrides]
+    if wait:
+        return subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=600)
+    return subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def job(tmp_path: Path, tiny_bert: Path, name: str, rows: int = 300, **extract) -> Path:
+    data = tmp_path / f"rows-{rows}.csv"
+    if not data.exists():
+        write_rows(data, classification_rows(rows, seed=5))
+    return write_pipeline_toml(tmp_path / f"{name}.toml", data, tiny_bert, tmp_path / name,
+                               store_dtype="float32", **extract)
+
+
+def assert_same_cache(a: Path, b: Path) -> None:
+    with Cache(a) as x, Cache(b) as y:
+        assert x.key == y.key and a.name == b.name
+        skip = {"created", "completed", "extract_stats", "device", "torch_version", "pipeline"}
+        assert {k: v for k, v in x.meta.items() if k not in skip} == \
+               {k: v for k, v in y.meta.items() if k not in skip}
+        where = {"data_dir", "source"}  # the two runs write to different folders, on purpose
+        assert {k: v for k, v in x.meta["pipeline"].items() if k not in where} == \
+               {k: v for k, v in y.meta["pipeline"].items() if k not in where}
+        for split in y.splits:
+            assert list(x.ids(split)) == list(y.ids(split))
+            assert (x.n_tokens(split) == y.n_tokens(split)).all()
+            assert (x.labels(split) == y.labels(split)).all()
+            for pooling in y.poolings:
+                np.testing.assert_allclose(x.features(split, pooling, "all"), y.features(split, pooling, "all"),
+                                           atol=1e-5, rtol=0)
+        assert set(x.file[y.splits[0]]) == set(y.file[y.splits[0]])  # same datasets, no extras
+
+
+def test_deal_balances_tokens():
+    lengths = np.random.default_rng(0).integers(1, 200, 1001)
+    parts = [deal(lengths, r, 3) for r in range(3)]
+    assert sorted(np.concatenate(parts).tolist()) == list(range(1001))
+    totals = [lengths[p].sum() for p in parts]
+    assert max(totals) - min(totals) <= lengths.max()
+
+
+def test_two_ranks_write_the_single_process_cache(tmp_path, tiny_bert):
+    single = extract(load_pipeline(job(tmp_path, tiny_bert, "single")))
+    run = torchrun(job(tmp_path, tiny_bert, "sharded"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    path = Path(run.stdout.strip().splitlines()[-1])
+    assert path.is_file() and len(run.stdout.strip().splitlines()) == 1
+    assert not list(path.parent.glob("*.shards"))  # assembled, shards removed
+    assert_same_cache(path, single.path)
+    with Cache(path) as cache:
+        stats = cache.meta["extract_stats"]
+        assert stats["world_size"] == 2 and sum(r["rows_total"] for r in stats["per_rank"]) == 300
+    again = torchrun(job(tmp_path, tiny_bert, "sharded"))
+    assert again.returncode == 0 and "cache hit" in again.stderr
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _done(partial: Path) -> int:
+    try:
+        with h5py.File(partial, "r", locking=False) as f:
+            return int(sum(f[s]["done"][...].sum() for s in f if isinstance(f[s], h5py.Group)))
+    except (OSError, KeyError):
+        return 0
+
+
+def test_a_killed_rank_resumes_without_recomputing(tmp_path, tiny_bert):
+    pipeline = job(tmp_path, tiny_bert, "killed", rows=4000, token_budget=128, max_batch_rows=4,
+                   flush_rows=32)
+    launcher = torchrun(pipeline, wait=False)
+    shards = tmp_path / "killed" / "cache"
+    deadline, victim = time.time() + 180, None
+    while time.time() < deadline and launcher.poll() is None:
+        partials = sorted(shards.glob("*.shards/*.partial"))
+        if len(partials) == 2 and all(_done(p) >= 64 for p in partials):
+            workers = _children(launcher.pid)
+            if workers:
+                victim = workers[-1]
+                os.kill(victim, signal.SIGKILL)
+                break
+        time.sleep(0.02)
+    assert victim is not None, "could not interrupt a rank mid-run"
+    launcher.communicate(timeout=120)
+    assert launcher.returncode != 0
+    before = sum(_done(p) for p in sorted(shards.glob("*.shards/*.partial")))
+    assert 0 < before < 4000
+    resumed = torchrun(pipeline)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    path = Path(resumed.stdout.strip().splitlines()[-1])
+    with Cache(path) as cache:
+        computed = cache.meta["extract_stats"]["rows_computed"]
+    assert computed <= 4000 - before  # only the rows no rank had claimed
+    single = extract(load_pipeline(job(tmp_path, tiny_bert, "single", rows=4000, token_budget=128,
+                                       max_batch_rows=4, flush_rows=32)))
+    assert_same_cache(path, single.path)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ranks_with_different_configs_are_refused(tmp_path, tiny_bert):
+    pipelines = [job(tmp_path, tiny_bert, "a"), job(tmp_path, tiny_bert, "b", max_length=16)]
+    port = str(_free_port())
+    ranks = []
+    for rank, pipeline in enumerate(pipelines):
+        env = ENV | {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+                     "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+        ranks.append(subprocess.Popen([sys.executable, "-m", "featx", "extract", str(pipeline)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for process in ranks:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 2, err[-2000:]
+        assert "the ranks disagree" in err and "Traceback" not in err
+    assert not list((tmp_path / "a" / "cache").glob("*.shards"))
