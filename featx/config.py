@@ -165,6 +165,9 @@ class ExtractConfig:
     """Upper bound on rows per batch, however short the texts."""
     threads: int = 0
     """CPU threads for torch; 0 keeps torch's default (one per core)."""
+    compile: bool = False
+    """torch.compile the backbone (inductor, dynamic shapes). Measured on all-MiniLM-L6-v2, 2 CPU
+    cores: 9% faster after 8 s of compiling, so it pays only for passes longer than ~1.5 min."""
     flush_rows: int = 2048
     """Rows between flushes of the done mask: at most this many rows are recomputed after a crash."""
     flush_seconds: float = 30.0

@@ -130,7 +130,10 @@ def _load(plan: Plan, device: torch.device):
                     "vectors are stored and reported separately, expect them to be poor",
                     plan.model.name)
     tokenizer = backbone.load_tokenizer(plan.model.path)
-    return backbone.freeze(model).to(device), tokenizer
+    model = backbone.freeze(model).to(device)
+    if cfg.extract.compile:
+        model = torch.compile(model, dynamic=True)
+    return model, tokenizer
 
 
 def _info(plan: Plan, model, device: torch.device) -> dict:

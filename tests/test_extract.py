@@ -318,3 +318,15 @@ def test_lock_is_exclusive_in_process(make_pipeline, csv_dataset):
         with pytest.raises(FeatxError, match="another featx process"):
             extract(pipeline)
     assert extract(pipeline).path == path
+
+
+@pytest.mark.slow
+def test_compiled_backbone_gives_the_same_features(make_pipeline, csv_dataset, tmp_path):
+    eager = extract(make_pipeline({"path": str(csv_dataset)}, data_dir=str(tmp_path / "e"), extract=EXACT))
+    compiled = extract(make_pipeline({"path": str(csv_dataset)}, data_dir=str(tmp_path / "c"),
+                                     extract=EXACT | {"compile": True}))
+    assert compiled.path.name == eager.path.name  # compiling is not part of the key
+    with Cache(eager.path) as a, Cache(compiled.path) as b:
+        for pooling in a.poolings:
+            np.testing.assert_allclose(a.features("train", pooling, "all"), b.features("train", pooling, "all"),
+                                       atol=1e-4, rtol=0)
