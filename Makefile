@@ -65,8 +65,9 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m 'not slow' $(PYTEST_ARGS)
 
+# The full fault-injection suite (20 kills, more generated inputs); `make test` runs its quick subset.
 faults: $(STAMP)
-	$(BIN)/python -m pytest tests/faults $(PYTEST_ARGS)
+	FEATX_FAULTS=full $(BIN)/python -m pytest tests/faults -p no:randomly $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -44,6 +44,7 @@ from featx.errors import FeatxError
 
 SCHEMA_VERSION = 1
 KEY_CHARS = 16
+FINALIZE_HEADROOM = 1 << 20  # bytes free that finalizing a cache may need, with margin
 
 
 @dataclass(frozen=True)
@@ -179,18 +180,26 @@ class CacheWriter:
         data = os.pread(self.fd, int(np.prod(shape)) * dtype.itemsize, offset)
         return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
 
-    def _write(self, split: str, name: str, rows: np.ndarray, values: np.ndarray) -> None:
+    def _write(self, split: str, name: str, runs: list[tuple[int, int, int]], order: np.ndarray,
+               values: np.ndarray) -> None:
+        """Write `values[order]` as runs of consecutive rows: (first row, start, stop) each."""
         offset, dtype, shape = self.layout[split][name]
-        order = np.argsort(rows, kind="stable")
-        rows = rows[order]
-        data = np.ascontiguousarray(np.asarray(values, dtype=dtype)[order]).reshape(len(rows), -1)
+        data = np.ascontiguousarray(np.asarray(values, dtype=dtype)[order]).reshape(len(order), -1)
         row_bytes = data.shape[1] * dtype.itemsize
-        runs = np.split(np.arange(len(rows)), np.flatnonzero(np.diff(rows) != 1) + 1)
         try:
-            for run in runs:
-                os.pwrite(self.fd, data[run[0]:run[-1] + 1], offset + int(rows[run[0]]) * row_bytes)
+            for row, begin, end in runs:
+                os.pwrite(self.fd, data[begin:end], offset + row * row_bytes)
         except OSError as exc:
             raise _write_error(exc, self.path) from None
+
+    @staticmethod
+    def _runs(rows: np.ndarray) -> tuple[list[tuple[int, int, int]], np.ndarray]:
+        """Sort `rows`; cut them into runs of consecutive indices (one pwrite per run)."""
+        order = np.argsort(rows, kind="stable")
+        ordered = rows[order]
+        cuts = [0, *(np.flatnonzero(np.diff(ordered) != 1) + 1).tolist(), len(ordered)]
+        starts = ordered[cuts[:-1]].tolist()
+        return [(row, a, b) for row, a, b in zip(starts, cuts[:-1], cuts[1:])], order
 
     def count(self, dataset: str) -> int:
         """Sum of a per-row dataset (`truncated`, `done`) over every split."""
@@ -203,10 +212,11 @@ class CacheWriter:
     def write(self, split: str, rows: np.ndarray, pooled: dict[str, np.ndarray],
               n_tokens: np.ndarray, truncated: np.ndarray) -> None:
         """Store one batch. `rows` are original positions; `pooled[p]` is (B, n_layers, H)."""
+        runs, order = self._runs(rows)
         for pooling, values in pooled.items():
-            self._write(split, pooling, rows, values)
-        self._write(split, "n_tokens", rows, n_tokens)
-        self._write(split, "truncated", rows, truncated)
+            self._write(split, pooling, runs, order, values)
+        self._write(split, "n_tokens", runs, order, n_tokens)
+        self._write(split, "truncated", runs, order, truncated)
         self._pending.setdefault(split, []).append(rows)
         self._pending_rows += len(rows)
 
@@ -225,7 +235,8 @@ class CacheWriter:
         for split, parts in self._pending.items():
             rows = np.concatenate(parts)
             self.done[split][rows] = 1
-            self._write(split, "done", rows, np.ones(len(rows), dtype=np.uint8))
+            runs, order = self._runs(rows)
+            self._write(split, "done", runs, order, np.ones(len(rows), dtype=np.uint8))
         self._pending.clear()
         self._pending_rows = 0
         self._last_flush = time.monotonic()
@@ -237,6 +248,14 @@ class CacheWriter:
             missing = int((done == 0).sum())
             if missing:
                 raise RuntimeError(f"finalize with {missing} rows of {split!r} not done")
+        # The closing attributes need a few KiB of new metadata: refuse before touching the
+        # file rather than fail half-way through HDF5's metadata write.
+        free = shutil.disk_usage(self.path.parent).free
+        if free < FINALIZE_HEADROOM:
+            raise FeatxError(
+                f"the disk is full ({free} bytes free) just before finishing {partial_path(self.path)}: "
+                "every row is computed and kept; free some space and rerun the same command (it "
+                "only finalizes)")
         os.fsync(self.fd)  # durable before it gets the name that says complete
         os.close(self.fd)
         self.file.attrs["complete"] = True

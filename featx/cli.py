@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="featx", description="Frozen encoder features vs fine-tuning, measured.")
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="only warnings and errors, no progress bars")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug messages too")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, fn in COMMANDS.items():
         sub = commands.add_parser(name, help=fn.__doc__.splitlines()[0], description=fn.__doc__)
@@ -94,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    logging.basicConfig(level=level,
                         format="featx: %(message)s", stream=sys.stderr)
     overrides = list(args.overrides) + (["progress=false"] if args.quiet else [])
     try:

@@ -332,6 +332,7 @@ def run(model, tokenizer, plan: Plan, todo: dict[str, np.ndarray], writer: Cache
     bar = tqdm(total=total, unit="text", disable=not plan.pipeline.progress, dynamic_ncols=True,
                desc=f"extract {plan.pipeline.name}")
     start = time.perf_counter()
+    rows_done = 0
     try:
         for split_name, rows in todo.items():
             if not len(rows):
@@ -355,7 +356,9 @@ def run(model, tokenizer, plan: Plan, todo: dict[str, np.ndarray], writer: Cache
                 stats["padded_tokens"] += int(batch.input_ids.numel())
                 stats["truncated"] += int(batch.truncated.sum())
                 stats["tokenizer_wait_s"] += waited
+                rows_done += len(batch.rows)
                 bar.update(len(batch.rows))
+                log.debug("computed %d/%d rows", rows_done, total)
                 elapsed = time.perf_counter() - start
                 bar.set_postfix_str(f"{stats['real_tokens'] / elapsed:,.0f} tok/s", refresh=False)
         writer.flush()

@@ -26,6 +26,16 @@ def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def max_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    lengths = mask.sum(dim=1)  # (B,)
+    if torch.equal(mask.cumprod(dim=1), mask):
+        # Right padding (featx's batches): rows of equal length, contiguous since batches are
+        # sorted by length, reduce as plain slices, with no (B, T, H) masked temporary.
+        out = hidden.new_empty((hidden.shape[0], hidden.shape[2]), dtype=torch.float32)  # (B, H)
+        start = 0
+        for length, count in zip(*(t.tolist() for t in torch.unique_consecutive(lengths, return_counts=True))):
+            out[start:start + count] = hidden[start:start + count, :max(length, 1)].amax(dim=1).float()
+            start += count
+        return out
     padded = ~mask.bool().unsqueeze(-1)  # (B, T, 1)
     return hidden.float().masked_fill(padded, float("-inf")).amax(dim=1)  # (B, H)
 

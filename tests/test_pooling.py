@@ -46,3 +46,15 @@ def test_pool_stacks_layers():
     out = pooling.pool("mean", states, mask, (0, 2), model_output=None)
     assert out.shape == (2, 2, 2)
     assert torch.allclose(out[:, 1], 3 * out[:, 0])
+
+
+def test_max_pool_fast_path_equals_the_masked_definition():
+    torch.manual_seed(0)
+    hidden = torch.randn(9, 7, 5)
+    lengths = torch.tensor([7, 7, 5, 5, 5, 6, 2, 7, 1])  # unsorted runs, right padding
+    mask = (torch.arange(7)[None, :] < lengths[:, None]).long()
+    reference = hidden.masked_fill(~mask.bool().unsqueeze(-1), float("-inf")).amax(1)
+    assert torch.equal(pooling.max_pool(hidden, mask), reference)
+    left = mask.flip(1)  # left padding takes the general masked path
+    assert torch.equal(pooling.max_pool(hidden, left),
+                       hidden.masked_fill(~left.bool().unsqueeze(-1), float("-inf")).amax(1))

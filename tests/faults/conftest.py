@@ -1,0 +1,42 @@
+"""The fault-injection suite: its figures are collected here and printed at the end.
+
+`make faults` runs the full suite (FEATX_FAULTS=full: 20 kills, more hypothesis examples);
+`make test` runs the quick subset (3 kills, fewer examples).
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter, defaultdict
+from pathlib import Path
+
+FULL = os.environ.get("FEATX_FAULTS") == "full"
+FIGURES: dict = {"kills": [], "bad_inputs": Counter(), "unhandled": [], "checks": defaultdict(int)}
+
+
+def pytest_terminal_summary(terminalreporter):
+    kills = FIGURES["kills"]
+    if not (kills or FIGURES["bad_inputs"] or FIGURES["checks"]):
+        return
+    write = terminalreporter.write_line
+    write("")
+    write(f"fault-injection figures ({'full' if FULL else 'quick'} run)")
+    if kills:
+        survived = sum(k["survived"] for k in kills)
+        recomputed = [k["recomputed"] for k in kills if k["recomputed"] is not None]
+        write(f"  kills survived / tried: {survived} / {len(kills)}")
+        write(f"  where the kills landed: {dict(Counter(k['stage'] for k in kills))}")
+        if recomputed:
+            write(f"  rows recomputed per kill: max {max(recomputed)}, mean {sum(recomputed) / len(recomputed):.1f} "
+                  f"(bound: flush_rows + one batch = {kills[0]['bound']})")
+    if FIGURES["bad_inputs"]:
+        total = sum(FIGURES["bad_inputs"].values())
+        write(f"  bad inputs tried: {total} ({dict(FIGURES['bad_inputs'])})")
+        write(f"  unhandled exceptions: {len(FIGURES['unhandled'])}")
+    for name, count in sorted(FIGURES["checks"].items()):
+        write(f"  {name}: {count}")
+    out = Path("data") / "faults"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(
+        {"full": FULL, "kills": kills, "bad_inputs": FIGURES["bad_inputs"],
+         "unhandled": FIGURES["unhandled"], "checks": FIGURES["checks"]}, indent=1, default=str))
