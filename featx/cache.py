@@ -344,6 +344,9 @@ def _estimate_bytes(spec: CacheSpec, splits: list[SplitData], hidden: int) -> in
 
 
 def _check_disk_space(folder: Path, needed: int) -> None:
+    """Refuse up front when the cache cannot fit. Free space is checked, then the bytes are
+    really reserved (posix_fallocate on a scratch file, released at once): HDF5 must never
+    meet a full disk half-way through writing its metadata (it can crash the process)."""
     folder.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(folder).free
     if free < needed * 1.05:
@@ -351,6 +354,19 @@ def _check_disk_space(folder: Path, needed: int) -> None:
             f"not enough disk space in {folder}: the cache needs {needed / 1e9:.2f} GB, "
             f"{free / 1e9:.2f} GB are free; free some space, or store fewer poolings/layers or "
             "extract.store_dtype = \"float16\"")
+    scratch = folder / f".featx-reserve-{os.getpid()}"
+    try:
+        fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, needed)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise FeatxError(
+            f"the disk is full (or a file-size limit applies): {needed / 1e6:.1f} MB could not be "
+            f"reserved in {folder} ({exc.strerror}); free some space and rerun the same command") from None
+    finally:
+        scratch.unlink(missing_ok=True)
 
 
 def _write_error(exc: OSError, path: Path) -> FeatxError:

@@ -160,13 +160,17 @@ def _decode(path: Path, encoding: str) -> str:
             "data.encoding to the file's encoding (e.g. \"latin-1\" or \"cp1252\")") from None
 
 
+# A text can be a whole document: lift the csv module's 128 KiB field limit.
+csv.field_size_limit(2**31 - 1)
+
+
 def _read_delimited(path: Path, text: str, cfg: DataConfig, delimiter: str) -> Table:
     quoting = csv.QUOTE_NONE if cfg.quoting == "none" else csv.QUOTE_MINIMAL
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
     columns = list(cfg.columns) if cfg.columns else None
     rows, lines = [], []
     line = 1
-    for fields in reader:
+    for fields in _csv_rows(reader, path):
         start, line = line, reader.line_num + 1
         if not fields or fields == [""]:  # blank line
             continue
@@ -188,6 +192,14 @@ def _read_delimited(path: Path, text: str, cfg: DataConfig, delimiter: str) -> T
     if columns is None:
         raise FeatxError(f"{path} is empty")
     return Table(str(path), columns, rows, lines)
+
+
+def _csv_rows(reader, path: Path):
+    try:
+        yield from reader
+    except csv.Error as exc:
+        raise FeatxError(f"{path}, line {reader.line_num}: not valid CSV/TSV ({exc}); check the "
+                         "delimiter and data.quoting") from None
 
 
 def _read_jsonl(path: Path, text: str) -> Table:

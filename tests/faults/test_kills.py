@@ -21,7 +21,7 @@ from tests.faults.conftest import FIGURES, FULL
 from tests.test_extract import run_featx, write_pipeline_toml
 
 KILLS = 20 if FULL else 3
-ROWS = 3000
+ROWS = 6000
 SETTINGS = dict(store_dtype="float32", token_budget=128, max_batch_rows=4, flush_rows=64)
 BOUND = SETTINGS["flush_rows"] + SETTINGS["max_batch_rows"]
 
@@ -35,10 +35,17 @@ def job(tmp_path_factory, tiny_bert):
         return write_pipeline_toml(folder / f"{name}.toml", data, tiny_bert, folder / name, **SETTINGS)
 
     reference = extract(load_pipeline(make("reference")))
+    # One timed run: when its partial file appears (start-up is over) and when it ends.
     start = time.perf_counter()
-    timed = run_featx("extract", str(make("timed")))
-    assert timed.returncode == 0, timed.stderr
-    return make, reference.path, time.perf_counter() - start
+    timed = run_featx("extract", str(make("timed")), wait=False)
+    created = None
+    while timed.poll() is None:
+        if created is None and list((folder / "timed" / "cache").glob("*.partial*")):
+            created = time.perf_counter() - start
+        time.sleep(0.005)
+    assert timed.returncode == 0, timed.stderr.read()
+    total = time.perf_counter() - start
+    return make, reference.path, (created or 0.8 * total), total
 
 
 def stage_of(cache_dir: Path, name: str, total: int) -> tuple[str, int]:
@@ -68,9 +75,12 @@ def assert_equal(a: Path, b: Path) -> None:
 
 
 def test_sigkill_at_random_moments(job):
-    make, reference, seconds = job
+    make, reference, created, total = job
     rng = random.Random(2026)
-    for i in range(KILLS):
+    # Every fifth kill anywhere in the run (start-up included), the others while the cache
+    # file exists: creating it, computing, finalizing, renaming.
+    moments = [rng.uniform(0, total) if i % 5 == 0 else rng.uniform(0.9 * created, total) for i in range(KILLS)]
+    for i, moment in enumerate(moments):
         pipeline = make(f"kill{i}")
         cache_dir = pipeline.parent / f"kill{i}" / "cache"
         process = run_featx("-v", "extract", str(pipeline), wait=False)
@@ -78,7 +88,7 @@ def test_sigkill_at_random_moments(job):
         reader = threading.Thread(target=lambda: progress.extend(
             int(m.group(1)) for m in re.finditer(r"computed (\d+)/", process.stderr.read())))
         reader.start()
-        time.sleep(rng.uniform(0.0, seconds))
+        time.sleep(moment)
         process.send_signal(signal.SIGKILL)
         process.wait()
         reader.join()
