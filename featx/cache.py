@@ -14,7 +14,7 @@ One file per cache key, `<cache_dir>/<key[:16]>.h5`. Layout:
 
 Crash safety: a cache is built in `<name>.partial` (itself first prepared under
 `<name>.partial.init`, renamed once every dataset exists). All datasets are contiguous and
-allocated (fill values written) at creation, so during extraction only raw bytes change,
+allocated at creation (their disk blocks too), so during extraction only raw bytes change,
 never HDF5 metadata, and no write can fail for disk space: a SIGKILL cannot corrupt the
 file's structure. Rows are written with pwrite at their offsets; the done mask that claims
 them is set after them, every `flush_rows` rows or `flush_seconds`. The partial file is fsynced and
@@ -169,6 +169,13 @@ class CacheWriter:
         try:
             with h5py.File(init, "w") as file:
                 _create(file, spec, info, splits, hidden)
+            # Give every byte of the file its disk blocks now (reading as zeros: the done mask
+            # starts empty), so no later write can fail for space or land in a sparse hole.
+            fd = os.open(init, os.O_RDWR)
+            try:
+                os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+            finally:
+                os.close(fd)
         except OSError as exc:  # the disk filled up while the file was being allocated
             init.unlink(missing_ok=True)
             raise _write_error(exc, path) from None
@@ -297,9 +304,9 @@ def _create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[SplitData
     # Early allocation and no timestamps: after this, writes never touch HDF5 metadata.
     dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
     dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
-    # Write the fill values now: the disk blocks exist from the start (a full disk shows up
-    # here, before any compute, and never later as a failed write into a sparse hole).
-    dcpl.set_fill_time(h5py.h5d.FILL_TIME_ALLOC)
+    # No fill values written (they would be written twice, zeros then vectors, and their
+    # write-back competes with the compute); `CacheWriter.open` allocates the blocks instead.
+    dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
     attrs = {"schema_version": SCHEMA_VERSION, "featx_version": __version__, "key": spec.key(),
              "complete": False, "created": _now(), "poolings": list(spec.poolings),
              "layers": {p: list(v) for p, v in spec.layers.items()},
