@@ -194,4 +194,5 @@ def _compile_row(torch, model, batches, eager_rate: float) -> list:
     texts_pass = sum(int(b.n_tokens.sum()) for b in batches) / eager_rate
     pays = rate > eager_rate * 1.05 and compile_seconds < texts_pass
     return ["torch.compile (inductor, dynamic)", text, rate / eager_rate,
-            "kept" if pays else "dropped (compile time > a whole pass)"]
+            "pays here: set extract.compile" if pays
+            else "opt-in only (extract.compile): not worth its compile time on this pass"]

@@ -2,7 +2,7 @@
 
     texts -> (background thread) tokens, sorted by length, batched by a token budget
           -> forward pass, every pooling x every layer
-          -> writes at the rows' original positions (memory-mapped HDF5), done-mask flushes
+          -> pwrite at the rows' original offsets in the pre-allocated HDF5 datasets, done-mask flushes
 
 Batches hold texts of similar length (padding is wasted compute), sized by a token budget
 (rows x longest) instead of a fixed count, so long and short texts both fill the device.
@@ -345,8 +345,8 @@ def run(model, tokenizer, plan: Plan, todo: dict[str, np.ndarray], writer: Cache
                 pooled = forward_pooled(model, batch, plan.layers, device, compute_dtype)
                 arrays = {p: v.to(TORCH_DTYPES[cfg.store_dtype]).cpu().numpy().astype(store, copy=False)
                           for p, v in pooled.items()}
-                # Inline: a write into the memory-mapped cache costs microseconds; a writer
-                # thread measured slower (GIL hand-offs, `make bench` levers).
+                # Inline: a pwrite per run of rows costs microseconds; a writer thread measured
+                # no faster (`python -m bench levers`) and adds a failure path.
                 writer.write(split_name, batch.rows, arrays, batch.n_tokens, batch.truncated)
                 writer.maybe_flush(cfg.flush_rows, cfg.flush_seconds)
                 if stats["batches"] % TRIM_EVERY == 0:
