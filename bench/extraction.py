@@ -30,7 +30,7 @@ import numpy as np
 from bench.common import OUT, machine, save, table
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-REPEATS = 3
+REPEATS = 4
 NAIVE_TEXTS = 640  # the naive loop pads every text to 512: its time is linear in the count
 THREADS = os.cpu_count() or 1
 
@@ -125,11 +125,14 @@ def _lengths(tokenizer, texts: list[str], max_length: int) -> np.ndarray:
     return np.array([len(ids) for ids in tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]])
 
 
+# Run order within a round: featx-mean sits next to each contender it is compared with where
+# it can, and odd rounds run in reverse, so the machine's drift within a round cancels out of
+# the paired ratios.
 CHILDREN = {
-    "featx-mean": lambda a: child_featx(a.path, a.data_dir, ["mean"], "last", "float32", "float32"),
-    "featx-mean-bf16": lambda a: child_featx(a.path, a.data_dir, ["mean"], "last", "bfloat16", "float32"),
     "featx-all": lambda a: child_featx(a.path, a.data_dir, ["cls", "mean", "max", "pooler"], "all",
                                        "float32", "float16"),
+    "featx-mean": lambda a: child_featx(a.path, a.data_dir, ["mean"], "last", "float32", "float32"),
+    "featx-mean-bf16": lambda a: child_featx(a.path, a.data_dir, ["mean"], "last", "bfloat16", "float32"),
     "sentence-transformers": lambda a: child_st(a.path),
     "naive": lambda a: child_naive(a.path),
 }
@@ -236,7 +239,8 @@ def run() -> dict:
         rounds: list[dict[str, dict]] = []
         for round_ in range(REPEATS):
             rounds.append({})
-            for name in CHILDREN:  # alternated: every contender once per round
+            order = list(CHILDREN) if round_ % 2 == 0 else list(CHILDREN)[::-1]
+            for name in order:  # alternated: every contender once per round
                 result = run_child(name, once, scratch / f"{name}-{round_}")
                 rounds[-1][name] = result
                 if name not in best or result["seconds"] < best[name]["seconds"]:
@@ -259,8 +263,8 @@ def run() -> dict:
                                             "featx-mean-bf16"))
 
     def paired(a: str, b: str) -> float:
-        """Median over rounds of a/b texts/s, each round's two runs measured back to back: the
-        machine's drift over the run cancels out of the ratio."""
+        """Median over rounds of a/b texts/s, each ratio taken within one round (runs close
+        together, order reversed every other round): the machine's drift cancels out of it."""
         return float(np.median([(r[a]["texts"] / r[a]["seconds"]) / (r[b]["texts"] / r[b]["seconds"])
                                 for r in rounds]))
     # Peak RSS of one run varies by tens of MB with allocator timing: compare with the median
