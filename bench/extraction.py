@@ -9,6 +9,9 @@ each in its own child process so its peak RSS is its own, alternated over `REPEA
 3. sentence-transformers `encode` at its defaults (it sorts by length too)
 4. the naive loop: fixed batch 32, padded to 512, one pooling
 
+plus a longer run, once each, of contenders 1 and 3 over the first 20,000 SST-2 train
+sentences when `../shared/data` is present.
+
 MFU = model FLOPs on real tokens (2 x non-embedding parameters per token, plus attention
 4 x n x hidden per token per layer for a text of n tokens) per second, divided by the peak of
 a plain matrix product of the same dtype measured at the start of the run. Ratios are to
@@ -51,6 +54,40 @@ def texts_file(folder: Path, repeat: int) -> Path:
     if not path.exists():
         path.write_text("".join(json.dumps(r) + "\n" for r in rows * repeat))
     return path
+
+
+SST2_TRAIN = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sst2" / "train.tsv"
+SST2_ROWS = 20_000
+
+
+def sst2_file(folder: Path) -> Path | None:
+    """The first SST-2 train sentences (../shared/data, when present) for a longer run."""
+    if not SST2_TRAIN.is_file():
+        return None
+    import csv
+
+    with open(SST2_TRAIN, newline="", encoding="utf-8") as f:  # QUOTE_NONE: the data's README
+        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[:SST2_ROWS]
+    path = folder / "sst2-train.jsonl"
+    path.write_text("".join(json.dumps({"text": r["sentence"].strip(), "label": r["label"]}) + "\n"
+                            for r in rows))
+    return path
+
+
+def longer_run(folder: Path) -> dict | None:
+    """featx (mean) against sentence-transformers on SST-2 train sentences, once each."""
+    path = sst2_file(folder)
+    if path is None:
+        print(f"longer run skipped: {SST2_TRAIN} is absent")
+        return None
+    runs = {name: run_child(name, path, folder / f"sst2-{name}") for name in ("featx-mean", "sentence-transformers")}
+    rates = {name: r["texts"] / r["seconds"] for name, r in runs.items()}
+    tokens = {name: int(np.sum(r["lengths"])) / r["seconds"] for name, r in runs.items()}
+    ratio = rates["featx-mean"] / rates["sentence-transformers"]
+    print(table([[name, rates[name], tokens[name], r["peak_rss_mb"], rates[name] / rates["sentence-transformers"]]
+                 for name, r in runs.items()],
+                [f"longer run: SST-2 train, first {SST2_ROWS:,}", "texts/s", "tokens/s", "peak RSS MB", "x ST"]))
+    return {"texts": SST2_ROWS, "texts_per_s": rates, "tokens_per_s": tokens, "featx_vs_st": ratio}
 
 
 def _texts(path: Path) -> list[str]:
@@ -247,6 +284,7 @@ def run() -> dict:
                     best[name] = result
         rss_once = [r["featx-mean"]["peak_rss_mb"] for r in rounds]
         big = run_child("featx-mean", tenfold, scratch / "tenfold")
+        longer = longer_run(scratch)
         rows = {name: figures(r, peaks["bfloat16" if "bf16" in name else "float32"]) for name, r in best.items()}
         reading = read_speed(best["featx-all"]["cache"])
         cos = cosines(best["featx-mean"]["cache"], best["featx-mean-bf16"]["cache"])
@@ -298,7 +336,7 @@ def run() -> dict:
            "rss_growth": rss_growth,
            "tokenizer_wait_share": wait, "token_budgets": budgets,
            "targets": [{"target": t, "measured": v, "status": s} for t, v, s in verdicts],
-           "torch_threads": torch.get_num_threads()}
+           "torch_threads": torch.get_num_threads(), "longer_run_sst2": longer}
     print(f"written to {save('extraction', out)}")
     return out
 
