@@ -56,21 +56,23 @@ def texts_file(folder: Path, repeat: int) -> Path:
     return path
 
 
-SST2_TRAIN = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sst2" / "train.tsv"
+SST2_PIPELINE = Path(__file__).resolve().parents[1] / "pipelines" / "sst2.toml"
 SST2_ROWS = 20_000
 
 
 def sst2_file(folder: Path) -> Path | None:
-    """The first SST-2 train sentences (../shared/data, when present) for a longer run."""
-    if not SST2_TRAIN.is_file():
-        return None
-    import csv
+    """The first SST-2 train sentences (through the sst2 pipeline's own loader) for a longer
+    run, or None when ../shared/data is absent."""
+    from featx.config import load_pipeline
+    from featx.data import load_dataset
 
-    with open(SST2_TRAIN, newline="", encoding="utf-8") as f:  # QUOTE_NONE: the data's README
-        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[:SST2_ROWS]
+    data_cfg = load_pipeline(SST2_PIPELINE).data
+    if not Path(data_cfg.train).is_file():
+        return None
+    train = load_dataset(data_cfg).splits["train"]
     path = folder / "sst2-train.jsonl"
-    path.write_text("".join(json.dumps({"text": r["sentence"].strip(), "label": r["label"]}) + "\n"
-                            for r in rows))
+    path.write_text("".join(json.dumps({"text": t, "label": int(y)}) + "\n"
+                            for t, y in zip(train.texts[:SST2_ROWS], train.labels[:SST2_ROWS])))
     return path
 
 
@@ -78,7 +80,7 @@ def longer_run(folder: Path) -> dict | None:
     """featx (mean) against sentence-transformers on SST-2 train sentences, once each."""
     path = sst2_file(folder)
     if path is None:
-        print(f"longer run skipped: {SST2_TRAIN} is absent")
+        print("longer run skipped: ../shared/data (SST-2) is absent")
         return None
     runs = {name: run_child(name, path, folder / f"sst2-{name}") for name in ("featx-mean", "sentence-transformers")}
     rates = {name: r["texts"] / r["seconds"] for name, r in runs.items()}

@@ -583,7 +583,7 @@ class Cache:
 # into blocks of rows converted on a few threads (numpy releases the GIL in casts), each block
 # small enough to stay in cache between the read and the write.
 _COPY_BLOCK_BYTES = 1 << 20
-_COPY_THREADS = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+_COPY_THREADS = min(4, os.cpu_count() or 1)
 _copy_pool: ThreadPoolExecutor | None = None
 
 
