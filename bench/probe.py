@@ -29,7 +29,7 @@ def run() -> dict:
         with Cache(result.path) as cache:
             last = cache.meta["n_layers"]
         start = time.perf_counter()
-        logistic = probe_one(result.path, Features("mean", (last,)), "logistic", pipeline.probe)
+        logistic, _ = probe_one(result.path, Features("mean", (last,)), "logistic", pipeline.probe)
         alone = time.perf_counter() - start
 
     rows = [["backbone pass (extract, forward loop)", forward, 1.0],

@@ -22,6 +22,12 @@ PACKAGED = {
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json", "spiece.model",
                    "sentencepiece.bpe.model")
+# sentence-transformers' description of the model's own sentence embedding (the `sentence` pooling).
+SENTENCE_FILES = ("modules.json", "sentence_bert_config.json")
+# Its Pooling module's modes that featx computes (right-padded batches), by their config names.
+SENTENCE_MODES = {"cls": "cls", "cls_token": "cls", "mean": "mean", "mean_tokens": "mean",
+                  "max": "max", "max_tokens": "max", "mean_sqrt_len_tokens": "mean_sqrt_len",
+                  "lasttoken": "last_token"}
 
 
 @dataclass(frozen=True)
@@ -105,15 +111,100 @@ def weight_files(path: Path, allow_pickle: bool) -> list[Path]:
     return files
 
 
+def weight_names(path: Path, allow_pickle: bool = False) -> set[str] | None:
+    """Tensor names in the checkpoint, read from the safetensors headers (8-byte length, then
+    JSON) without loading a tensor or torch; None for pickled weights (unreadable without
+    unpickling)."""
+    names = set()
+    for file in weight_files(path, allow_pickle):
+        if file.suffix != ".safetensors":
+            return None
+        try:
+            with open(file, "rb") as f:
+                size = int.from_bytes(f.read(8), "little")
+                header = json.loads(f.read(size))
+        except (OSError, ValueError) as exc:
+            raise FeatxError(f"{file} is not a readable safetensors file ({exc}); the model files "
+                             "are damaged: download or save them again") from None
+        names |= {k for k in header if k != "__metadata__"}
+    return names
+
+
+def default_poolings(path: Path, allow_pickle: bool = False) -> tuple[str, ...]:
+    """cls, mean and max always; pooler when the checkpoint has pooler weights; sentence when
+    the folder describes a sentence-transformers embedding."""
+    names = weight_names(path, allow_pickle)
+    has_pooler = names is None or any(n.startswith("pooler.") or ".pooler." in n for n in names)
+    return (("cls", "mean", "max") + (("pooler",) if has_pooler else ())
+            + (("sentence",) if (path / "modules.json").is_file() else ()))
+
+
 def fingerprint(path: Path, allow_pickle: bool = False) -> str:
-    """sha256 over the weight files, the tokenizer files and config.json (names and contents)."""
+    """sha256 over the weight files, the tokenizer files, config.json and the
+    sentence-transformers files that define the `sentence` pooling (names and contents)."""
     files = weight_files(path, allow_pickle) + [path / "config.json"]
-    files += [path / n for n in TOKENIZER_FILES if (path / n).is_file()]
+    files += [path / n for n in TOKENIZER_FILES + SENTENCE_FILES if (path / n).is_file()]
+    files += sorted(path.glob("*_Pooling/config.json"))
     h = hashlib.sha256()
     for file in sorted(set(files)):
         with open(file, "rb") as f:
-            h.update(f"{file.name}:{hashlib.file_digest(f, 'sha256').hexdigest()}\n".encode())
+            h.update(f"{file.relative_to(path)}:{hashlib.file_digest(f, 'sha256').hexdigest()}\n".encode())
     return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class SentenceSpec:
+    """The model's own sentence embedding, as sentence-transformers' `encode` computes it."""
+    mode: str
+    """Pooling of the last layer: cls, mean, max, mean_sqrt_len or last_token."""
+    normalize: bool
+    """Whether a Normalize module follows (L2-normalised vectors)."""
+    max_seq_length: int | None
+    """The truncation length sentence-transformers applies (sentence_bert_config.json)."""
+
+
+def sentence_spec(path: Path) -> SentenceSpec | None:
+    """Read `modules.json` (Transformer -> Pooling [-> Normalize]); None when the folder has no
+    sentence-transformers description. Modules featx does not compute are an error naming them."""
+    modules_file = path / "modules.json"
+    if not modules_file.is_file():
+        return None
+    try:
+        modules = json.loads(modules_file.read_text(encoding="utf-8"))
+        kinds = [str(m["type"]).rsplit(".", 1)[-1] for m in modules]
+        pooling_dir = path / next(m.get("path", "") for m in modules if str(m["type"]).endswith("Pooling"))
+    except (ValueError, KeyError, TypeError, StopIteration):
+        raise FeatxError(f"{modules_file} is not a sentence-transformers module list with a Pooling "
+                         "module; fix the file or drop 'sentence' from extract.poolings") from None
+    if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
+        raise FeatxError(f"{modules_file} lists modules {kinds}; featx's `sentence` pooling computes "
+                         "Transformer -> Pooling [-> Normalize] only: drop 'sentence' from "
+                         "extract.poolings for this model")
+    config = _json_file(pooling_dir / "config.json")
+    modes = config.get("pooling_mode")
+    if modes is None:  # the legacy format: one boolean per mode
+        modes = [k.removeprefix("pooling_mode_") for k, v in config.items()
+                 if k.startswith("pooling_mode_") and v is True]
+    modes = [modes] if isinstance(modes, str) else list(modes or ["mean"])
+    if len(modes) != 1 or modes[0] not in SENTENCE_MODES:
+        raise FeatxError(f"{pooling_dir / 'config.json'}: pooling mode(s) {modes}; featx computes one "
+                         f"of {sorted(set(SENTENCE_MODES.values()))}: drop 'sentence' from "
+                         "extract.poolings for this model")
+    settings = _json_file(path / "sentence_bert_config.json") if (path / "sentence_bert_config.json").is_file() else {}
+    max_seq = settings.get("max_seq_length")
+    return SentenceSpec(SENTENCE_MODES[modes[0]], kinds[-1] == "Normalize",
+                        max_seq if isinstance(max_seq, int) else None)
+
+
+def _json_file(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise FeatxError(f"{path} is missing or not valid JSON ({exc}); the model folder is "
+                         "incomplete") from None
+    if not isinstance(data, dict):
+        raise FeatxError(f"{path} should hold a JSON object")
+    return data
 
 
 def model_config(path: Path) -> dict:

@@ -313,10 +313,9 @@ def _create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[SplitData
              "layers": {p: list(v) for p, v in spec.layers.items()},
              **{k: v for k, v in asdict(spec).items() if k != "layers"}, **info,
              "splits": [s.name for s in splits]}
-    if attrs["init_seed"] is None:
-        del attrs["init_seed"]
     for name, value in attrs.items():
-        file.attrs[name] = _encode_attr(value)
+        if value is not None:  # HDF5 has no null: an absent attribute reads back as None
+            file.attrs[name] = _encode_attr(value)
     strings = h5py.string_dtype()
     for split in splits:
         n = len(split.ids)

@@ -23,13 +23,14 @@ from featx.errors import FeatxError, check_choice
 # Closed sets, checked here once. The pooling functions live in `featx.pooling` (which needs
 # torch); a test keeps its registry and this tuple equal so config validation stays torch-free.
 TASKS = ("binary", "multiclass", "multilabel", "regression")
-POOLINGS = ("cls", "mean", "max", "pooler")
-MODEL_POOLINGS = ("pooler",)  # computed by the model itself, from its last layer only
+POOLINGS = ("cls", "mean", "max", "pooler", "sentence")
+MODEL_POOLINGS = ("pooler", "sentence")  # defined by the model itself, from its last layer only
 LAYER_SHORTHANDS = ("all", "last", "last4")
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 STORE_DTYPES = ("float16", "float32")
 INITS = ("pretrained", "random")
 HEAD_NAMES = ("logistic", "mlp", "lightgbm")  # the registry is `featx.heads.HEADS`
+BASELINES = ("majority", "tfidf")  # heads under the backbone, on the texts (also in HEADS)
 PROTOCOLS = ("auto", "dev", "cv", "mteb")
 HEAD_INPUTS = ("pooler", "cls", "mean")
 # A backbone learning rate above this destroys pretrained weights (1e-3 is right for a head,
@@ -145,9 +146,11 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class ExtractConfig:
-    poolings: tuple[str, ...] = ("cls", "mean", "max", "pooler")
+    poolings: tuple[str, ...] | None = None
     """Which pooled vectors to store: cls (raw hidden state of token 0), mean and max
-    (attention-masked), pooler (the model's dense+tanh pooler, last layer only)."""
+    (attention-masked), pooler (the model's dense+tanh pooler, last layer only), sentence (the
+    model's own sentence-transformers embedding, last layer only). Unset: cls, mean, max, plus
+    pooler when the checkpoint has pooler weights and sentence when it ships a modules.json."""
     layers: str | int | tuple[int, ...] = "all"
     """Hidden-state indices to pool (0 = embeddings, -1 = last); or "all", "last", "last4"."""
     max_length: int = 256
@@ -174,12 +177,13 @@ class ExtractConfig:
     """Seconds between flushes, whichever of the two comes first."""
 
     def __post_init__(self):
-        if not self.poolings:
-            raise FeatxError("extract.poolings is empty; choose from: " + ", ".join(POOLINGS))
-        for name in self.poolings:
-            check_choice(name, POOLINGS, "pooling")
-        if len(set(self.poolings)) != len(self.poolings):
-            raise FeatxError(f"extract.poolings lists a pooling twice: {list(self.poolings)}")
+        if self.poolings is not None:
+            if not self.poolings:
+                raise FeatxError("extract.poolings is empty; choose from: " + ", ".join(POOLINGS))
+            for name in self.poolings:
+                check_choice(name, POOLINGS, "pooling")
+            if len(set(self.poolings)) != len(self.poolings):
+                raise FeatxError(f"extract.poolings lists a pooling twice: {list(self.poolings)}")
         if isinstance(self.layers, str):
             check_choice(self.layers, LAYER_SHORTHANDS, "extract.layers shorthand")
         elif isinstance(self.layers, tuple) and not self.layers:
@@ -202,8 +206,13 @@ class ExtractConfig:
 class ProbeConfig:
     heads: tuple[str, ...] = HEAD_NAMES
     """Heads trained on every feature set: logistic (Ridge for regression), mlp, lightgbm."""
-    poolings: tuple[str, ...] = ("cls", "mean", "pooler", "max")
-    """Poolings probed (each must be in the cache)."""
+    poolings: tuple[str, ...] | None = None
+    """Poolings probed (each must be in the cache). Unset: every pooling the cache holds (the
+    mteb protocol: `sentence`, the model's own embedding, as MTEB evaluates it)."""
+    baselines: tuple[str, ...] = BASELINES
+    """Rows under the backbone, trained on the texts: majority (class priors / the mean) and
+    tfidf (word + character n-gram TF-IDF with the logistic / ridge head), chosen on dev the
+    same way. The verdict says when the lexical row is as good as the backbone."""
     layers: tuple[str | int | list, ...] = ("last",)
     """Feature layers: an index, "last", "last4" (concatenated), or a list of indices to
     concatenate. Each entry is probed with every pooling and head."""
@@ -235,8 +244,12 @@ class ProbeConfig:
     def __post_init__(self):
         for name in self.heads + (self.sweep_head,):
             check_choice(name, HEAD_NAMES, "head")
-        for name in self.poolings + (self.sweep_pooling,):
+        for name in self.baselines:
+            check_choice(name, BASELINES, "probe.baselines entry")
+        for name in (self.poolings or ()) + (self.sweep_pooling,):
             check_choice(name, POOLINGS, "pooling")
+        if self.poolings is not None and not self.poolings:
+            raise FeatxError("probe.poolings is empty; leave it unset to probe every cached pooling")
         check_choice(self.protocol, PROTOCOLS, "probe.protocol")
         for item in self.layers:
             if isinstance(item, str):

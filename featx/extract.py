@@ -120,12 +120,12 @@ def _hit(path: Path, key: str, start: float) -> ExtractResult:
 
 def _load(plan: Plan, device: torch.device):
     cfg = plan.pipeline
+    pooler = "pooler" in plan.layers
     model = backbone.load_model(plan.model, init=cfg.model.init, seed=cfg.model.seed,
-                                allow_pickle=cfg.model.allow_pickle,
-                                pooler="pooler" in cfg.extract.poolings)
-    if "pooler" in cfg.extract.poolings and getattr(model, "pooler", None) is None:
+                                allow_pickle=cfg.model.allow_pickle, pooler=pooler)
+    if pooler and getattr(model, "pooler", None) is None:
         raise FeatxError(f"{plan.model.name} has no pooler; drop 'pooler' from extract.poolings")
-    if "pooler" in cfg.extract.poolings and backbone.pooler_untrained(model):
+    if pooler and backbone.pooler_untrained(model):
         log.warning("the pooler of %s looks untrained (its dense bias is all zeros); 'pooler' "
                     "vectors are stored and reported separately, expect them to be poor",
                     plan.model.name)
@@ -302,7 +302,7 @@ def _in_background(iterable, maxsize: int = 4):
 
 @torch.inference_mode()
 def forward_pooled(model, batch: Batch, layers: dict[str, tuple[int, ...]], device: torch.device,
-                   compute_dtype: str) -> dict[str, torch.Tensor]:
+                   compute_dtype: str, sentence=None) -> dict[str, torch.Tensor]:
     """One forward pass -> {pooling: (B, len(layers), H) float32} for every requested pooling."""
     non_blocking = device.type == "cuda"
     inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
@@ -314,7 +314,7 @@ def forward_pooled(model, batch: Batch, layers: dict[str, tuple[int, ...]], devi
     with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
         output = model(**inputs, output_hidden_states=True, return_dict=True)
     mask = inputs["attention_mask"]
-    return {p: pool(p, output.hidden_states, mask, lay, output) for p, lay in layers.items()}
+    return {p: pool(p, output.hidden_states, mask, lay, output, sentence) for p, lay in layers.items()}
 
 
 def run(model, tokenizer, plan: Plan, todo: dict[str, np.ndarray], writer: CacheWriter,
@@ -342,7 +342,7 @@ def run(model, tokenizer, plan: Plan, todo: dict[str, np.ndarray], writer: Cache
                                         max_length=cfg.max_length, token_budget=budget,
                                         max_rows=cfg.max_batch_rows)
             for batch, waited in _in_background(batches):
-                pooled = forward_pooled(model, batch, plan.layers, device, compute_dtype)
+                pooled = forward_pooled(model, batch, plan.layers, device, compute_dtype, plan.sentence)
                 arrays = {p: v.to(TORCH_DTYPES[cfg.store_dtype]).cpu().numpy().astype(store, copy=False)
                           for p, v in pooled.items()}
                 # Inline: a pwrite per run of rows costs microseconds; a writer thread measured

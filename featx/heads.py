@@ -6,6 +6,13 @@
 | mlp | StandardScaler + MLPClassifier, 1 hidden layer of 256, early stopping on 10% of train | the same (sigmoid outputs) | the same MLPRegressor, standardised targets | L2 alpha in {1e-4, 1e-2, 1} |
 | lightgbm | LGBMClassifier (max_bin 63, lr 0.1), early stopping on 10% of train | one model per label | LGBMRegressor (one per target) | num_leaves in {7, 31} |
 
+Two baselines under the backbone read the texts instead of its vectors:
+
+| baseline | binary / multiclass / multilabel | regression | grid |
+|---|---|---|---|
+| majority | class priors (the majority class) | the training mean | - |
+| tfidf | TF-IDF of word 1-2-grams and char 2-5-grams + LogisticRegression | + Ridge | C in 0.1..100, alpha in 0.1..100 (4 each) |
+
 Every head takes `random_state` and a thread count; nothing touches a GPU or the backbone.
 """
 from __future__ import annotations
@@ -16,8 +23,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, TransformerMixin
 from sklearn.compose import TransformedTargetRegressor
+from sklearn.dummy import DummyClassifier, DummyRegressor
 from sklearn.exceptions import ConvergenceWarning, DataConversionWarning
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.model_selection import train_test_split
@@ -101,6 +109,56 @@ class LightGBMRegressorHead(RegressorMixin, _LightGBMHead):
         return self.model_.predict(X)
 
 
+class LexicalFeatures(TransformerMixin, BaseEstimator):
+    """TF-IDF of word n-grams and character n-grams (within word boundaries), sublinear term
+    frequencies, each block L2-normalised: the lexical baseline's features.
+
+    X is (n,) texts, or (n, 2) text pairs; a pair becomes [a * b, |a - b|] of its two texts'
+    vectors (element-wise), so a linear head can read what they share and where they differ.
+    """
+
+    def __init__(self, *, word_ngrams: tuple[int, int] = (1, 2), char_ngrams: tuple[int, int] = (2, 5),
+                 max_features: int = 50_000):
+        self.word_ngrams = word_ngrams
+        self.char_ngrams = char_ngrams
+        self.max_features = max_features
+
+    def fit(self, X, y=None):
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        texts = self._texts(X).ravel()
+        common = dict(sublinear_tf=True, max_features=self.max_features, dtype=np.float32)
+        self.vectorizers_ = []
+        for analyzer, ngrams in (("word", self.word_ngrams), ("char_wb", self.char_ngrams)):
+            # Words of one character count too ("I", "a", "2"): short texts need them.
+            pattern = {"token_pattern": r"(?u)\b\w+\b"} if analyzer == "word" else {}
+            vectorizer = TfidfVectorizer(analyzer=analyzer, ngram_range=tuple(ngrams), **pattern,
+                                         **common)
+            try:
+                self.vectorizers_.append(vectorizer.fit(texts))
+            except ValueError:  # no token of this kind in any text (punctuation only): skip the block
+                continue
+        if not self.vectorizers_:
+            raise ValueError("the texts hold no word or character n-grams to build TF-IDF features from")
+        return self
+
+    def transform(self, X):
+        import scipy.sparse as sp
+
+        texts = self._texts(X)
+        vectors = [sp.hstack([v.transform(texts[:, j]) for v in self.vectorizers_]).tocsr()
+                   for j in range(texts.shape[1])]
+        if len(vectors) == 1:
+            return vectors[0]
+        a, b = vectors
+        return sp.hstack([a.multiply(b), abs(a - b)]).tocsr()
+
+    @staticmethod
+    def _texts(X) -> np.ndarray:
+        texts = np.asarray(X, dtype=object)
+        return texts.reshape(len(texts), -1)  # (n, 1) texts or (n, 2) pairs
+
+
 # ---------------------------------------------------------------------------------------------
 # The registry: how each head is built per task, and the grid its hyperparameters come from
 
@@ -130,6 +188,19 @@ def _lightgbm(task: str, seed: int, threads: int, num_leaves: int = 31):
     return LightGBMClassifierHead(**params)
 
 
+def _majority(task: str, seed: int, threads: int):
+    # Ignores its input: the floor every other row of the report must clear.
+    return DummyRegressor(strategy="mean") if task == "regression" else DummyClassifier(strategy="prior")
+
+
+def _tfidf(task: str, seed: int, threads: int, C: float = 1.0, alpha: float = 1.0):
+    # On L2-normalised TF-IDF rows, without a scaler (scaling columns would inflate rare n-grams).
+    if task == "regression":
+        return Ridge(alpha=alpha)
+    base = LogisticRegression(C=C, max_iter=2000, random_state=seed)
+    return MultiOutputClassifier(base) if task == "multilabel" else base
+
+
 @dataclass(frozen=True)
 class Head:
     name: str
@@ -139,6 +210,12 @@ class Head:
     """task -> the hyperparameter candidates tried, in order."""
     deterministic: bool
     """True when the seed cannot change the fitted model (one fit serves every seed)."""
+    prepare: Callable | None = None
+    """An unsupervised transformer fitted once on the training inputs before the grid (TF-IDF);
+    the saved head is the Pipeline of it and the fitted estimator."""
+    baseline: str | None = None
+    """What a baseline stands for ("majority", "lexical"); None for heads on backbone features.
+    Baselines read the texts, not the cached vectors."""
 
 
 HEADS = {
@@ -149,6 +226,11 @@ HEADS = {
                 grid=lambda task: [{"alpha": a} for a in (1e-4, 1e-2, 1.0)]),
     "lightgbm": Head("lightgbm", _lightgbm, deterministic=False,
                      grid=lambda task: [{"num_leaves": n} for n in (7, 31)]),
+    "majority": Head("majority", _majority, deterministic=True, grid=lambda task: [{}],
+                     baseline="majority"),
+    "tfidf": Head("tfidf", _tfidf, deterministic=True, prepare=LexicalFeatures, baseline="lexical",
+                  grid=lambda task: ([{"alpha": a} for a in (0.1, 1.0, 10.0, 100.0)] if task == "regression"
+                                     else [{"C": c} for c in (0.1, 1.0, 10.0, 100.0)])),
 }
 
 
@@ -170,13 +252,14 @@ def fit(estimator, X: np.ndarray, y: np.ndarray):
 def predict_scores(estimator, X: np.ndarray, task: str, n_classes: int) -> np.ndarray:
     """What `featx.metrics.evaluate` takes: probabilities for classification, values for
     regression (always (n, T))."""
+    n = X.shape[0]  # X may be sparse (TF-IDF), which has no len()
     if task == "regression":
-        return np.asarray(estimator.predict(X), dtype=np.float64).reshape(len(X), -1)
+        return np.asarray(estimator.predict(X), dtype=np.float64).reshape(n, -1)
     proba = estimator.predict_proba(X)
     if task == "multilabel":
         # MultiOutputClassifier gives one (n, 2) array per label; MLPClassifier gives (n, L).
         return np.stack([p[:, 1] for p in proba], axis=1) if isinstance(proba, list) else proba
     classes = np.asarray(getattr(estimator, "classes_", np.arange(proba.shape[1])))
-    full = np.zeros((len(X), n_classes))
+    full = np.zeros((n, n_classes))
     full[:, classes] = proba  # classes are label indices; a class missing from train stays at 0
     return full[:, 1] if task == "binary" else full

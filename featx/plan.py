@@ -6,6 +6,7 @@ Every stage starts here: `extract` writes the cache this plan names, `probe`, `f
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from featx.cache import CacheSpec, cache_path, partial_path
 from featx.config import MODEL_POOLINGS, Pipeline
 from featx.data import Dataset, load_dataset
 from featx.errors import FeatxError
+
+log = logging.getLogger("featx")
 
 # What "auto" can resolve to, per device; a probe (no torch) looks for each of them.
 AUTO_DTYPES = ("float32", "bfloat16", "float16")
@@ -30,6 +33,8 @@ class Plan:
     max_positions: int | None
     layers: dict[str, tuple[int, ...]]
     """Per pooling, the hidden-state indices stored."""
+    sentence: backbone.SentenceSpec | None = None
+    """The model's sentence-transformers embedding, when the `sentence` pooling is stored."""
 
     def spec(self, compute_dtype: str) -> CacheSpec:
         model = self.pipeline.model
@@ -52,6 +57,7 @@ class Plan:
             "dataset_name": self.pipeline.name, "dataset_source": self.dataset.source,
             "task": self.dataset.task, "label_names": list(self.dataset.label_names),
             "text_pair": self.dataset.pairs,
+            "sentence_pooling": dataclasses.asdict(self.sentence) if self.sentence else None,
         }
 
     def find_cache(self) -> Path:
@@ -84,6 +90,16 @@ def make_plan(pipeline: Pipeline) -> Plan:
         raise FeatxError(f"extract.max_length = {pipeline.extract.max_length} exceeds the "
                          f"{max_positions} positions this model has; lower it")
     layers = backbone.resolve_layers(pipeline.extract.layers, n_layers)
-    # The model's own pooler exists for its last layer only.
-    per_pooling = {p: (n_layers,) if p in MODEL_POOLINGS else layers for p in pipeline.extract.poolings}
-    return Plan(pipeline, dataset, model, fingerprint, n_layers, hidden, max_positions, per_pooling)
+    poolings = pipeline.extract.poolings or backbone.default_poolings(model.path, pipeline.model.allow_pickle)
+    sentence = backbone.sentence_spec(model.path) if "sentence" in poolings else None
+    if "sentence" in poolings and sentence is None:
+        raise FeatxError(f"{model.name} has no sentence-transformers description (modules.json), so "
+                         "it has no `sentence` embedding: drop 'sentence' from extract.poolings")
+    if sentence and sentence.max_seq_length and sentence.max_seq_length != pipeline.extract.max_length:
+        log.warning("extract.max_length = %d, but sentence-transformers truncates this model at %d "
+                    "tokens: `sentence` vectors of longer texts differ from its encode()",
+                    pipeline.extract.max_length, sentence.max_seq_length)
+    # The model's own poolings (pooler, sentence) exist for its last layer only.
+    per_pooling = {p: (n_layers,) if p in MODEL_POOLINGS else layers for p in poolings}
+    return Plan(pipeline, dataset, model, fingerprint, n_layers, hidden, max_positions, per_pooling,
+                sentence)

@@ -7,11 +7,15 @@ Named precisely, because they are not interchangeable:
 - `max`: element-wise maximum over the kept tokens.
 - `pooler`: the model's own pooler, dense + tanh over the last layer's token 0
   (`BertPooler`). It is NOT the CLS vector, and some checkpoints never trained it.
+- `sentence`: the model's own sentence embedding, exactly what sentence-transformers' `encode`
+  returns (its Pooling module's mode over the last layer, L2-normalised when a Normalize module
+  follows); what MTEB evaluates.
 All are computed in float32 whatever the compute dtype.
 """
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 
 def cls_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -44,7 +48,22 @@ def max_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 LAYER_POOLINGS = {"cls": cls_pool, "mean": mean_pool, "max": max_pool}
 
 
-def pooler_output(model_output) -> torch.Tensor:
+def mean_sqrt_len_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    weights = mask.float().unsqueeze(1)  # (B, 1, T)
+    total = torch.bmm(weights, hidden.float()).squeeze(1)  # (B, H)
+    return total / weights.sum(dim=2).clamp(min=1e-9).sqrt()
+
+
+def last_token_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    last = (mask.sum(dim=1) - 1).clamp(min=0)  # (B,) right padding: the last real token
+    return hidden[torch.arange(hidden.shape[0], device=hidden.device), last].float()  # (B, H)
+
+
+# sentence-transformers' Pooling modes (featx.backbone.SENTENCE_MODES names them).
+SENTENCE_MODES = LAYER_POOLINGS | {"mean_sqrt_len": mean_sqrt_len_pool, "last_token": last_token_pool}
+
+
+def pooler_output(model_output, hidden_states, mask, sentence) -> torch.Tensor:
     """The model's pooler over the last layer (B, H); only the last layer has one."""
     pooled = getattr(model_output, "pooler_output", None)
     if pooled is None:
@@ -52,14 +71,21 @@ def pooler_output(model_output) -> torch.Tensor:
     return pooled.float()
 
 
-# Poolings the model computes itself, from its last layer only.
-MODEL_POOLINGS = {"pooler": pooler_output}
+def sentence_embedding(model_output, hidden_states, mask, sentence) -> torch.Tensor:
+    """sentence-transformers' `encode` for a Transformer -> Pooling [-> Normalize] model (B, H)."""
+    pooled = SENTENCE_MODES[sentence.mode](hidden_states[-1], mask)  # (B, H)
+    return F.normalize(pooled, p=2, dim=1) if sentence.normalize else pooled
+
+
+# Poolings defined by the model itself, from its last layer only.
+MODEL_POOLINGS = {"pooler": pooler_output, "sentence": sentence_embedding}
 
 
 def pool(pooling: str, hidden_states, mask: torch.Tensor, layers: tuple[int, ...],
-         model_output) -> torch.Tensor:
-    """(B, len(layers), H) for one pooling over the requested hidden states."""
+         model_output, sentence=None) -> torch.Tensor:
+    """(B, len(layers), H) for one pooling over the requested hidden states; `sentence` is the
+    model's `featx.backbone.SentenceSpec` (needed by the `sentence` pooling only)."""
     if pooling in MODEL_POOLINGS:
-        return MODEL_POOLINGS[pooling](model_output).unsqueeze(1)  # (B, 1, H)
+        return MODEL_POOLINGS[pooling](model_output, hidden_states, mask, sentence).unsqueeze(1)  # (B, 1, H)
     fn = LAYER_POOLINGS[pooling]
     return torch.stack([fn(hidden_states[i], mask) for i in layers], dim=1)  # (B, L, H)

@@ -19,12 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
+from featx import bootstrap
 from featx import heads as H
 from featx import metrics as M
 from featx.cache import Cache
-from featx.config import Pipeline, ProbeConfig
+from featx.config import MODEL_POOLINGS, Pipeline, ProbeConfig
 from featx.errors import FeatxError
-from featx.records import new_record, record_name, run_dir, save_head, write_json, write_record
+from featx.records import (Predictions, new_record, record_name, run_dir, save_head, write_json,
+                           write_record)
 
 log = logging.getLogger("featx")
 
@@ -36,6 +38,8 @@ class Features:
 
     @property
     def name(self) -> str:
+        if not self.layers:
+            return self.pooling  # "text": the baselines read the texts
         return f"{self.pooling}@{'+'.join(map(str, self.layers))}"
 
 
@@ -61,19 +65,41 @@ def choose_protocol(requested: str, splits: list[str], folds: int) -> Protocol:
 
 
 def feature_sets(cache: Cache, cfg: ProbeConfig) -> list[tuple[Features, str]]:
-    """(features, head) pairs of the probe grid and the layer sweep, without repeats; checks
-    that the cache holds every pooling and layer asked for (the error lists what it has)."""
+    """(features, head) pairs of the probe grid, the layer sweep and the baselines, without
+    repeats; checks that the cache holds every pooling and layer asked for (the error lists
+    what it has). Under the mteb protocol: MTEB's one classifier on the model's own embedding."""
+    mteb = cfg.protocol == "mteb"
+    poolings = cfg.poolings or (_mteb_poolings(cache) if mteb else tuple(cache.poolings))
+    heads = ("logistic",) if mteb else cfg.heads
     jobs = []
     for layer_spec in cfg.layers:
-        for pooling in cfg.poolings:
+        for pooling in poolings:
             layers = tuple(cache.layer_indices(pooling, layer_spec))
-            if pooling == "pooler" and isinstance(layer_spec, str) and layer_spec != "last":
-                continue  # the pooler has only the last layer: no concatenation to probe
-            jobs += [(Features(pooling, layers), head) for head in cfg.heads]
-    if cfg.sweep:
-        for layer in cache.layers(cfg.sweep_pooling):
-            jobs.append((Features(cfg.sweep_pooling, (layer,)), cfg.sweep_head))
+            if pooling in MODEL_POOLINGS and isinstance(layer_spec, str) and layer_spec != "last":
+                continue  # the model's own poolings have only the last layer: nothing to concatenate
+            jobs += [(Features(pooling, layers), head) for head in heads]
+    if cfg.sweep and not mteb:
+        if cfg.sweep_pooling in cache.poolings:
+            for layer in cache.layers(cfg.sweep_pooling):
+                jobs.append((Features(cfg.sweep_pooling, (layer,)), cfg.sweep_head))
+        else:
+            log.info("no layer sweep: the cache has no %r pooling", cfg.sweep_pooling)
+    if not mteb:
+        jobs += [(TEXT, name) for name in cfg.baselines]
     return list(dict.fromkeys(jobs))
+
+
+def _mteb_poolings(cache: Cache) -> tuple[str, ...]:
+    if "sentence" in cache.poolings:
+        return ("sentence",)
+    log.warning("the cache has no `sentence` pooling (the model's own embedding, which MTEB "
+                "evaluates); the mteb protocol runs on raw `mean` vectors, so its numbers can "
+                "differ from MTEB's")
+    return ("mean",)
+
+
+# The baselines' input: the texts (or pairs), not a backbone vector.
+TEXT = Features("text", ())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -92,28 +118,59 @@ class Problem:
     y_dev: np.ndarray | None
     X_report: np.ndarray
     y_report: np.ndarray
+    ids_report: np.ndarray
     base: dict
+    sentence: dict | None
 
 
-def load_problem(cache_path: str | Path, features: Features, head: str, cfg: ProbeConfig) -> Problem:
+def _inputs(cache: Cache, split: str, features: Features) -> np.ndarray:
+    if features == TEXT:
+        texts, pairs = cache.texts(split), cache.text_pairs(split)
+        return texts if pairs is None else np.stack([texts, pairs], axis=1)  # (n,) or (n, 2)
+    return cache.features(split, features.pooling, list(features.layers))
+
+
+def load_problem(cache_path: str | Path, features: Features, head: str, cfg: ProbeConfig,
+                 pipeline: str | None = None) -> Problem:
     with Cache(cache_path) as cache:
         task, names = cache.task, cache.label_names
         protocol = choose_protocol(cfg.protocol, cache.splits, cfg.folds)
-        load = lambda split: (cache.features(split, features.pooling, list(features.layers)),  # noqa: E731
-                              cache.labels(split))
+        load = lambda split: (_inputs(cache, split, features), cache.labels(split))  # noqa: E731
         X, y = load("train")
         M.check_trainable(task, y, names)
         X_report, y_report = load(protocol.report_on)
         X_dev, y_dev = load("dev") if protocol.name == "dev" else (None, None)
         stats = cache.meta.get("extract_stats") or {}
-        base = dict(stage="probe", pipeline=cache.meta.get("pipeline_name"), cache_key=cache.key,
-                    task=task, features=features.name, pooling=features.pooling,
-                    layers=list(features.layers), head=head, init=cache.meta.get("init"),
-                    n_train=len(y), n_eval=len(y_report),
-                    # The cost side of the comparison: every probe shares one extraction pass.
-                    backbone_forward_passes=int(stats.get("rows_total", 0)),
-                    extract_seconds=stats.get("seconds"), cache_bytes=Path(cache_path).stat().st_size)
-    return Problem(task, names, protocol, X, y, X_dev, y_dev, X_report, y_report, base)
+        baseline = H.HEADS[head].baseline
+        base = dict(stage="probe", pipeline=pipeline or cache.meta.get("pipeline_name"),
+                    cache_key=cache.key, task=task, features=features.name,
+                    pooling=features.pooling, layers=list(features.layers), head=head,
+                    init=cache.meta.get("init"), baseline=baseline, n_train=len(y), n_eval=len(y_report),
+                    # The cost side of the comparison: every probe shares one extraction pass
+                    # (a baseline on the texts costs none).
+                    backbone_forward_passes=0 if baseline else int(stats.get("rows_total", 0)),
+                    extract_seconds=None if baseline else stats.get("seconds"),
+                    cache_bytes=Path(cache_path).stat().st_size)
+        return Problem(task, names, protocol, X, y, X_dev, y_dev, X_report, y_report,
+                       cache.ids(protocol.report_on), base, cache.meta.get("sentence_pooling"))
+
+
+def _prepared(head: str, p: Problem):
+    """(transformer or None, X, X_dev, X_report): a head's unsupervised features (TF-IDF) are
+    fitted on the training inputs once, not once per candidate."""
+    prepare = H.HEADS[head].prepare
+    if prepare is None:
+        return None, p.X, p.X_dev, p.X_report
+    transformer = prepare().fit(p.X)
+    return (transformer, transformer.transform(p.X),
+            None if p.X_dev is None else transformer.transform(p.X_dev), transformer.transform(p.X_report))
+
+
+def _saved(transformer, estimator):
+    """What is saved and predicts from raw inputs: the transformer and the head as one Pipeline."""
+    from sklearn.pipeline import Pipeline as SkPipeline
+
+    return estimator if transformer is None else SkPipeline([("features", transformer), ("head", estimator)])
 
 
 def fit_selected(cache_path: str | Path, features: Features, head: str, cfg: ProbeConfig,
@@ -124,48 +181,70 @@ def fit_selected(cache_path: str | Path, features: Features, head: str, cfg: Pro
     p = load_problem(cache_path, features, head, cfg)
     if p.protocol.name == "mteb":
         raise FeatxError("a head for LP-FT is selected with the dev or cv protocol, not mteb")
+    transformer, X, X_dev, _ = _prepared(head, p)
     with threadpool_limits(threads):
-        chosen, _, _, fitted = _select(head, p.task, len(p.names), p.X, p.y, p.X_dev, p.y_dev,
+        chosen, _, _, fitted = _select(head, p.task, len(p.names), X, p.y, X_dev, p.y_dev,
                                        p.protocol, cfg, M.primary(p.task, cfg.metric), threads)
-        return fitted if fitted is not None else H.fit(H.build(head, p.task, chosen, cfg.seeds[0], threads),
-                                                       p.X, p.y)
+        if fitted is None:
+            fitted = H.fit(H.build(head, p.task, chosen, cfg.seeds[0], threads), X, p.y)
+        return _saved(transformer, fitted)
 
 
 def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeConfig, *,
-              threads: int = 1, heads_dir: Path | None = None) -> dict:
-    """Train and evaluate one head on one feature set; returns its record (not written)."""
+              pipeline: str | None = None, threads: int = 1,
+              heads_dir: Path | None = None) -> tuple[dict, Predictions]:
+    """Train and evaluate one head on one feature set; returns its record (not written) and
+    the report split's predictions it was computed from."""
     from threadpoolctl import threadpool_limits
 
-    p = load_problem(cache_path, features, head, cfg)
-    task, names, protocol, X, y = p.task, p.names, p.protocol, p.X, p.y
+    p = load_problem(cache_path, features, head, cfg, pipeline)
+    task, names, protocol = p.task, p.names, p.protocol
     if protocol.name == "mteb":
-        return p.base | _mteb(task, X, y, p.X_report, p.y_report, cfg, protocol, len(names))
+        record, stack = _mteb(task, p.X, p.y, p.X_report, p.y_report, cfg, protocol, len(names))
+        record["hyperparameters"]["normalized"] = bool(
+            features.pooling == "sentence" and p.sentence and p.sentence.get("normalize"))
+        return p.base | record, _predictions(p, task, stack, 0.5)
     metric = M.primary(task, cfg.metric)
     start = time.perf_counter()
     with threadpool_limits(threads):
-        chosen, threshold, search, fitted = _select(head, task, len(names), X, y, p.X_dev, p.y_dev,
+        transformer, X, X_dev, X_report = _prepared(head, p)
+        chosen, threshold, search, fitted = _select(head, task, len(names), X, p.y, X_dev, p.y_dev,
                                                     protocol, cfg, metric, threads)
-        per_seed, predict_seconds = [], 0.0
+        per_seed, stack, predict_seconds = [], [], 0.0
         for seed in cfg.seeds:
             if seed != cfg.seeds[0] and H.HEADS[head].deterministic:
                 per_seed.append(per_seed[0])  # the seed cannot change this head: same fit, same scores
+                stack.append(stack[0])
                 continue
             if fitted is None or seed != cfg.seeds[0]:
-                fitted = H.fit(H.build(head, task, chosen, seed, threads), X, y)
+                fitted = H.fit(H.build(head, task, chosen, seed, threads), X, p.y)
             t = time.perf_counter()
-            scores = H.predict_scores(fitted, p.X_report, task, len(names))
+            scores = H.predict_scores(fitted, X_report, task, len(names))
             predict_seconds += time.perf_counter() - t
             per_seed.append(M.evaluate(task, p.y_report, scores, threshold))
+            stack.append(scores)
             if heads_dir is not None:
-                save_head(fitted, heads_dir / record_name(features.name, f"{head}__seed{seed}")
-                          .replace(".json", ".joblib"))
+                save_head(_saved(transformer, fitted),
+                          heads_dir / record_name(features.name, f"{head}__seed{seed}").replace(".json", ".joblib"))
             fitted = None
     fit_seconds = time.perf_counter() - start - predict_seconds
+    predictions = _predictions(p, task, np.stack(stack), threshold)
     return p.base | new_record(
         protocol=vars(protocol) | ({"folds": cfg.folds} if protocol.name == "cv" else {}),
         hyperparameters=chosen, search=search, seeds=list(cfg.seeds), primary_metric=metric,
-        **_aggregate(per_seed), threshold=threshold if task == "multilabel" else None,
-        fit_seconds=round(fit_seconds, 3), predict_seconds=round(predict_seconds, 4))
+        **_aggregate(per_seed), metrics_ci=_intervals(task, predictions),
+        threshold=threshold if task == "multilabel" else None,
+        fit_seconds=round(fit_seconds, 3), predict_seconds=round(predict_seconds, 4)), predictions
+
+
+def _predictions(p: Problem, task: str, stack: np.ndarray, threshold: float) -> Predictions:
+    # Classification probabilities in float32 halve the file; the metrics do not notice.
+    dtype = np.float64 if task == "regression" else np.float32
+    return Predictions(p.ids_report, p.y_report, stack.astype(dtype), threshold)
+
+
+def _intervals(task: str, predictions: Predictions) -> dict[str, list[float]]:
+    return bootstrap.intervals(task, predictions.labels, predictions.scores, predictions.threshold)
 
 
 def _select(head, task, n_classes, X, y, X_dev, y_dev, protocol, cfg, metric, threads):
@@ -230,10 +309,13 @@ def undersample(y: np.ndarray, order: np.ndarray, per_label: int) -> list[int]:
     return picked
 
 
-def _mteb(task, X, y, X_report, y_report, cfg: ProbeConfig, protocol: Protocol, n_classes) -> dict:
-    """MTEB's logRegClassificationEvaluator: for each of n experiments, shuffle the training
-    indices (one RandomState, carried across experiments as MTEB does), keep the first k rows
-    of each label, fit LogisticRegression(max_iter=100) on the unscaled vectors; average."""
+def _mteb(task, X, y, X_report, y_report, cfg: ProbeConfig, protocol: Protocol,
+          n_classes) -> tuple[dict, np.ndarray]:
+    """MTEB's classification evaluator (mteb 2.x `AbsTaskClassification`): for each of n
+    experiments, shuffle the carried list of training indices with a fresh
+    `RandomState(seed)`, keep the first k rows of each label, fit
+    LogisticRegression(max_iter=100, random_state=seed) on the unscaled vectors; average.
+    Returns the record's fields and the experiments' scores (E, n, ...)."""
     import warnings
 
     from sklearn.exceptions import ConvergenceWarning
@@ -242,11 +324,10 @@ def _mteb(task, X, y, X_report, y_report, cfg: ProbeConfig, protocol: Protocol, 
     if task not in ("binary", "multiclass"):
         raise FeatxError(f"the mteb protocol is MTEB's classification evaluator: binary or "
                          f"multiclass tasks only, this one is {task}")
-    rng = np.random.RandomState(cfg.mteb_seed)
-    order = np.arange(len(y))
-    per_experiment, start = [], time.perf_counter()
+    order = list(range(len(y)))  # shuffled in place every experiment, as MTEB does
+    per_experiment, stack, start = [], [], time.perf_counter()
     for _ in range(cfg.mteb_experiments):
-        rng.shuffle(order)
+        np.random.RandomState(cfg.mteb_seed).shuffle(order)
         picked = undersample(y, order, cfg.mteb_samples_per_label)
         classifier = LogisticRegression(random_state=cfg.mteb_seed, max_iter=100)
         with warnings.catch_warnings():
@@ -254,12 +335,15 @@ def _mteb(task, X, y, X_report, y_report, cfg: ProbeConfig, protocol: Protocol, 
             classifier.fit(X[picked], y[picked])
         scores = H.predict_scores(classifier, X_report, task, n_classes)
         per_experiment.append(M.evaluate(task, y_report, scores))
+        stack.append(scores)
+    stack = np.stack(stack)
     return new_record(protocol=vars(protocol) | {"experiments": cfg.mteb_experiments,
                                                  "samples_per_label": cfg.mteb_samples_per_label},
                       hyperparameters={"max_iter": 100, "scaling": False}, search=[],
                       seeds=[cfg.mteb_seed], primary_metric="accuracy", **_aggregate(per_experiment),
-                      threshold=None, n_train_sampled=len(picked),
-                      fit_seconds=round(time.perf_counter() - start, 3), predict_seconds=None)
+                      metrics_ci=bootstrap.intervals(task, y_report, stack), threshold=None,
+                      n_train_sampled=len(picked), fit_seconds=round(time.perf_counter() - start, 3),
+                      predict_seconds=None), stack
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,12 +371,14 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
     log.info("probing %s: %d (features, head) fits in %d process(es) x %d thread(s)",
              path.name, len(jobs), workers, threads)
     start = time.perf_counter()
-    tasks = (delayed(probe_one)(str(path), features, head, cfg, threads=threads, heads_dir=heads_dir)
+    tasks = (delayed(probe_one)(str(path), features, head, cfg, pipeline=pipeline.name,
+                                threads=threads, heads_dir=heads_dir)
              for features, head in jobs)
     records = []
-    for record in tqdm(Parallel(n_jobs=workers, return_as="generator")(tasks), total=len(jobs),
-                       disable=not pipeline.progress, desc="probe", unit="fit"):
-        write_record(directory, record)
+    for record, predictions in tqdm(Parallel(n_jobs=workers, return_as="generator")(tasks),
+                                    total=len(jobs), disable=not pipeline.progress, desc="probe",
+                                    unit="fit"):
+        write_record(directory, record, predictions)
         records.append(record)
     if cfg.sweep:
         _write_sweep(directory, records, cfg)

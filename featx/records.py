@@ -37,7 +37,10 @@ import hashlib
 import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from featx import __version__
 from featx.errors import FeatxError
@@ -68,9 +71,47 @@ def write_json(path: Path, data) -> Path:
     return path
 
 
-def write_record(directory: Path, record: dict) -> Path:
-    return write_json(directory / record["stage"] / record_name(record["features"], record["head"]),
-                      record)
+@dataclass(frozen=True)
+class Predictions:
+    """What a record's test metrics were computed from, kept so the report can compare two
+    records on the same rows (paired bootstrap) without refitting anything."""
+    ids: np.ndarray
+    """(n,) row ids of the report split, in cache order."""
+    labels: np.ndarray
+    """The rows' labels, as stored in the cache."""
+    scores: np.ndarray
+    """(S, n, ...) one score array per seed, as `featx.metrics.evaluate` takes them."""
+    threshold: float
+    """The multilabel decision threshold (0.5 otherwise)."""
+
+
+def write_record(directory: Path, record: dict, predictions: Predictions | None = None) -> Path:
+    """Write the record; its predictions (if given) go beside it, named and hashed in it."""
+    path = directory / record["stage"] / record_name(record["features"], record["head"])
+    if predictions is not None:
+        scores = path.with_name(path.stem + ".scores.npz")
+        scores.parent.mkdir(parents=True, exist_ok=True)
+        tmp = scores.with_name(f".{scores.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            np.savez(f, ids=np.asarray(predictions.ids, dtype=str), labels=predictions.labels,
+                     scores=predictions.scores, threshold=np.float64(predictions.threshold))
+        os.replace(tmp, scores)
+        record = record | {"predictions": {"file": scores.name, "sha256": _sha256(scores)}}
+    return write_json(path, record)
+
+
+def read_predictions(directory: Path, record: dict) -> Predictions:
+    """The predictions a record was computed from, checked against the hash it names."""
+    entry = record.get("predictions") or {}
+    path = Path(directory) / record["stage"] / str(entry.get("file", ""))
+    if not entry.get("file") or not path.is_file():
+        raise FeatxError(f"the predictions of {record['features']}/{record['head']} are missing "
+                         f"({path}); rerun its stage (featx {record['stage']})")
+    if _sha256(path) != entry.get("sha256"):
+        raise FeatxError(f"{path} does not match the hash in its record: it belongs to another run "
+                         f"or was changed; rerun featx {record['stage']}")
+    with np.load(path, allow_pickle=False) as data:
+        return Predictions(data["ids"], data["labels"], data["scores"], float(data["threshold"]))
 
 
 def read_records(directory: Path) -> list[dict]:

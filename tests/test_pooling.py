@@ -40,6 +40,22 @@ def test_poolings_compute_in_float32():
         assert fn(hidden.bfloat16(), mask).dtype == torch.float32
 
 
+def test_sentence_embedding_follows_the_model_description():
+    from featx.backbone import SentenceSpec
+
+    hidden, mask = hand_batch()
+    states = (hidden * 0, hidden)  # the sentence embedding reads the last layer only
+    mean = pooling.pool("sentence", states, mask, (1,), None, SentenceSpec("mean", True, None))[:, 0]
+    expected = pooling.mean_pool(hidden, mask)
+    assert torch.allclose(mean, expected / expected.norm(dim=1, keepdim=True))
+    raw = pooling.pool("sentence", states, mask, (1,), None, SentenceSpec("cls", False, None))[:, 0]
+    assert torch.equal(raw, pooling.cls_pool(hidden, mask))
+    last = pooling.last_token_pool(hidden, mask)
+    assert torch.equal(last, torch.tensor([[3.0, -4.0], [2.0, -3.0]]))
+    sqrt_len = pooling.mean_sqrt_len_pool(hidden, mask)
+    assert torch.allclose(sqrt_len, torch.tensor([[4.0, -2.0], [1.5, 4.5]]) / torch.tensor([[2.0], [3.0]]).sqrt())
+
+
 def test_pool_stacks_layers():
     hidden, mask = hand_batch()
     states = (hidden, hidden * 2, hidden * 3)

@@ -59,8 +59,8 @@ CHANCE = {"binary": ("mcc", 0.0, 0.2), "multiclass": ("accuracy", 0.25, 0.12),
 def test_separable_is_near_perfect_and_noise_is_chance(tmp_path, task, head):
     cfg = ProbeConfig(heads=(head,))
     features = Features("mean", (0,))
-    good = probe_one(synthetic(tmp_path, task, True), features, head, cfg)
-    noise = probe_one(synthetic(tmp_path, task, False), features, head, cfg)
+    good, _ = probe_one(synthetic(tmp_path, task, True), features, head, cfg)
+    noise, _ = probe_one(synthetic(tmp_path, task, False), features, head, cfg)
     primary = good["primary_metric"]
     assert good["metrics"][primary] >= 0.9, (primary, good["metrics"])
     metric, chance, tolerance = CHANCE[task]
@@ -97,7 +97,7 @@ def test_regression_metrics_are_on_the_original_scale(tmp_path):
     features, labels, names = make_task("regression", True)
     labels = {k: v * 100 + 400 for k, v in labels.items()}  # raw scale: around 400
     path = write_synthetic_cache(tmp_path / "raw", "regression", features, labels, names)
-    record = probe_one(path, Features("mean", (0,)), "mlp", ProbeConfig())
+    record, _ = probe_one(path, Features("mean", (0,)), "mlp", ProbeConfig())
     assert record["metrics"]["mae"] > 1  # errors in target units, not standardised ones
     assert record["metrics"]["r2"] > 0.9
 
@@ -106,7 +106,7 @@ def test_cv_protocol_without_dev(tmp_path):
     features, labels, names = make_task("multiclass", True)
     del features["dev"], labels["dev"]
     path = write_synthetic_cache(tmp_path / "nodev", "multiclass", features, labels, names)
-    record = probe_one(path, Features("mean", (0,)), "logistic", ProbeConfig(folds=3))
+    record, _ = probe_one(path, Features("mean", (0,)), "logistic", ProbeConfig(folds=3))
     assert record["protocol"] == {"name": "cv", "select_on": "3-fold cv on train",
                                   "report_on": "test", "folds": 3}
     assert record["metrics"]["accuracy"] > 0.9
@@ -123,7 +123,7 @@ def test_choose_protocol():
 
 def test_seeds_give_mean_and_std(tmp_path):
     path = synthetic(tmp_path, "multiclass", False)
-    record = probe_one(path, Features("mean", (0,)), "mlp", ProbeConfig(seeds=(0, 1, 2)))
+    record, _ = probe_one(path, Features("mean", (0,)), "mlp", ProbeConfig(seeds=(0, 1, 2)))
     assert len(record["per_seed"]) == 3 and record["seeds"] == [0, 1, 2]
     values = [s["accuracy"] for s in record["per_seed"]]
     assert np.isclose(record["metrics"]["accuracy"], np.mean(values))
@@ -131,7 +131,7 @@ def test_seeds_give_mean_and_std(tmp_path):
 
 
 def test_multilabel_threshold_is_chosen_on_dev(tmp_path):
-    record = probe_one(synthetic(tmp_path, "multilabel", True), Features("mean", (0,)), "logistic",
+    record, _ = probe_one(synthetic(tmp_path, "multilabel", True), Features("mean", (0,)), "logistic",
                        ProbeConfig())
     assert record["threshold"] in M.THRESHOLDS
 
@@ -143,7 +143,7 @@ def test_mteb_draws_the_stated_number_per_label(tmp_path):
     assert np.bincount(y[picked]).tolist() == [3, 8, 8, 8, 8]
     path = synthetic(tmp_path, "multiclass", True)
     cfg = ProbeConfig(protocol="mteb", mteb_experiments=4, mteb_samples_per_label=6)
-    record = probe_one(path, Features("mean", (0,)), "logistic", cfg)
+    record, _ = probe_one(path, Features("mean", (0,)), "logistic", cfg)
     assert record["n_train_sampled"] == 4 * 6 and len(record["per_seed"]) == 4
     assert record["primary_metric"] == "accuracy" and record["protocol"]["name"] == "mteb"
     with pytest.raises(FeatxError, match="binary or multiclass"):
@@ -176,7 +176,7 @@ def test_saved_heads_are_hash_checked(tmp_path):
 
 
 def test_registry_matches_config():
-    assert tuple(H.HEADS) == config.HEAD_NAMES
+    assert tuple(H.HEADS) == config.HEAD_NAMES + config.BASELINES
 
 
 # ---------------------------------------------------------------------------------------------

