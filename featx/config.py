@@ -11,6 +11,7 @@ when run through `make`).
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import tomllib
 import types
@@ -262,25 +263,42 @@ class ProbeConfig:
             raise FeatxError("probe.folds must be >= 2; n_jobs >= 0; mteb_* >= 1")
 
 
+SEARCHES = ("halving", "full")
+
+
 @dataclass(frozen=True)
 class FinetuneConfig:
     head_input: str = "pooler"
     """What the linear head reads: "pooler" (BertForSequenceClassification's choice), "cls" or
     "mean" of the last layer, so a frozen probe and its fine-tuned counterpart use the same
     features."""
-    learning_rate: float = 2e-5
-    """AdamW learning rate for every weight. 2e-5..5e-5 is right for BERT fine-tuning; above
-    1e-4 is warned about, above 1e-3 refused (it destroys the pretrained weights)."""
+    learning_rates: tuple[float, ...] = (3e-5, 1e-4)
+    """AdamW learning rates tried (one value: no search), chosen on the selection split as the
+    probe chooses its hyperparameters. BERT-base wants 2e-5..5e-5, small models such as MiniLM
+    more; above 1e-4 is warned about, above 1e-3 refused (it destroys the pretrained weights)."""
+    search: str = "halving"
+    """How the learning rates are compared. halving: every candidate trains one epoch, the
+    better half trains on, one more epoch per round, until one is left; it then trains to
+    convergence. full: every candidate trains to convergence (costs more; a GPU affords it)."""
+    max_epochs: int = 0
+    """Epoch cap of every candidate, and the length of the learning-rate schedule; 0 scales it
+    to the data: enough epochs for 1,500 optimizer steps, at least 4, at most 20."""
+    patience: int = 2
+    """Stop after this many epochs in a row that gain less than `min_delta` on the best score."""
+    min_delta: float = 0.005
+    """The gain that counts as progress (0.005 = half a point of accuracy, MCC, F1 ...). A run
+    is converged when its last epoch gained less than this; otherwise its score is a lower
+    bound (a cap stopped it while it was still improving)."""
+    max_seconds: float | None = None
+    """Wall-time budget of the whole search; unset: 30 minutes on CPU, none on CUDA; 0: none.
+    A run the budget stops while still improving is recorded as not converged."""
     weight_decay: float = 0.01
     """AdamW weight decay, not applied to biases and LayerNorm weights."""
     warmup_ratio: float = 0.06
-    """Share of the steps with linear warmup, then linear decay to zero."""
-    epochs: int = 3
+    """Share of the schedule's steps with linear warmup, then linear decay to zero at max_epochs."""
     batch_size: int = 32
     max_grad_norm: float = 1.0
     """Gradient clipping (global L2 norm)."""
-    patience: int = 2
-    """Stop after this many epochs without a better dev score."""
     seed: int = 0
     dtype: str = "auto"
     """Autocast dtype: auto = bf16 on CUDA (fp16 + loss scaling where bf16 is unsupported),
@@ -292,26 +310,37 @@ class FinetuneConfig:
     validation_fraction: float = 0.1
     """Share of train held out to pick the best epoch when the data has no separate dev split
     beside its test split."""
+    keep_checkpoints: bool = False
+    """Keep every candidate's last weights and optimizer state after the run (default: only
+    the best model is kept)."""
     log_every: int = 10
     """Steps per point of the loss curve."""
 
     def __post_init__(self):
         check_choice(self.head_input, HEAD_INPUTS, "finetune.head_input")
         check_choice(self.dtype, COMPUTE_DTYPES, "finetune.dtype")
+        check_choice(self.search, SEARCHES, "finetune.search")
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
             raise FeatxError(f"unknown finetune.device {self.device!r}; "
                              "choose one of: 'auto', 'cpu', 'cuda', 'cuda:N'")
-        if not 0 < self.learning_rate <= MAX_LR:
-            raise FeatxError(
-                f"finetune.learning_rate = {self.learning_rate:g} is refused: above {MAX_LR:g} "
-                "fine-tuning overwrites what pretraining learned (1e-3 suits a head on frozen "
-                "features; BERT fine-tuning wants 2e-5..5e-5)")
-        if self.epochs < 1 or self.batch_size < 1 or self.patience < 1 or self.log_every < 1:
-            raise FeatxError("finetune.epochs, batch_size, patience and log_every must be >= 1")
+        if not self.learning_rates:
+            raise FeatxError("finetune.learning_rates is empty; give at least one, e.g. [5e-5]")
+        if len(set(self.learning_rates)) != len(self.learning_rates):
+            raise FeatxError(f"finetune.learning_rates lists a value twice: {list(self.learning_rates)}")
+        for lr in self.learning_rates:
+            if not 0 < lr <= MAX_LR:
+                raise FeatxError(
+                    f"finetune.learning_rates: {lr:g} is refused: above {MAX_LR:g} fine-tuning "
+                    "overwrites what pretraining learned (1e-3 suits a head on frozen features; "
+                    "BERT fine-tuning wants 2e-5..5e-5, small models up to 1e-4)")
+        if self.batch_size < 1 or self.patience < 1 or self.log_every < 1 or self.max_epochs < 0:
+            raise FeatxError("finetune.batch_size, patience and log_every must be >= 1, max_epochs >= 0")
         if not 0 <= self.warmup_ratio < 1 or not 0 < self.validation_fraction < 1:
             raise FeatxError("finetune.warmup_ratio must be in [0, 1), validation_fraction in (0, 1)")
-        if self.weight_decay < 0 or self.max_grad_norm <= 0:
-            raise FeatxError("finetune.weight_decay must be >= 0 and max_grad_norm > 0")
+        if self.weight_decay < 0 or self.max_grad_norm <= 0 or self.min_delta < 0:
+            raise FeatxError("finetune.weight_decay and min_delta must be >= 0, max_grad_norm > 0")
+        if self.max_seconds is not None and self.max_seconds < 0:
+            raise FeatxError("finetune.max_seconds must be >= 0 (0 = no budget; unset = automatic)")
 
 
 @dataclass(frozen=True)
@@ -421,8 +450,12 @@ def _coerce(value, hint, where: str):
         if origin is tuple and isinstance(value, (list, tuple)):
             item_type = typing.get_args(option)[0]
             if all(_is_instance(v, item_type) for v in value):
-                return tuple(value)
+                if item_type is float and not all(math.isfinite(v) for v in value):
+                    raise FeatxError(f"{where} must hold finite numbers, got {list(value)!r}")
+                return tuple(float(v) for v in value) if item_type is float else tuple(value)
         elif origin is None and option is not type(None) and _is_instance(value, option):
+            if option is float and not math.isfinite(value):
+                raise FeatxError(f"{where} must be a finite number, got {value!r}")
             return float(value) if option is float else value
     wanted = " or ".join(_type_name(o) for o in options)
     raise FeatxError(f"{where} must be {wanted}, got {value!r}")

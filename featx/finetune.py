@@ -3,9 +3,12 @@
 The model is BertForSequenceClassification's, for any backbone: pooled input -> dropout (the
 config's classifier_dropout, else hidden_dropout_prob) -> Linear initialised by the backbone's
 own `_init_weights` (N(0, initializer_range), zero bias; PyTorch's default Kaiming-uniform
-init is what makes hand-written heads train worse). Training: AdamW at 2e-5 (no decay on
-biases and LayerNorm), 6% linear warmup then linear decay, clipping at 1.0, 3 epochs,
-length-grouped batches, best epoch on dev kept (safetensors), early stopping, resumable.
+init is what makes hand-written heads train worse). Training: fused AdamW (no decay on biases
+and LayerNorm), 6% linear warmup then linear decay over `max_epochs`, clipping at 1.0,
+length-grouped batches of 32. The learning rate is searched on the selection split (successive
+halving over `learning_rates`), and the chosen one trains until its selection score stops
+improving (`patience` epochs gaining less than `min_delta`): the record says whether it
+converged or a cap stopped it. Best epoch kept (safetensors), resumable after every epoch.
 Regression is trained on standardised targets and reported on the original scale.
 """
 from __future__ import annotations
@@ -16,6 +19,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from featx import backbone as B
+from featx import bootstrap
 from featx import metrics as M
 from featx.cache import Cache
 from featx.config import MAX_LR, WARN_LR, FinetuneConfig, Pipeline
@@ -33,7 +38,7 @@ from featx.data import Split, stratified_assignment
 from featx.errors import FeatxError
 from featx.extract import Encoder, TORCH_DTYPES, default_token_budget, plan_batches
 from featx.pooling import cls_pool, mean_pool
-from featx.records import new_record, record_name, run_dir, write_record
+from featx.records import Predictions, new_record, record_name, run_dir, write_json, write_record
 
 log = logging.getLogger("featx")
 
@@ -237,15 +242,82 @@ def fold_probe(estimator, task: str, hidden: int, scaler: TargetScaler | None) -
 
 
 # ---------------------------------------------------------------------------------------------
-# The fine-tune stage
+# The fine-tune stage: a learning-rate search, each candidate trained until it stops improving
+
+# Auto max_epochs: enough epochs for this many optimizer steps, within these bounds.
+AUTO_STEPS, AUTO_MIN_EPOCHS, AUTO_MAX_EPOCHS = 1500, 4, 20
+CPU_BUDGET_SECONDS = 1800.0
+
+
+def auto_max_epochs(n_train: int, batch_size: int) -> int:
+    steps = math.ceil(n_train / batch_size)
+    return int(min(AUTO_MAX_EPOCHS, max(AUTO_MIN_EPOCHS, math.ceil(AUTO_STEPS / steps))))
+
+
+@dataclass
+class Setup:
+    """Everything a candidate's training needs, built once per stage run."""
+    cfg: FinetuneConfig
+    task: str
+    n_labels: int
+    metric: str
+    encoder: Encoder
+    train: Encoded
+    select: Encoded
+    scaler: TargetScaler | None
+    device: torch.device
+    dtype: torch.dtype
+    budget_tokens: int
+    max_epochs: int
+    max_seconds: float
+    directory: Path
+    run_hash: str
+    make_model: object
+    """() -> a fresh SequenceClassifier with the run's initial weights (same for every candidate)."""
+    progress: bool
+
+
+@dataclass
+class Candidate:
+    """One learning rate's training state; saved after every epoch, so a killed run resumes."""
+    learning_rate: float
+    epoch: int = 0
+    step: int = 0
+    best_score: float = float("-inf")
+    best_epoch: int = 0
+    stale: int = 0
+    """Epochs in a row that gained less than min_delta on the best score."""
+    threshold: float = 0.5
+    stopped_by: str | None = None
+    """None while it may go on; "patience", "max_epochs", "budget", "diverged" or "halving"."""
+    seconds: float = 0.0
+    train_rows: int = 0
+    eval_rows: int = 0
+    loss: list = dataclasses.field(default_factory=list)
+    select: list = dataclasses.field(default_factory=list)
+    weights_file: str | None = None
+    optimizer_file: str | None = None
+    """The last committed epoch's files (what a resumed run starts from)."""
+
+    @property
+    def name(self) -> str:
+        return f"lr-{self.learning_rate:g}"
+
+    @property
+    def converged(self) -> bool:
+        """The selection score stopped improving: the last epoch gained less than min_delta."""
+        return self.stale >= 1
 
 
 def run_finetune(pipeline: Pipeline) -> dict:
-    """Fine-tune the pipeline's backbone; write the record and the best checkpoint; return the record."""
+    """Fine-tune the pipeline's backbone: search the learning rates, train the chosen one until
+    the selection score stops improving, evaluate the best epoch; write the record and the best
+    checkpoint; return the record."""
     from featx.plan import make_plan
 
     cfg = pipeline.finetune
-    check_learning_rate(cfg.learning_rate)
+    for lr in cfg.learning_rates:
+        check_learning_rate(lr)
     plan = make_plan(pipeline)
     cache_path = plan.find_cache()
     with Cache(cache_path) as cache:
@@ -255,8 +327,9 @@ def run_finetune(pipeline: Pipeline) -> dict:
     task, names = plan.dataset.task, plan.dataset.label_names
     splits = plan.dataset.splits
     M.check_trainable(task, splits["train"].labels, names)
+    metric = M.primary(task, pipeline.probe.metric)  # chosen on and reported in the same metric
     run_hash = hashlib.sha256(json.dumps(
-        [dataclasses.asdict(cfg), key, pipeline.extract.max_length]).encode()).hexdigest()
+        [dataclasses.asdict(cfg), key, pipeline.extract.max_length, metric]).encode()).hexdigest()
     name = f"{cfg.head_input}{'-lpft' if cfg.init_head_from_probe else ''}-seed{cfg.seed}-{run_hash[:8]}"
     directory = run_dir(pipeline.runs_dir, key)
     checkpoints = directory / "finetune" / name
@@ -265,66 +338,304 @@ def run_finetune(pipeline: Pipeline) -> dict:
     done = directory / "finetune" / record_name(features, head)
     if done.is_file():
         previous = json.loads(done.read_text())
-        if previous.get("run_hash") == run_hash and (checkpoints / "best.safetensors").is_file():
+        if previous.get("run_hash") == run_hash and Path(previous.get("checkpoint", "")).is_file():
             log.info("already fine-tuned with this configuration: %s (delete it to train again)", done)
             return previous
 
     start = time.perf_counter()
     device = B.pick_device(cfg.device)
     dtype = TORCH_DTYPES[B.pick_dtype(cfg.dtype, device)]
-    tokenizer = B.load_tokenizer(plan.model.path)
-    encoder = Encoder(tokenizer, pipeline.extract.max_length)
+    encoder = Encoder(B.load_tokenizer(plan.model.path), pipeline.extract.max_length)
     select_split, report_split, train_rows, select_rows = _protocol_rows(plan.dataset, cfg)
     train = encode_split(encoder, splits["train"], train_rows)
+    if not len(select_rows):
+        raise FeatxError("the selection split is empty (the data has no dev split and train is too "
+                         "small to hold out finetune.validation_fraction of it); add rows or a dev split")
     select = encode_split(encoder, splits[select_split], select_rows)
     report = encode_split(encoder, splits[report_split], np.arange(len(splits[report_split])))
     scaler = TargetScaler.fit(train.labels) if task == "regression" else None
 
-    torch.manual_seed(cfg.seed)
-    backbone = B.load_model(plan.model, init=pipeline.model.init, seed=pipeline.model.seed,
-                            allow_pickle=pipeline.model.allow_pickle, pooler=cfg.head_input == "pooler")
-    model = SequenceClassifier(backbone, n_outputs(task, len(names)), cfg.head_input)
-    if cfg.init_head_from_probe:
-        _init_from_probe(model, pipeline, cache_path, plan.n_layers, task, scaler)
-    model.to(device)
-    budget = default_token_budget(device, str(dtype).removeprefix("torch."))
-    state = _train(model, encoder, train, select, task, scaler, cfg, device, dtype, budget,
-                   checkpoints, run_hash, pipeline.progress)
+    probe_head = (_probe_head(pipeline, cache_path, cfg.head_input, plan.n_layers, task, scaler)
+                  if cfg.init_head_from_probe else None)
+
+    def make_model() -> SequenceClassifier:
+        torch.manual_seed(cfg.seed)
+        backbone = B.load_model(plan.model, init=pipeline.model.init, seed=pipeline.model.seed,
+                                allow_pickle=pipeline.model.allow_pickle, pooler=cfg.head_input == "pooler")
+        model = SequenceClassifier(backbone, n_outputs(task, len(names)), cfg.head_input)
+        if probe_head is not None:  # LP-FT: the linear probe folded into the head
+            with torch.no_grad():
+                model.classifier.weight.copy_(torch.as_tensor(probe_head[0], dtype=torch.float32))
+                model.classifier.bias.copy_(torch.as_tensor(probe_head[1], dtype=torch.float32))
+        return model.to(device)
+
+    max_seconds = cfg.max_seconds if cfg.max_seconds is not None else (
+        0.0 if device.type == "cuda" else CPU_BUDGET_SECONDS)
+    setup = Setup(cfg, task, len(names), metric, encoder, train, select, scaler, device, dtype,
+                  default_token_budget(device, str(dtype).removeprefix("torch.")),
+                  cfg.max_epochs or auto_max_epochs(len(train.labels), cfg.batch_size),
+                  max_seconds, checkpoints, run_hash, make_model, pipeline.progress)
+    candidates = search(setup)
+    chosen = max((c for c in candidates if c.best_epoch), key=lambda c: (c.best_score, -c.learning_rate))
 
     from safetensors.torch import load_model
-    load_model(model, checkpoints / "best.safetensors", device=str(device))
+    model = make_model()
+    load_model(model, checkpoints / chosen.name / "best.safetensors", device=str(device))
     t = time.perf_counter()
-    logits = predict_logits(model, encoder, report, device, dtype, budget)
+    logits = predict_logits(model, encoder, report, device, dtype, setup.budget_tokens)
     predict_seconds = time.perf_counter() - t
-    metric_values = M.evaluate(task, report.labels, scores_from_logits(task, logits, scaler),
-                               state["threshold"])
-    metric = M.primary(task, pipeline.probe.metric)
+    scores = scores_from_logits(task, logits, scaler)
+    metric_values = M.evaluate(task, report.labels, scores, chosen.threshold)
+    best = _keep_best(checkpoints, chosen, cfg.keep_checkpoints)
+    predictions = Predictions(np.asarray(splits[report_split].ids), report.labels,
+                              scores[None].astype(np.float64 if task == "regression" else np.float32),
+                              chosen.threshold)
+    train_rows_total = sum(c.train_rows for c in candidates)
+    eval_rows_total = sum(c.eval_rows for c in candidates) + len(report.labels)
     record = new_record(
         stage="finetune", pipeline=pipeline.name, cache_key=key, task=task, features=features,
         pooling=cfg.head_input, layers=[plan.n_layers], head=head, init=pipeline.model.init,
+        baseline=None,
         protocol={"name": "finetune", "select_on": select_split if select_split != "train"
                   else f"{cfg.validation_fraction:.0%} of train", "report_on": report_split},
-        hyperparameters=dataclasses.asdict(cfg) | {"max_length": pipeline.extract.max_length,
-                                                   "dtype": str(dtype).removeprefix("torch.")},
-        search=[], seeds=[cfg.seed], primary_metric=metric, metrics=metric_values,
-        metrics_std={k: 0.0 for k in metric_values}, per_seed=[metric_values],
-        threshold=state["threshold"] if task == "multilabel" else None,
+        hyperparameters=dataclasses.asdict(cfg) | {
+            "learning_rate": chosen.learning_rate, "max_epochs": setup.max_epochs,
+            "max_seconds": max_seconds, "max_length": pipeline.extract.max_length,
+            "dtype": str(dtype).removeprefix("torch.")},
+        search=[_candidate_entry(c) for c in candidates], seeds=[cfg.seed], primary_metric=metric,
+        metrics=metric_values, metrics_std={k: 0.0 for k in metric_values}, per_seed=[metric_values],
+        metrics_ci=bootstrap.intervals(task, report.labels, predictions.scores, chosen.threshold),
+        threshold=chosen.threshold if task == "multilabel" else None,
         n_train=len(train.labels), n_eval=len(report.labels),
-        fit_seconds=round(state["train_seconds"], 3), predict_seconds=round(predict_seconds, 4),
-        learning_rate=cfg.learning_rate, epochs=state["epochs_run"], steps=state["step"],
-        best_epoch=state["best_epoch"], wall_seconds=round(time.perf_counter() - start, 3),
-        curve=state["curve"], device=str(device), run_hash=run_hash,
-        checkpoint=str(checkpoints / "best.safetensors"),
+        fit_seconds=round(sum(c.seconds for c in candidates), 3), predict_seconds=round(predict_seconds, 4),
+        learning_rate=chosen.learning_rate, epochs=chosen.epoch, steps=chosen.step,
+        best_epoch=chosen.best_epoch, converged=chosen.converged, stopped_by=chosen.stopped_by,
+        wall_seconds=round(time.perf_counter() - start, 3),
+        curve={"loss": chosen.loss, "select": chosen.select}, device=str(device), run_hash=run_hash,
+        checkpoint=str(best), checkpoint_bytes=best.stat().st_size,
         target_scaler={"mean": scaler.mean.tolist(), "std": scaler.std.tolist()} if scaler else None,
-        # Compute in backbone forward-pass equivalents (rows): a training step is a forward and
-        # a backward pass, about 3 forwards; evaluation passes count once.
-        backbone_forward_passes=3 * state["train_rows"] + state["eval_rows"] + len(report.labels),
-        train_rows_processed=state["train_rows"], eval_rows_processed=state["eval_rows"] + len(report.labels))
-    write_record(directory, record)
-    log.info("fine-tuned in %.0f s (best epoch %d of %d): %s = %.4f on %s; record %s",
-             record["wall_seconds"], state["best_epoch"], state["epochs_run"], metric,
+        # Compute in backbone forward-pass equivalents (rows), for the whole search: a training
+        # step is a forward and a backward pass, about 3 forwards; evaluation passes count once.
+        backbone_forward_passes=3 * train_rows_total + eval_rows_total,
+        train_rows_processed=train_rows_total, eval_rows_processed=eval_rows_total)
+    write_record(directory, record, predictions)
+    log.info("fine-tuned in %.0f s: learning rate %g, best epoch %d of %d (%s), %s = %.4f on %s; "
+             "record %s", record["wall_seconds"], chosen.learning_rate, chosen.best_epoch,
+             chosen.epoch, "converged" if chosen.converged else
+             f"NOT converged: stopped by {chosen.stopped_by} while still improving", metric,
              metric_values[metric], report_split, done)
     return record
+
+
+def search(setup: Setup) -> list[Candidate]:
+    """Train the learning-rate candidates (successive halving, or each to convergence); every
+    candidate's state is on disk after each epoch, so the decisions replay on resume."""
+    cfg = setup.cfg
+    candidates = [_load_state(setup, Candidate(lr)) for lr in cfg.learning_rates]
+    if len(candidates) == 1 or cfg.search == "full":
+        for candidate in candidates:
+            _train(setup, candidate, candidates, until=setup.max_epochs)
+    else:
+        alive, rung = list(candidates), 1
+        while len(alive) > 1:
+            for candidate in alive:
+                _train(setup, candidate, candidates, until=rung)
+            # A finished candidate (patience, cap) stays in the comparison with its best score.
+            ranked = sorted((c for c in alive if c.best_epoch), key=lambda c: -c.best_score)
+            keep = ranked[:math.ceil(len(alive) / 2)] or alive[:1]
+            for candidate in alive:
+                if candidate not in keep and candidate.stopped_by is None:
+                    candidate.stopped_by = "halving"
+                    _save_state(setup, candidate)
+            alive, rung = keep, rung + 1
+        _train(setup, alive[0], candidates, until=setup.max_epochs)
+    if not any(c.best_epoch for c in candidates):
+        raise FeatxError("fine-tuning produced no usable epoch: every learning rate diverged or the "
+                         "selection metric was never a number; check the data and the learning rates")
+    return candidates
+
+
+def _spent(candidates: list[Candidate]) -> float:
+    return sum(c.seconds for c in candidates)
+
+
+def _train(setup: Setup, candidate: Candidate, everyone: list[Candidate], until: int) -> None:
+    """Train `candidate` up to epoch `until` unless it stops first (patience, budget, divergence)."""
+    from safetensors.torch import load_model
+    from tqdm.auto import tqdm
+
+    cfg = setup.cfg
+    if candidate.stopped_by or candidate.epoch >= until:
+        return
+    folder = setup.directory / candidate.name
+    model = setup.make_model()
+    optimizer = _optimizer(model, cfg, candidate.learning_rate, setup.device)
+    steps_per_epoch = math.ceil(len(setup.train.labels) / cfg.batch_size)
+    total = steps_per_epoch * setup.max_epochs
+    scheduler = warmup_then_linear_decay(optimizer, math.ceil(cfg.warmup_ratio * total), total)
+    scaler_fp16 = torch.amp.GradScaler(setup.device.type, enabled=setup.dtype == torch.float16)
+    if candidate.epoch:  # resume: weights, optimizer, schedule and RNG as the last epoch left them
+        saved = torch.load(folder / candidate.optimizer_file, weights_only=True)
+        load_model(model, folder / candidate.weights_file, device=str(setup.device))
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        torch.set_rng_state(saved["torch_rng"])
+        log.info("resuming %s after epoch %d", candidate.name, candidate.epoch)
+    y = targets(setup.task, setup.train.labels, setup.scaler)
+    model.train()
+    while candidate.epoch < until:
+        if setup.max_seconds and candidate.epoch and _spent(everyone) + candidate.seconds / candidate.epoch > setup.max_seconds:
+            candidate.stopped_by = "budget"
+            log.warning("%s: the fine-tune budget (finetune.max_seconds = %.0f) is spent; stopping "
+                        "after epoch %d", candidate.name, setup.max_seconds, candidate.epoch)
+            break
+        epoch = candidate.epoch + 1
+        started = time.perf_counter()
+        rng = np.random.default_rng(cfg.seed * 1000 + epoch)  # the batch order is a function of the epoch
+        batches = length_grouped_batches(setup.train.lengths, cfg.batch_size, rng)
+        running, count = 0.0, 0
+        bar = tqdm(batches, desc=f"finetune {candidate.name} epoch {epoch}/{setup.max_epochs}",
+                   unit="step", disable=not setup.progress)
+        for rows in bar:
+            inputs = _to(setup.encoder.collate([setup.train.encodings[i] for i in rows]), setup.device)
+            with torch.autocast(setup.device.type, dtype=setup.dtype, enabled=setup.dtype != torch.float32):
+                logits = model(**inputs)
+            loss = LOSSES[setup.task](logits.float(), y[rows].to(setup.device))
+            if not torch.isfinite(loss):
+                return _diverged(setup, candidate, epoch, len(candidate.loss), everyone)
+            optimizer.zero_grad(set_to_none=True)
+            scaler_fp16.scale(loss).backward()
+            scaler_fp16.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            scaler_fp16.step(optimizer)
+            scaler_fp16.update()
+            scheduler.step()
+            candidate.step += 1
+            candidate.train_rows += len(rows)
+            running, count = running + loss.item(), count + 1
+            if candidate.step % cfg.log_every == 0 or count == len(batches):
+                candidate.loss.append([candidate.step, running / count])
+                bar.set_postfix_str(f"loss {running / count:.4f}", refresh=False)
+                running, count = 0.0, 0
+        bar.close()
+        _evaluate(setup, model, candidate, epoch)
+        candidate.seconds += time.perf_counter() - started
+        if candidate.stale >= cfg.patience:
+            candidate.stopped_by = "patience"
+        elif epoch >= setup.max_epochs:
+            candidate.stopped_by = "max_epochs"
+        _checkpoint(setup, model, optimizer, scheduler, candidate)
+        if candidate.stopped_by:
+            break
+    _save_state(setup, candidate)
+
+
+def _evaluate(setup: Setup, model, candidate: Candidate, epoch: int) -> None:
+    """Score the epoch on the selection split; keep the weights when they are the best yet."""
+    from safetensors.torch import save_model
+
+    logits = predict_logits(model, setup.encoder, setup.select, setup.device, setup.dtype,
+                            setup.budget_tokens)
+    candidate.eval_rows += len(setup.select.labels)
+    scores = scores_from_logits(setup.task, logits, setup.scaler)
+    threshold = M.choose_threshold(setup.select.labels, scores) if setup.task == "multilabel" else 0.5
+    score = M.evaluate(setup.task, setup.select.labels, scores, threshold)[setup.metric]
+    candidate.select.append([epoch, score])
+    candidate.epoch = epoch
+    log.info("%s epoch %d: %s on the selection split = %.4f", candidate.name, epoch, setup.metric, score)
+    if not math.isfinite(score):
+        candidate.stale += 1
+        return
+    gain = score - candidate.best_score
+    candidate.stale = 0 if gain >= setup.cfg.min_delta else candidate.stale + 1
+    if gain > 0:
+        candidate.best_score, candidate.best_epoch, candidate.threshold = score, epoch, threshold
+        folder = setup.directory / candidate.name
+        folder.mkdir(parents=True, exist_ok=True)
+        _atomic(lambda p: save_model(model, str(p)), folder / "best.safetensors")
+
+
+def _diverged(setup: Setup, candidate: Candidate, epoch: int, step: int, everyone) -> None:
+    """A non-finite loss: this learning rate is out (even its earlier epochs: it is unstable);
+    with no other candidate it is an error."""
+    candidate.stopped_by = "diverged"
+    message = (f"the fine-tune at learning rate {candidate.learning_rate:g} diverged: the training "
+               f"loss is not finite at epoch {candidate.epoch + 1}, step {candidate.step + 1}")
+    if len(everyone) == 1:
+        raise FeatxError(message + "; lower finetune.learning_rates or check the targets (no "
+                         "record is written for a diverged run)")
+    log.warning("%s; the candidate is dropped", message)
+    candidate.best_epoch, candidate.best_score = 0, float("-inf")  # never chosen
+    _save_state(setup, candidate)
+
+
+def _optimizer(model, cfg: FinetuneConfig, lr: float, device):
+    # The fused kernel (CPU and CUDA) does the whole update in one pass: measured 0.022 s against
+    # 0.081 s per step for all-MiniLM-L6-v2 on 2 CPU cores.
+    try:
+        return torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=lr, fused=True)
+    except (RuntimeError, TypeError):  # a device or dtype the fused kernel does not cover
+        return torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=lr)
+
+
+STATE_FIELDS = [f.name for f in dataclasses.fields(Candidate)]
+
+
+def _checkpoint(setup: Setup, model, optimizer, scheduler, candidate: Candidate) -> None:
+    """Commit the epoch: its weights and optimizer state under new names, then the state file
+    that names them (a crash before it leaves the previous epoch's files in charge), then
+    drop the older files."""
+    from safetensors.torch import save_model
+
+    folder = setup.directory / candidate.name
+    folder.mkdir(parents=True, exist_ok=True)
+    candidate.weights_file = f"epoch-{candidate.epoch}.safetensors"
+    candidate.optimizer_file = f"epoch-{candidate.epoch}.pt"
+    _atomic(lambda p: save_model(model, str(p)), folder / candidate.weights_file)
+    _atomic(lambda p: torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                                  "torch_rng": torch.get_rng_state()}, p), folder / candidate.optimizer_file)
+    _save_state(setup, candidate)
+    for old in folder.glob("epoch-*"):
+        if old.name not in (candidate.weights_file, candidate.optimizer_file):
+            old.unlink()
+
+
+def _save_state(setup: Setup, candidate: Candidate) -> None:
+    folder = setup.directory / candidate.name
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / "state.json", {"run_hash": setup.run_hash} | dataclasses.asdict(candidate))
+
+
+def _load_state(setup: Setup, candidate: Candidate) -> Candidate:
+    path = setup.directory / candidate.name / "state.json"
+    if not path.is_file():
+        return candidate
+    saved = json.loads(path.read_text())
+    if saved.get("run_hash") != setup.run_hash:
+        return candidate
+    return Candidate(**{k: saved[k] for k in STATE_FIELDS if k in saved})
+
+
+def _candidate_entry(candidate: Candidate) -> dict:
+    return {"params": {"learning_rate": candidate.learning_rate}, "score": candidate.best_score
+            if candidate.best_epoch else None, "epochs": candidate.epoch, "best_epoch": candidate.best_epoch,
+            "stopped_by": candidate.stopped_by, "converged": candidate.converged,
+            "seconds": round(candidate.seconds, 3), "curve": candidate.select}
+
+
+def _keep_best(checkpoints: Path, chosen: Candidate, keep_all: bool) -> Path:
+    """The chosen candidate's best weights as `best.safetensors`; unless asked to keep them,
+    every other file of the search goes (optimizer states are twice the model's size)."""
+    best = checkpoints / "best.safetensors"
+    source = checkpoints / chosen.name / "best.safetensors"
+    if keep_all:
+        shutil.copyfile(source, best)
+        return best
+    os.replace(source, best)
+    for folder in checkpoints.iterdir():
+        if folder.is_dir():
+            shutil.rmtree(folder)
+    return best
 
 
 def _protocol_rows(dataset, cfg: FinetuneConfig):
@@ -342,101 +653,17 @@ def _protocol_rows(dataset, cfg: FinetuneConfig):
     return "train", report, np.flatnonzero(~held), np.flatnonzero(held)
 
 
-def _init_from_probe(model: SequenceClassifier, pipeline: Pipeline, cache_path: Path,
-                     n_layers: int, task: str, scaler: TargetScaler | None) -> None:
+def _probe_head(pipeline: Pipeline, cache_path: Path, head_input: str, n_layers: int, task: str,
+                scaler: TargetScaler | None) -> tuple[np.ndarray, np.ndarray]:
+    """LP-FT's starting head: (weight, bias) of the logistic probe on the same features."""
     from featx.probe import Features, fit_selected
 
-    features = Features(model.head_input, (n_layers,))
+    features = Features(head_input, (n_layers,))
     estimator = fit_selected(cache_path, features, "logistic", pipeline.probe)
-    weight, bias = fold_probe(estimator, task, model.classifier.in_features, scaler)
-    with torch.no_grad():
-        model.classifier.weight.copy_(torch.as_tensor(weight, dtype=torch.float32))
-        model.classifier.bias.copy_(torch.as_tensor(bias, dtype=torch.float32))
+    with Cache(cache_path) as cache:
+        hidden = int(cache.meta["hidden_size"])
     log.info("LP-FT: head initialised from the logistic probe on %s", features.name)
-
-
-def _train(model, encoder, train: Encoded, select: Encoded, task, scaler, cfg: FinetuneConfig,
-           device, dtype, budget, checkpoints: Path, run_hash: str, progress: bool) -> dict:
-    """The epoch loop, resumable at epoch boundaries; returns the final training state."""
-    from safetensors.torch import load_model, save_model
-    from tqdm.auto import tqdm
-
-    y = targets(task, train.labels, scaler)
-    steps_per_epoch = math.ceil(len(train.labels) / cfg.batch_size)
-    total = steps_per_epoch * cfg.epochs
-    optimizer = torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=cfg.learning_rate)
-    scheduler = warmup_then_linear_decay(optimizer, math.ceil(cfg.warmup_ratio * total), total)
-    scaler_fp16 = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
-    state = {"epoch": 0, "step": 0, "best_score": float("-inf"), "best_epoch": 0, "stale": 0,
-             "threshold": 0.5, "train_seconds": 0.0, "train_rows": 0, "eval_rows": 0, "epochs_run": 0,
-             "curve": {"loss": [], "select": []}, "run_hash": run_hash}
-    checkpoints.mkdir(parents=True, exist_ok=True)
-    resume = checkpoints / "last.pt"
-    if resume.is_file():
-        saved = torch.load(resume, weights_only=True)
-        if saved["run_hash"] == run_hash:
-            load_model(model, checkpoints / saved["weights"], device=str(device))
-            optimizer.load_state_dict(saved["optimizer"])
-            scheduler.load_state_dict(saved["scheduler"])
-            torch.set_rng_state(saved["torch_rng"])
-            state.update({k: saved[k] for k in state})
-            log.info("resuming fine-tuning after epoch %d (of %d) from %s", state["epoch"],
-                     cfg.epochs, checkpoints)
-    metric = M.PRIMARY[task]
-    model.train()
-    while state["epoch"] < cfg.epochs and state["stale"] < cfg.patience:
-        epoch = state["epoch"] + 1
-        start = time.perf_counter()
-        rng = np.random.default_rng(cfg.seed * 1000 + epoch)  # the batch order is a function of the epoch
-        batches = length_grouped_batches(train.lengths, cfg.batch_size, rng)
-        running, count = 0.0, 0
-        bar = tqdm(batches, desc=f"finetune epoch {epoch}/{cfg.epochs}", unit="step",
-                   disable=not progress)
-        for rows in bar:
-            inputs = _to(encoder.collate([train.encodings[i] for i in rows]), device)
-            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-                logits = model(**inputs)
-            loss = LOSSES[task](logits.float(), y[rows].to(device))
-            optimizer.zero_grad(set_to_none=True)
-            scaler_fp16.scale(loss).backward()
-            scaler_fp16.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            scaler_fp16.step(optimizer)
-            scaler_fp16.update()
-            scheduler.step()
-            state["step"] += 1
-            state["train_rows"] += len(rows)
-            running, count = running + loss.item(), count + 1
-            if state["step"] % cfg.log_every == 0 or count == len(batches):
-                state["curve"]["loss"].append([state["step"], running / count])
-                bar.set_postfix_str(f"loss {running / count:.4f}", refresh=False)
-                running, count = 0.0, 0
-        state["train_seconds"] += time.perf_counter() - start
-        logits = predict_logits(model, encoder, select, device, dtype, budget)
-        state["eval_rows"] += len(select.labels)
-        scores = scores_from_logits(task, logits, scaler)
-        threshold = M.choose_threshold(select.labels, scores) if task == "multilabel" else 0.5
-        score = M.evaluate(task, select.labels, scores, threshold)[metric]
-        state["curve"]["select"].append([epoch, score])
-        log.info("epoch %d: %s on the selection split = %.4f", epoch, metric, score)
-        state["epoch"], state["epochs_run"] = epoch, epoch
-        if score > state["best_score"]:
-            state.update(best_score=score, best_epoch=epoch, stale=0, threshold=threshold)
-            _atomic(lambda p: save_model(model, str(p)), checkpoints / "best.safetensors")
-        else:
-            state["stale"] += 1
-        weights = f"epoch-{epoch}.safetensors"
-        _atomic(lambda p: save_model(model, str(p)), checkpoints / weights)
-        _atomic(lambda p: torch.save(state | {"weights": weights, "optimizer": optimizer.state_dict(),
-                                              "scheduler": scheduler.state_dict(),
-                                              "torch_rng": torch.get_rng_state()}, p), resume)
-        for old in checkpoints.glob("epoch-*.safetensors"):  # the committed epoch is all we need
-            if old.name != weights:
-                old.unlink()
-    if state["best_epoch"] == 0:
-        raise FeatxError("fine-tuning produced no usable epoch (the selection metric was never a "
-                         "number); check the data")
-    return state
+    return fold_probe(estimator, task, hidden, scaler)
 
 
 def _atomic(write, path: Path) -> None:

@@ -39,7 +39,7 @@ def test_cuda_fp32_is_close_to_cpu(make_pipeline, csv_dataset, tmp_path):
 def test_cuda_finetune_runs_in_bf16(make_pipeline, csv_dataset):
     from featx.finetune import run_finetune
 
-    pipeline = make_pipeline({"path": str(csv_dataset)}, finetune={"epochs": 1, "device": "cuda"})
+    pipeline = make_pipeline({"path": str(csv_dataset)}, finetune={"max_epochs": 1, "learning_rates": [1e-4], "device": "cuda"})
     extract(pipeline)
     record = run_finetune(pipeline)
     assert record["device"].startswith("cuda") and record["hyperparameters"]["dtype"] in ("bfloat16", "float16")

@@ -20,7 +20,7 @@ from featx.errors import FeatxError
 from featx.extract import Encoder, extract
 from featx.finetune import (LOSSES, SequenceClassifier, TargetScaler, fold_probe, length_grouped_batches,
                             parameter_groups, predict_logits, run_finetune, scores_from_logits,
-                            warmup_then_linear_decay, encode_split, _init_from_probe)
+                            warmup_then_linear_decay, encode_split, _probe_head)
 from tests.conftest import LABELS, WORDS, write_rows
 from tests.test_extract import run_featx, write_pipeline_toml
 
@@ -100,7 +100,7 @@ def test_learning_rate_guard(tmp_path, caplog):
 
     with pytest.raises(FeatxError, match="destroy|overwrites"):
         pipeline_from_dict({"name": "t", "data": {"builtin": "trec"},
-                            "finetune": {"learning_rate": 2e-3}})
+                            "finetune": {"learning_rates": [2e-5, 2e-3]}})
     with caplog.at_level(logging.WARNING, logger="featx"):
         check_learning_rate(5e-4)
     assert "high for fine-tuning" in caplog.text
@@ -168,7 +168,7 @@ def separable_rows(n: int, seed: int = 0) -> list[dict]:
 
 def test_tiny_dataset_is_overfitted(make_pipeline, tmp_path):
     data = write_rows(tmp_path / "d.csv", separable_rows(48))
-    pipeline = make_pipeline({"path": str(data)}, finetune={"learning_rate": 1e-3, "epochs": 20,
+    pipeline = make_pipeline({"path": str(data)}, finetune={"learning_rates": [1e-3], "max_epochs": 20,
                                                             "batch_size": 8, "patience": 20,
                                                             "log_every": 1, "head_input": "mean"})
     extract(pipeline)
@@ -177,6 +177,7 @@ def test_tiny_dataset_is_overfitted(make_pipeline, tmp_path):
     assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
     assert record["stage"] == "finetune" and record["features"] == "finetune:mean"
     assert record["epochs"] == 20 and record["steps"] == 20 * 5 and 1 <= record["best_epoch"] <= 20
+    assert record["stopped_by"] == "max_epochs" and record["learning_rate"] == 1e-3
     assert Path(record["checkpoint"]).is_file()
     for field in ("learning_rate", "wall_seconds", "curve", "metrics", "primary_metric", "protocol"):
         assert field in record
@@ -190,7 +191,7 @@ def test_regression_on_a_raw_scale(make_pipeline, tmp_path):
             for _ in range(40)]
     data = write_rows(tmp_path / "r.csv", rows)
     pipeline = make_pipeline({"path": str(data), "label": "score", "task": "regression"},
-                             finetune={"epochs": 1, "head_input": "mean"})
+                             finetune={"max_epochs": 1, "learning_rates": [1e-4], "head_input": "mean"})
     extract(pipeline)
     record = run_finetune(pipeline)
     assert 100 < record["target_scaler"]["mean"][0] < 300 and record["target_scaler"]["std"][0] > 50
@@ -203,7 +204,7 @@ def test_multilabel_uses_bce_and_a_threshold(make_pipeline, tmp_path):
     rows = [{"text": " ".join(rng.choice(WORDS, 5)), "tags": ["a", "b", "a,b"][i % 3]} for i in range(40)]
     data = write_rows(tmp_path / "m.csv", rows)
     pipeline = make_pipeline({"path": str(data), "label": "tags", "label_sep": ","},
-                             finetune={"epochs": 1, "head_input": "cls"})
+                             finetune={"max_epochs": 1, "learning_rates": [1e-4], "head_input": "cls"})
     extract(pipeline)
     record = run_finetune(pipeline)
     assert record["task"] == "multilabel" and record["threshold"] is not None
@@ -226,7 +227,10 @@ def test_lp_ft_head_starts_at_the_probe(make_pipeline, tmp_path, task, head_inpu
     plan = make_plan(pipeline)
     model = SequenceClassifier(B.load_model(plan.model, init="pretrained"), 3 if task == "multiclass" else 2,
                                head_input)
-    _init_from_probe(model, pipeline, cache_path, plan.n_layers, task, None)
+    weight, bias = _probe_head(pipeline, cache_path, head_input, plan.n_layers, task, None)
+    with torch.no_grad():
+        model.classifier.weight.copy_(torch.as_tensor(weight, dtype=torch.float32))
+        model.classifier.bias.copy_(torch.as_tensor(bias, dtype=torch.float32))
     encoder = Encoder(B.load_tokenizer(plan.model.path), pipeline.extract.max_length)
     test = encode_split(encoder, plan.dataset.splits["test"], np.arange(len(plan.dataset.splits["test"])))
     logits = predict_logits(model, encoder, test, torch.device("cpu"), torch.float32, 4096)
@@ -254,13 +258,13 @@ def test_fold_probe_for_regression_predicts_standardised_targets():
 def test_interrupted_training_resumes_from_the_last_epoch(tmp_path, tiny_bert):
     data = write_rows(tmp_path / "d.csv", separable_rows(600))
     toml = write_pipeline_toml(tmp_path / "p.toml", data, tiny_bert, tmp_path / "data")
-    toml.write_text(toml.read_text() + "[finetune]\nepochs = 4\npatience = 4\nbatch_size = 4\n"
-                    "learning_rate = 1e-4\n")
+    toml.write_text(toml.read_text() + "[finetune]\nmax_epochs = 4\npatience = 4\nbatch_size = 4\n"
+                    "learning_rates = [1e-4, 3e-4]\n")
     assert run_featx("extract", str(toml)).returncode == 0
     job = run_featx("finetune", str(toml), wait=False)
     deadline = time.time() + 120
     while time.time() < deadline and job.poll() is None:
-        if list((tmp_path / "data" / "runs").glob("*/finetune/*/last.pt")):
+        if list((tmp_path / "data" / "runs").glob("*/finetune/*/lr-*/state.json")):
             break
         time.sleep(0.01)
     assert job.poll() is None, "training finished before it could be interrupted"
@@ -268,7 +272,7 @@ def test_interrupted_training_resumes_from_the_last_epoch(tmp_path, tiny_bert):
     job.wait()
     resumed = run_featx("finetune", str(toml))
     assert resumed.returncode == 0, resumed.stderr
-    assert "resuming fine-tuning after epoch" in resumed.stderr
+    assert "resuming lr-" in resumed.stderr
     record = run_finetune(load_pipeline(toml))  # finished: reused, not retrained
     # an uninterrupted run of the same configuration, elsewhere, gives the same model
     clean = tmp_path / "clean.toml"

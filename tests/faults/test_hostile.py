@@ -106,7 +106,8 @@ def test_wrong_types(tmp_path, records, task, split_column, label_sep):
 
 KEYS = st.sampled_from(["name", "data", "model", "extract", "probe", "finetune", "data_dir", "progress",
                         "unknown", "builtin", "path", "poolings", "layers", "max_length", "dtype", "init",
-                        "learning_rate", "heads", "seeds", "task", "label", "folds", "head_input"])
+                        "learning_rates", "max_epochs", "max_seconds", "heads", "seeds", "task", "label", "folds",
+                        "head_input", "baselines"])
 TOML_VALUES = st.recursive(st.booleans() | st.integers(-10, 10**6) | st.floats(allow_nan=False, allow_infinity=False)
                            | st.text(max_size=12),
                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=4),

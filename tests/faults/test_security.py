@@ -79,7 +79,7 @@ def test_every_write_lands_inside_the_data_directory(make_pipeline, csv_dataset,
     monkeypatch.chdir(work)
     before = {p for p in tmp_path.rglob("*")}
     pipeline = make_pipeline({"path": str(csv_dataset)}, probe={"heads": ["logistic"], "poolings": ["mean"]},
-                             finetune={"epochs": 1, "head_input": "mean"})
+                             finetune={"max_epochs": 1, "learning_rates": [1e-4], "head_input": "mean"})
     extract(pipeline)
     run_probe(pipeline)
     run_finetune(pipeline)
