@@ -41,10 +41,12 @@ def cmd_finetune(pipeline: Pipeline) -> None:
 
 def cmd_report(pipeline: Pipeline) -> None:
     """Write the frozen-vs-tuned report (markdown, self-contained HTML, CSV) from the records."""
-    from featx.report import verdict, collect, write_report
+    import json
+
+    from featx.report import write_report
 
     paths = write_report(pipeline.runs_dir, pipeline.reports_dir, pipeline.name)
-    print(verdict(collect(pipeline.runs_dir, pipeline.name)).text)
+    print(json.loads(paths["json"].read_text())["text"])
     for path in paths.values():
         print(path)
 

@@ -397,13 +397,15 @@ def _write_sweep(directory: Path, records: list[dict], cfg: ProbeConfig) -> None
 
 
 def format_table(records: list[dict]) -> str:
-    """Records -> a fixed-width text table: features x head, primary metric mean ± std."""
+    """Records -> a fixed-width text table: features x head, primary metric mean ± std and its
+    95% bootstrap interval."""
     if not records:
         return "(no records)"
     task = records[0]["task"]
     names = list(M.NAMES[task])
-    rows = [["features", "head", "protocol", *names, "fit s"]]
-    for r in sorted(records, key=lambda r: (r["stage"] != "probe", r["features"], r["head"])):
+    rows = [["features", "head", "protocol", *names, "95% interval", "fit s"]]
+    for r in sorted(records, key=lambda r: (r["stage"] != "probe", bool(r.get("baseline")),
+                                            r["features"], r["head"])):
         primary = r["primary_metric"]
         cells = []
         for k in names:
@@ -411,9 +413,10 @@ def format_table(records: list[dict]) -> str:
             std = r["metrics_std"].get(k, 0.0)
             text = f"{value:.4f}" + (f"±{std:.4f}" if std else "")
             cells.append(f"*{text}" if k == primary else text)
+        low, high = (r.get("metrics_ci") or {}).get(primary) or (float("nan"), float("nan"))
         rows.append([r["features"], r["head"], r["protocol"]["name"], *cells,
-                     f"{r.get('fit_seconds') or 0:.1f}"])
+                     f"[{low:.4f}, {high:.4f}]", f"{r.get('fit_seconds') or 0:.1f}"])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines) + f"\n(* primary metric: {records[0]['primary_metric']})"
+    return "\n".join(lines) + f"\n(* primary metric: {records[0]['primary_metric']}, on {records[0]['n_eval']} rows)"

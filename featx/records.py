@@ -86,7 +86,8 @@ class Predictions:
 
 
 def write_record(directory: Path, record: dict, predictions: Predictions | None = None) -> Path:
-    """Write the record; its predictions (if given) go beside it, named and hashed in it."""
+    """Write the record; its predictions (if given) go beside it, named and hashed in the
+    record's `predictions` entry (added to `record` itself, so the caller's copy can find them)."""
     path = directory / record["stage"] / record_name(record["features"], record["head"])
     if predictions is not None:
         scores = path.with_name(path.stem + ".scores.npz")
@@ -96,7 +97,7 @@ def write_record(directory: Path, record: dict, predictions: Predictions | None 
             np.savez(f, ids=np.asarray(predictions.ids, dtype=str), labels=predictions.labels,
                      scores=predictions.scores, threshold=np.float64(predictions.threshold))
         os.replace(tmp, scores)
-        record = record | {"predictions": {"file": scores.name, "sha256": _sha256(scores)}}
+        record["predictions"] = {"file": scores.name, "sha256": _sha256(scores)}
     return write_json(path, record)
 
 

@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from featx.errors import FeatxError
 from featx.records import read_records
 
@@ -53,20 +55,28 @@ def collect(runs_dir: str | Path, pipeline: str) -> Inputs:
 
 
 def rows(inputs: Inputs) -> list[dict]:
-    """One row per record: main probes, then fine-tunes, then the control's."""
+    """One row per record: fine-tunes, probes (best selection score first), baselines, then
+    the control's."""
     def order(r):
-        return (r["init"] != "pretrained", r["stage"] != "probe", r["features"], r["head"])
+        group = (0 if r["stage"] == "finetune" else 2 if r.get("baseline") else 1)
+        return (r["init"] != "pretrained", group, -_selection_score(r), r["features"], r["head"])
     out = []
     for record in sorted(inputs.main + inputs.control, key=order):
         primary = record["primary_metric"]
+        ci = (record.get("metrics_ci") or {}).get(primary) or [None, None]
+        selection = _selection_score(record)
         out.append({
             "stage": record["stage"], "init": record["init"], "features": record["features"],
-            "head": record["head"], "protocol": record["protocol"]["name"], "primary_metric": primary,
+            "head": record["head"], "baseline": record.get("baseline") or "",
+            "protocol": record["protocol"]["name"], "primary_metric": primary,
             "primary": record["metrics"][primary], "primary_std": record["metrics_std"].get(primary, 0.0),
+            "primary_ci_low": ci[0], "primary_ci_high": ci[1],
+            "selection": selection if math.isfinite(selection) else None,
             **{f"metric:{k}": v for k, v in record["metrics"].items()},
             "train_seconds": _seconds(record), "backbone_forward_passes": record.get("backbone_forward_passes"),
             "cache_mb": round(record["cache_bytes"] / 1e6, 1) if record.get("cache_bytes") else None,
-            "seeds": len(record.get("seeds") or [1]),
+            "seeds": len(record.get("seeds") or [1]), "n_eval": record.get("n_eval"),
+            "converged": record.get("converged"),
         })
     return out
 
@@ -84,54 +94,159 @@ class Verdict:
     tuned: dict | None
     quality_ratio: float | None
     compute_ratio: float | None
+    comparison: dict | None = None
+    """The paired bootstrap of frozen against tuned (featx.bootstrap.paired), if it could run."""
+    lexical: dict | None = None
+    """The paired bootstrap of the best frozen probe against the TF-IDF baseline."""
 
 
-def verdict(inputs: Inputs) -> Verdict:
-    """Best frozen probe against the best fine-tune (pretrained backbone), with the numbers."""
-    probes = [r for r in inputs.main if r["stage"] == "probe" and r["protocol"]["name"] != "mteb"]
-    tunes = [r for r in inputs.main if r["stage"] == "finetune"]
-    if not probes:
+def verdict(inputs: Inputs, runs_dir: str | Path | None = None) -> Verdict:
+    """Best frozen probe against the best fine-tune (pretrained backbone), with the numbers.
+
+    Both sides are chosen by their selection score (dev or cross-validation), never by the test
+    score they report. With their predictions (`runs_dir`), the two are compared by a paired
+    bootstrap over the same test rows: the difference, its 95% interval and the ratio."""
+    backbone = [r for r in inputs.main if r["stage"] == "probe" and r["protocol"]["name"] != "mteb"
+                and not r.get("baseline")]
+    if not backbone:
         return Verdict("No probe records yet: run `make probe` to train heads on the cache.",
                        None, None, None, None)
-    primary = probes[0]["primary_metric"]
-    # Picked by the selection score (dev or cross-validation), never by the test score it
-    # reports: choosing the best of many probes on test would flatter the frozen side.
+    # Records of one metric only: a verdict never compares an accuracy with an MCC.
+    primary = max(backbone, key=lambda r: r["created"])["primary_metric"]
+    probes = [r for r in backbone if r["primary_metric"] == primary]
     frozen = max(probes, key=lambda r: (_selection_score(r), -(r.get("fit_seconds") or 0)))
     frozen_text = (f"best frozen ({frozen['pooling']}, layer{'s' if len(frozen['layers']) > 1 else ''} "
-                   f"{'+'.join(map(str, frozen['layers']))}, {frozen['head']})")
+                   f"{'+'.join(map(str, frozen['layers']))}, {frozen['head']}; chosen on "
+                   f"{frozen['protocol']['select_on']})")
+    f = _value(frozen, primary)
+    lexical, lexical_text = _lexical(inputs, frozen, primary, runs_dir)
+    tunes = [r for r in inputs.main if r["stage"] == "finetune" and r["primary_metric"] == primary]
     if not tunes:
-        return Verdict(f"{frozen_text[0].upper()}{frozen_text[1:]} reaches {primary} = "
-                       f"{_value(frozen, primary):.4f}. No fine-tune record yet: run `make finetune` "
-                       "for the baseline this is to be compared with.", frozen, None, None, None)
+        return Verdict(f"{_capital(frozen_text)} reaches {primary} = {_with_ci(frozen, primary)} on "
+                       f"{frozen.get('n_eval')} {frozen['protocol']['report_on']} rows. No fine-tune "
+                       f"record yet: run `make finetune` for the baseline this is to be compared with."
+                       f"{lexical_text}", frozen, None, None, None, None, lexical)
     tuned = max(tunes, key=_selection_score)
-    f, t = _value(frozen, primary), _value(tuned, primary)
+    t = _value(tuned, primary)
     frozen_cost = frozen.get("backbone_forward_passes") or 0
     tuned_cost = tuned.get("backbone_forward_passes") or 0
     compute = frozen_cost / tuned_cost if frozen_cost and tuned_cost else None
     cost_text = (f" for {_fraction(compute)} of the compute ({frozen_cost:,} vs {tuned_cost:,} backbone "
-                 "forward-pass equivalents: one extraction pass against training steps at ~3 "
-                 "forwards each plus evaluation)") if compute else ""
+                 "forward-pass equivalents: one extraction pass against the fine-tune's whole "
+                 "learning-rate search, training steps at ~3 forwards each plus evaluation)") if compute else ""
     wall = _wall(frozen, tuned)
-    if t > 0 and f >= 0:
-        ratio = f / t
-        head = (f"{frozen_text[0].upper()}{frozen_text[1:]} reaches {ratio:.1%} of the fine-tuned "
-                f"{primary} ({f:.4f} vs {t:.4f}){cost_text}.")
-        reading = ("Frozen features are good enough here." if ratio >= GOOD_ENOUGH else
-                   "Frozen features come close: use them to iterate, fine-tune for the last points."
-                   if ratio >= CLOSE else "Fine-tuning pays on this task.")
+    if not (math.isfinite(f) and math.isfinite(t)):
+        undefined = " and ".join(n for n, v in (("the frozen probe", f), ("the fine-tune", t)) if not math.isfinite(v))
+        return Verdict(f"No verdict: {primary} is undefined for {undefined} (a constant prediction or "
+                       "a single-class test split); see the table.", frozen, tuned, None, compute)
+    comparison = _paired(inputs, frozen, tuned, primary, runs_dir)
+    ratio = f / t if t > 0 and f >= 0 else None
+    if ratio is not None:
+        head = (f"{_capital(frozen_text)} reaches {ratio:.1%} of the fine-tuned {primary} "
+                f"({f:.4f} vs {t:.4f}){cost_text}.")
     else:  # a ratio of a negative or zero score means nothing; give the difference
-        ratio = None
-        head = (f"{frozen_text[0].upper()}{frozen_text[1:]}: {primary} {f:.4f} against {t:.4f} "
-                f"fine-tuned (difference {f - t:+.4f}){cost_text}.")
-        reading = "Frozen features are good enough here." if f >= t else "Fine-tuning pays on this task."
-    return Verdict(f"{head}{wall} {reading}", frozen, tuned, ratio, compute)
+        head = (f"{_capital(frozen_text)}: {primary} {f:.4f} against {t:.4f} fine-tuned "
+                f"(difference {f - t:+.4f}){cost_text}.")
+    reading = _reading(ratio, f, t, comparison, tuned)
+    text = f"{head}{_comparison_text(comparison, tuned)}{wall} {reading}{lexical_text}"
+    return Verdict(text, frozen, tuned, ratio, compute, comparison, lexical)
+
+
+def _capital(text: str) -> str:
+    return text[0].upper() + text[1:]
+
+
+def _comparison_text(comparison: dict | None, tuned: dict) -> str:
+    if comparison is None:
+        return (f" No interval: the records' predictions are missing or not on the same rows "
+                f"({tuned.get('n_eval')} test rows); rerun the probe and the fine-tune.")
+    low, high = comparison["difference_ci"]
+    text = (f" Paired bootstrap over the same {comparison['n']:,} {comparison['split']} rows: difference "
+            f"{comparison['difference']:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}]")
+    if comparison.get("ratio_ci") and all(math.isfinite(v) for v in comparison["ratio_ci"]):
+        text += f"; ratio 95% interval [{comparison['ratio_ci'][0]:.1%}, {comparison['ratio_ci'][1]:.1%}]"
+    return text + "."
+
+
+def _reading(ratio, f, t, comparison, tuned) -> str:
+    lower_bound = "" if tuned.get("converged", True) else (
+        f" The fine-tune did not converge (stopped by {tuned.get('stopped_by')} while its selection "
+        f"score was still rising): its {tuned['primary_metric']} is a lower bound, so fine-tuning "
+        "may do better than shown.")
+    if comparison is not None:
+        low, high = comparison["difference_ci"]
+        if low <= 0 <= high:
+            wide = high - low > 0.05
+            return ("No measurable difference: frozen features are as good as this test set can tell"
+                    + (" (the interval is wide: more test rows would tell smaller differences apart)."
+                       if wide else ".") + lower_bound)
+        if low > 0:
+            if lower_bound:
+                return ("Frozen features score higher, but" + lower_bound[0].lower() + lower_bound[1:]
+                        + " This does not show that fine-tuning cannot do better.")
+            return "Frozen features beat the fine-tune here: keep them."
+    if ratio is None:
+        return ("Frozen features are good enough here." if f >= t else "Fine-tuning pays on this task.") + lower_bound
+    return ("Frozen features are good enough here." if ratio >= GOOD_ENOUGH else
+            "Frozen features come close: use them to iterate, fine-tune for the last points."
+            if ratio >= CLOSE else "Fine-tuning pays on this task.") + lower_bound
+
+
+def _lexical(inputs: Inputs, frozen: dict, primary: str, runs_dir) -> tuple[dict | None, str]:
+    """Whether the backbone adds anything over TF-IDF: the best frozen probe against the
+    lexical baseline, paired on the same rows."""
+    lexical = [r for r in inputs.main if r.get("baseline") == "lexical" and r["primary_metric"] == primary]
+    if not lexical:
+        return None, ""
+    baseline = max(lexical, key=_selection_score)
+    comparison = _paired(inputs, frozen, baseline, primary, runs_dir)
+    value = _with_ci(baseline, primary)
+    if comparison is None:
+        return None, f" The TF-IDF baseline reaches {primary} = {value}."
+    low, high = comparison["difference_ci"]
+    if low <= 0:
+        return comparison, (f" TF-IDF + {baseline['head']} on the texts reaches {primary} = {value}, "
+                            f"within the interval of the best frozen probe (difference "
+                            f"{comparison['difference']:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}]): "
+                            "the backbone adds nothing measurable over word and character n-grams here.")
+    return comparison, (f" The backbone adds {comparison['difference']:+.4f} {primary} over TF-IDF on the "
+                        f"texts ({value}; 95% interval of the gain [{low:+.4f}, {high:+.4f}]).")
+
+
+def _paired(inputs: Inputs, a: dict, b: dict, metric: str, runs_dir) -> dict | None:
+    """featx.bootstrap.paired on the two records' stored predictions; None when either is
+    missing or they are not predictions of the same rows."""
+    from featx import bootstrap
+    from featx.records import read_predictions, run_dir
+
+    if runs_dir is None or a["task"] != b["task"]:
+        return None
+    try:
+        pa = read_predictions(run_dir(runs_dir, a["cache_key"]), a)
+        pb = read_predictions(run_dir(runs_dir, b["cache_key"]), b)
+    except FeatxError:
+        return None
+    if not (np.array_equal(pa.ids, pb.ids) and np.array_equal(pa.labels, pb.labels)):
+        return None
+    result = bootstrap.paired(a["task"], metric, pa.labels, (pa.scores, pa.threshold),
+                              (pb.scores, pb.threshold))
+    return result | {"split": a["protocol"]["report_on"]}
+
+
+def _with_ci(record: dict, metric: str) -> str:
+    value = _value(record, metric)
+    ci = (record.get("metrics_ci") or {}).get(metric)
+    if ci and all(v is not None and math.isfinite(v) for v in ci):
+        return f"{value:.4f} [{ci[0]:.4f}, {ci[1]:.4f}]"
+    return f"{value:.4f}"
 
 
 def _selection_score(record: dict) -> float:
     """The score a record's configuration was chosen by: its best dev / cv candidate, or the
     fine-tune's best epoch on its selection split."""
     if record["stage"] == "finetune":
-        scores = [value for _, value in (record.get("curve") or {}).get("select", [])]
+        scores = [c.get("score") for c in record.get("search") or []]
+        scores += [value for _, value in (record.get("curve") or {}).get("select", [])]
     else:
         scores = [c["score"] for c in record.get("search", [])]
     scores = [s for s in scores if s is not None and not math.isnan(s)]
@@ -140,7 +255,7 @@ def _selection_score(record: dict) -> float:
 
 def _value(record: dict, metric: str) -> float:
     value = record["metrics"].get(metric, float("nan"))
-    return -math.inf if value is None or math.isnan(value) else value
+    return float("nan") if value is None else value
 
 
 def _fraction(ratio: float) -> str:
@@ -286,17 +401,27 @@ def _plot_cost(inputs: Inputs):
 def table_rows(all_rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     """Header and cells of the report table (markdown and HTML share it)."""
     task_metrics = [k.removeprefix("metric:") for k in all_rows[0] if k.startswith("metric:")]
-    header = ["features", "head", "init", "protocol", "primary", *task_metrics, "train s",
-              "backbone passes", "cache MB"]
+    primary = all_rows[0]["primary_metric"]
+    header = ["features", "head", "init", "protocol", f"{primary} (95% interval)", "selection",
+              *[m for m in task_metrics if m != primary], "train s", "backbone passes", "cache MB", "note"]
     cells = []
     for row in all_rows:
         std = f" ± {row['primary_std']:.4f}" if row["primary_std"] else ""
+        interval = (f" [{row['primary_ci_low']:.4f}, {row['primary_ci_high']:.4f}]"
+                    if _finite(row["primary_ci_low"]) and _finite(row["primary_ci_high"]) else "")
+        note = {"majority": "baseline: majority", "lexical": "baseline: TF-IDF"}.get(row["baseline"], "")
+        if row["converged"] is False:
+            note = "not converged: a lower bound"
         cells.append([row["features"], row["head"], row["init"], row["protocol"],
-                      f"{row['primary_metric']} {row['primary']:.4f}{std}",
-                      *[_num(row.get(f"metric:{k}")) for k in task_metrics],
+                      f"{_num(row['primary'])}{std}{interval}", _num(row["selection"]),
+                      *[_num(row.get(f"metric:{k}")) for k in task_metrics if k != primary],
                       _num(row["train_seconds"], 1), f"{row['backbone_forward_passes'] or 0:,}",
-                      _num(row["cache_mb"], 1)])
+                      _num(row["cache_mb"], 1), note])
     return header, cells
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def _num(value, digits: int = 4) -> str:
@@ -306,22 +431,35 @@ def _num(value, digits: int = 4) -> str:
 
 
 def write_report(runs_dir: str | Path, reports_dir: str | Path, pipeline: str) -> dict[str, Path]:
-    """Build the report for one pipeline; returns the paths written."""
+    """Build the report for one pipeline; returns the paths written (md, html, csv, and json:
+    the verdict with its numbers)."""
     inputs = collect(runs_dir, pipeline)
     out_dir = Path(reports_dir) / pipeline
     out_dir.mkdir(parents=True, exist_ok=True)
     all_rows = rows(inputs)
     header, cells = table_rows(all_rows)
-    judged = verdict(inputs)
+    judged = verdict(inputs, runs_dir)
     images = plots(inputs)
     notes = _notes(inputs)
     for name, data in images.items():
         (out_dir / f"{name}.png").write_bytes(data)
-    paths = {"md": out_dir / "report.md", "html": out_dir / "report.html", "csv": out_dir / "results.csv"}
+    paths = {"md": out_dir / "report.md", "html": out_dir / "report.html", "csv": out_dir / "results.csv",
+             "json": out_dir / "verdict.json"}
     paths["md"].write_text(_markdown(inputs, header, cells, judged, images, notes))
     paths["html"].write_text(_html(inputs, header, cells, judged, images, notes))
     _csv(paths["csv"], all_rows)
+    _json(paths["json"], judged)
     return paths
+
+
+def _json(path: Path, judged: "Verdict") -> None:
+    from featx.records import write_json
+
+    pick = lambda r: None if r is None else {k: r.get(k) for k in (  # noqa: E731
+        "features", "head", "init", "primary_metric", "metrics", "metrics_ci", "n_eval", "converged")}
+    write_json(path, {"text": judged.text, "frozen": pick(judged.frozen), "tuned": pick(judged.tuned),
+                      "quality_ratio": judged.quality_ratio, "compute_ratio": judged.compute_ratio,
+                      "comparison": judged.comparison, "lexical": judged.lexical})
 
 
 def _notes(inputs: Inputs) -> list[str]:

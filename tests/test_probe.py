@@ -230,3 +230,67 @@ def test_probe_refuses_missing_features_and_missing_cache(make_pipeline, csv_dat
                          probe={"poolings": ["mean"], "layers": [9]})
     with pytest.raises(FeatxError, match="layer 9 does not exist"):
         run_probe(deep)
+
+
+# ---------------------------------------------------------------------------------------------
+# Baselines under the backbone, intervals, stored predictions
+
+
+def test_majority_and_tfidf_baselines(tmp_path, make_pipeline):
+    import random
+
+    from featx.extract import extract
+    from featx.records import read_predictions
+    from tests.conftest import LABELS, WORDS, write_rows
+
+    rng = random.Random(0)
+    own = {label: WORDS[i * 12:(i + 1) * 12] for i, label in enumerate(LABELS)}  # purely lexical
+    labels = [LABELS[0] if i % 5 == 0 else LABELS[i % 3] for i in range(300)]  # one class commoner
+    rows = [{"id": f"r{i}", "text": " ".join(rng.choice(own[label]) for _ in range(5)), "label": label}
+            for i, label in enumerate(labels)]
+    data = write_rows(tmp_path / "lexical.csv", rows)
+    pipeline = make_pipeline({"path": str(data)}, probe={"heads": ["logistic"], "poolings": ["mean"],
+                                                         "sweep": False})
+    path = extract(pipeline).path
+    records = {r["head"]: r for r in run_probe(pipeline)}
+    assert set(records) == {"logistic", "majority", "tfidf"}
+    majority, tfidf = records["majority"], records["tfidf"]
+    assert majority["baseline"] == "majority" and tfidf["baseline"] == "lexical"
+    assert majority["features"] == tfidf["features"] == "text" and majority["backbone_forward_passes"] == 0
+    with Cache(path) as cache:
+        test_labels = cache.labels("test")
+        commonest = np.bincount(cache.labels("train")).argmax()
+    assert majority["metrics"]["accuracy"] == pytest.approx(np.mean(test_labels == commonest))
+    assert tfidf["metrics"]["accuracy"] > 0.95  # the words give the class away
+    run = tmp_path / "data" / "runs" / tfidf["cache_key"][:16]
+    stored = read_predictions(run, tfidf)
+    assert stored.scores.shape == (1, len(test_labels), 3) and np.array_equal(stored.labels, test_labels)
+    for record in records.values():  # every metric has an interval around its value
+        for name, (low, high) in record["metrics_ci"].items():
+            assert low <= record["metrics"][name] + 1e-12 and record["metrics"][name] <= high + 1e-12, name
+    head = load_head(run / "heads" / "text__tfidf__seed0.joblib")  # predicts from raw texts
+    assert (head.predict(np.array(["dog dog dog"], dtype=object)).shape == (1,))
+
+
+def test_lexical_features_of_pairs_read_overlap_and_difference():
+    X = np.array([["the cat sat", "the cat sat"], ["the cat sat", "a dog ran"]], dtype=object)
+    features = H.LexicalFeatures().fit(X)
+    Z = features.transform(X).toarray()
+    half = Z.shape[1] // 2
+    assert Z.shape[0] == 2 and Z.shape[1] == 2 * half
+    assert np.all(Z[0, half:] == 0) and Z[0, :half].sum() > 0  # identical texts: no difference
+    assert Z[1, half:].sum() > 0
+
+
+def test_mteb_sampling_reseeds_every_experiment_as_mteb_does(tmp_path):
+    path = synthetic(tmp_path, "multiclass", True)
+    cfg = ProbeConfig(protocol="mteb", mteb_experiments=3, mteb_samples_per_label=5)
+    record, predictions = probe_one(path, Features("mean", (0,)), "logistic", cfg)
+    assert predictions.scores.shape[0] == 3  # one score array per experiment
+    with Cache(path) as cache:
+        y = cache.labels("train")
+    order = list(range(len(y)))  # mteb 2.x: a fresh RandomState(seed) shuffles the carried list
+    for _ in range(3):
+        np.random.RandomState(42).shuffle(order)
+    expected = undersample(y, order, 5)
+    assert record["n_train_sampled"] == len(expected)

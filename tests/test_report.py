@@ -67,7 +67,7 @@ def test_report_of_every_task_type(tmp_path, task):
                 fake("probe", task, "mean@3", "logistic", 0.40, init="random", key=CONTROL_KEY)]
     write_all(tmp_path / "runs", records)
     paths = write_report(tmp_path / "runs", tmp_path / "reports", "fx")
-    assert set(paths) == {"md", "html", "csv"} and all(p.is_file() for p in paths.values())
+    assert set(paths) == {"md", "html", "csv", "json"} and all(p.is_file() for p in paths.values())
 
     with open(paths["csv"]) as f:
         table = list(csv.DictReader(f))
@@ -135,3 +135,106 @@ def test_report_imports_no_torch(tmp_path):
             f"write_report({str(tmp_path / 'runs')!r}, {str(tmp_path / 'rep')!r}, 'fx'); "
             "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# The verdict on stored predictions: paired bootstrap, lower bounds, baselines
+
+
+def predictions_for(y, correct: float, seed: int, k: int = 4):
+    """Multiclass probabilities that are right on about `correct` of the rows."""
+    import numpy as np
+
+    from featx.records import Predictions
+
+    rng = np.random.default_rng(seed)
+    guess = np.where(rng.random(len(y)) < correct, y, (y + 1 + rng.integers(0, k - 1, len(y))) % k)
+    scores = np.full((len(y), k), 0.1 / (k - 1))
+    scores[np.arange(len(y)), guess] = 0.9
+    return Predictions(np.array([f"t{i}" for i in range(len(y))]), y, scores[None], 0.5)
+
+
+def with_predictions(record: dict, predictions) -> tuple[dict, object]:
+    from featx import metrics as M
+
+    values = M.evaluate("multiclass", predictions.labels, predictions.scores[0])
+    return record | {"metrics": values, "metrics_std": {k: 0.0 for k in values}}, predictions
+
+
+def write_pairs(runs: Path, pairs) -> None:
+    for record, predictions in pairs:
+        write_record(run_dir(runs, record["cache_key"]), record, predictions)
+
+
+def labels(n: int, seed: int = 0):
+    import numpy as np
+
+    return np.random.default_rng(seed).integers(0, 4, n)
+
+
+@pytest.mark.parametrize("n, tuned_correct, expected", [
+    (600, 0.80, "No measurable difference"),  # the same quality: the interval covers zero
+    (600, 0.97, "Fine-tuning pays"),          # measurably better fine-tune
+    (30, 0.90, "the interval is wide"),       # 30 rows cannot tell 0.80 from 0.90
+])
+def test_verdict_rests_on_a_paired_bootstrap(tmp_path, n, tuned_correct, expected):
+    y = labels(n)
+    frozen = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0), predictions_for(y, 0.80, 1))
+    tuned = with_predictions(fake("finetune", "multiclass", "finetune:pooler", "linear", 0) | {"converged": True},
+                             predictions_for(y, tuned_correct, 2))
+    write_pairs(tmp_path / "runs", [frozen, tuned])
+    judged = verdict(collect(tmp_path / "runs", "fx"), tmp_path / "runs")
+    assert expected in judged.text, judged.text
+    assert f"same {n:,} test rows" in judged.text
+    comparison = judged.comparison
+    assert comparison["n"] == n and comparison["difference_ci"][0] <= comparison["difference"] <= comparison["difference_ci"][1]
+    assert comparison["difference"] == pytest.approx(frozen[0]["metrics"]["accuracy"] - tuned[0]["metrics"]["accuracy"])
+
+
+def test_a_fine_tune_that_did_not_converge_is_a_lower_bound(tmp_path):
+    y = labels(800)
+    frozen = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0), predictions_for(y, 0.92, 1))
+    tuned = with_predictions(fake("finetune", "multiclass", "finetune:pooler", "linear", 0)
+                             | {"converged": False, "stopped_by": "budget"}, predictions_for(y, 0.50, 2))
+    write_pairs(tmp_path / "runs", [frozen, tuned])
+    text = verdict(collect(tmp_path / "runs", "fx"), tmp_path / "runs").text
+    assert "did not converge" in text and "lower bound" in text and "stopped by budget" in text
+    assert "beat the fine-tune" not in text
+
+
+def test_lexical_baseline_within_the_interval_is_said(tmp_path):
+    y = labels(500)
+    frozen = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0), predictions_for(y, 0.85, 1))
+    lexical = with_predictions(fake("probe", "multiclass", "text", "tfidf", 0) | {"baseline": "lexical"},
+                               predictions_for(y, 0.86, 3))
+    majority = with_predictions(fake("probe", "multiclass", "text", "majority", 0) | {"baseline": "majority"},
+                                predictions_for(y, 0.25, 4))
+    write_pairs(tmp_path / "runs", [frozen, lexical, majority])
+    judged = verdict(collect(tmp_path / "runs", "fx"), tmp_path / "runs")
+    assert judged.frozen["head"] == "logistic"  # baselines are never the frozen side
+    assert "adds nothing measurable" in judged.text
+    table = write_report(tmp_path / "runs", tmp_path / "reports", "fx")["md"].read_text()
+    assert "baseline: TF-IDF" in table and "baseline: majority" in table
+
+
+def test_predictions_of_other_rows_are_not_compared(tmp_path):
+    frozen = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0), predictions_for(labels(100), 0.8, 1))
+    other = predictions_for(labels(100, seed=5), 0.9, 2)
+    tuned = with_predictions(fake("finetune", "multiclass", "finetune:pooler", "linear", 0), other)
+    write_pairs(tmp_path / "runs", [frozen, tuned])
+    judged = verdict(collect(tmp_path / "runs", "fx"), tmp_path / "runs")
+    assert judged.comparison is None and "No interval" in judged.text
+
+
+def test_tampered_predictions_are_refused(tmp_path):
+    from featx.records import read_predictions
+
+    y = labels(50)
+    record, predictions = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0),
+                                           predictions_for(y, 0.8, 1))
+    path = write_record(run_dir(tmp_path, KEY), record, predictions)
+    saved = next(path.parent.glob("*.scores.npz"))
+    saved.write_bytes(saved.read_bytes()[:-8])
+    stored = __import__("json").loads(path.read_text())
+    with pytest.raises(FeatxError, match="does not match the hash"):
+        read_predictions(run_dir(tmp_path, KEY), stored)

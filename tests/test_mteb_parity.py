@@ -1,0 +1,74 @@
+"""featx's `mteb` protocol equals MTEB's own classification evaluator (the `mteb` package, run
+offline on featx's splits with the packaged all-MiniLM-L6-v2), within 0.1 point of accuracy."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from featx.config import load_pipeline
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+
+pytestmark = pytest.mark.slow
+
+
+def mteb_accuracy(cache, seed: int, samples_per_label: int, experiments: int) -> float:
+    """MTEB's AbsTaskClassification.evaluate on a task whose data loading reads the cache's
+    train and test splits, with sentence-transformers' encode of the same model."""
+    pytest.importorskip("mteb")
+    from datasets import Dataset, DatasetDict
+    from mteb.abstasks.classification import AbsTaskClassification
+    from mteb.abstasks.task_metadata import TaskMetadata
+    from mteb.models.sentence_transformer_wrapper import SentenceTransformerEncoderWrapper
+    from sentence_transformers import SentenceTransformer
+
+    class FeatxSplits(AbsTaskClassification):
+        metadata = TaskMetadata(
+            type="Classification", name="FeatxSplits", main_score="accuracy",
+            description="featx's cached splits", reference="https://example.org/featx",
+            dataset={"path": "featx", "revision": "local"}, category="t2t", eval_splits=["test"],
+            eval_langs=["eng-Latn"], date=("2026-01-01", "2026-01-01"), dialect=["Written"],
+            domains=[], task_subtypes=[], license="cc-by-4.0", annotations_creators="derived",
+            modalities=["text"], sample_creation="found", bibtex_citation="")
+
+        def load_data(self, **kwargs):
+            self.dataset = DatasetDict({split: Dataset.from_dict(
+                {"text": list(cache.texts(split)), "label": cache.labels(split).tolist()})
+                for split in ("train", "test")})
+            self.data_loaded = True
+
+    task = FeatxSplits(seed=seed)
+    task.samples_per_label, task.n_experiments = samples_per_label, experiments
+    model = SentenceTransformer(cache.meta["model_path"], device="cpu")
+    scores = task.evaluate(SentenceTransformerEncoderWrapper(model), split="test",
+                           encode_kwargs={"batch_size": 32, "show_progress_bar": False})
+    return scores["default"]["accuracy"]
+
+
+def featx_mteb(tmp_path, pipeline_file: Path, *overrides: str):
+    import featx
+    from featx.extract import extract
+    from featx.probe import run_probe
+
+    pipeline = load_pipeline(pipeline_file, [f"data_dir={tmp_path}", "progress=false",
+                                             'probe.protocol="mteb"', *overrides])
+    path = extract(pipeline).path
+    [record] = run_probe(pipeline)
+    return record, featx.open_cache(path)
+
+
+@pytest.mark.parametrize("pipeline_file, overrides", [
+    ("pipelines/trec.toml", ()),
+    ("pipelines/sst2.toml", ("data.max_rows=2000", 'extract.layers="last"')),
+])
+def test_mteb_protocol_equals_mteb(tmp_path, pipeline_file, overrides):
+    if "sst2" in pipeline_file and not (SHARED / "sst2").is_dir():
+        pytest.skip("../shared/data/sst2 is not here")
+    record, cache = featx_mteb(tmp_path, ROOT / pipeline_file, *overrides)
+    with cache:
+        assert record["features"].startswith("sentence@") and record["hyperparameters"]["normalized"]
+        theirs = mteb_accuracy(cache, seed=42, samples_per_label=8, experiments=10)
+    ours = record["metrics"]["accuracy"]
+    assert abs(ours - theirs) < 0.001, (ours, theirs)
