@@ -76,8 +76,30 @@ def cmd_info(pipeline: Pipeline) -> None:
             print(f"  {key}: {cache.meta.get(key)}")
 
 
+def cmd_predict(pipeline: Pipeline, args) -> None:
+    """Predict new texts with the verdict's frozen configuration (or --head, --finetuned)."""
+    from featx.predict import predict_file
+
+    result = predict_file(pipeline, args.input, head=args.head, finetuned=args.finetuned, out=args.out)
+    if result["metrics"]:
+        print(f"scored against the input's labels ({result['rows']} rows, 95% bootstrap intervals):")
+        for name, entry in result["metrics"].items():
+            low, high = entry["ci"] or (float("nan"), float("nan"))
+            print(f"  {name}: {entry['value']:.4f} [{low:.4f}, {high:.4f}]")
+    print(result["out"])
+
+
+def cmd_export(pipeline: Pipeline, args) -> None:
+    """Export the fine-tuned model as a Hugging Face folder, or a frozen head with its backbone."""
+    from featx.predict import export
+
+    print(export(pipeline, args.directory, head=args.head, finetuned=args.finetuned))
+
+
 COMMANDS = {"extract": cmd_extract, "probe": cmd_probe, "finetune": cmd_finetune,
             "report": cmd_report, "all": cmd_all, "info": cmd_info}
+# Commands with arguments of their own besides the pipeline and its overrides.
+USE = {"predict": cmd_predict, "export": cmd_export}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,9 +109,22 @@ def build_parser() -> argparse.ArgumentParser:
                         help="only warnings and errors, no progress bars")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug messages too")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, fn in COMMANDS.items():
+    for name, fn in (COMMANDS | USE).items():
         sub = commands.add_parser(name, help=fn.__doc__.splitlines()[0], description=fn.__doc__)
         sub.add_argument("pipeline", help="pipeline TOML file, e.g. pipelines/trec.toml")
+        if name == "predict":
+            sub.add_argument("input", help="file of texts (CSV, TSV, JSONL, Parquet; labels optional), "
+                             "or - for one text per line on stdin")
+        if name == "export":
+            sub.add_argument("directory", help="new folder to write")
+        if name in USE:
+            which = sub.add_mutually_exclusive_group()
+            which.add_argument("--head", help="features/head as in the report, e.g. mean@5/logistic "
+                               "(default: the verdict's best frozen configuration)")
+            which.add_argument("--finetuned", action="store_true", help="the best fine-tuned model")
+        if name == "predict":
+            sub.add_argument("--out", help="output file (.csv, .jsonl or .parquet; default "
+                             "data/predictions/<pipeline>.csv)")
         sub.add_argument("overrides", nargs="*", metavar="section.key=value",
                          help="override pipeline values, e.g. data.max_rows=500")
     return parser
@@ -103,7 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     overrides = list(args.overrides) + (["progress=false"] if args.quiet else [])
     try:
         pipeline = load_pipeline(args.pipeline, overrides)
-        COMMANDS[args.command](pipeline)
+        if args.command in USE:
+            USE[args.command](pipeline, args)
+        else:
+            COMMANDS[args.command](pipeline)
     except FeatxError as exc:
         print(f"featx: error: {exc}", file=sys.stderr)
         return 2

@@ -712,3 +712,55 @@ def _check_unique_ids(raw: dict[str, _Rows]) -> None:
                 raise FeatxError(f"duplicate id {row_id!r}: {seen[row_id]} and {where}; ids must be "
                                  "unique (fix the data or unset data.id to number the rows)")
             seen[row_id] = where
+
+
+# ---------------------------------------------------------------------------------------------
+# New texts to predict on (labels optional)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Rows to predict: ids, texts (and pairs), and their labels when the file has them."""
+    ids: list[str]
+    texts: list[str]
+    text_pairs: list[str] | None
+    labels: np.ndarray | None
+    """Encoded like the cache's labels (class indices, 0/1 rows, targets); None when absent."""
+    source: str
+
+
+def read_inputs(cfg: DataConfig, path: str, *, task: str, label_names, pairs: bool) -> Inputs:
+    """Read a file of new texts with the pipeline's column settings; `path` "-" reads one text
+    per line from stdin. Labels are read and checked against the cache's names when present."""
+    import sys
+
+    if path == "-":
+        texts = [line.rstrip("\n") for line in sys.stdin if line.strip()]
+        if pairs:
+            raise FeatxError("this pipeline classifies text pairs; stdin gives single texts: pass "
+                             "a file with both columns")
+        table = Table("<stdin>", ["text"], [{"text": t} for t in texts], list(range(1, len(texts) + 1)))
+        cfg = dataclasses.replace(cfg, text="text", text_pair=None, id=None)
+    else:
+        suffix_known = Path(path).suffix.lower() in (".csv", ".tsv", ".txt", ".jsonl", ".json",
+                                                     ".ndjson", ".parquet", ".pq")
+        table = read_table(path, dataclasses.replace(cfg, format=None if suffix_known else cfg.format))
+    if not table.rows:
+        raise FeatxError(f"{table.path} holds no rows to predict")
+    label = cfg.label if cfg.label is not None else "label"
+    label_columns = (label,) if isinstance(label, str) else tuple(label)
+    has_labels = all(c in table.columns for c in label_columns)
+    id_column = cfg.id if cfg.id in table.columns else ("id" if "id" in table.columns else None)
+    columns = _Columns(cfg.text or "text", cfg.text_pair if pairs else None,
+                       label_columns if has_labels else (), id_column, None, (), cfg.label_sep,
+                       cfg.label_regex)
+    rows = columns.extract(table)
+    ids = rows.ids if id_column else [f"row-{i}" for i in range(len(rows.texts))]
+    labels = None
+    if has_labels:
+        names = tuple(label_names)
+        index = {n: i for i, n in enumerate(names)}
+        if cfg.label_names is not None and task != "regression":
+            index = {str(i): i for i in range(len(names))} | index  # integer labels index the names
+        labels = _LabelEncoder(task, names, columns, index).encode(rows, "input")
+    return Inputs(ids, rows.texts, rows.pairs, labels, table.path)

@@ -372,6 +372,30 @@ def run(model, tokenizer, plan: Plan, todo: dict[str, np.ndarray], writer: Cache
     return stats
 
 
+def embed_rows(model, tokenizer, texts: list[str], pairs: list[str] | None,
+               layers: dict[str, tuple[int, ...]], *, max_length: int, device: torch.device,
+               compute_dtype: str, token_budget: int = 0, max_rows: int = 1024, sentence=None,
+               progress: bool = False) -> tuple[dict[str, np.ndarray], int]:
+    """The extraction loop in memory: {pooling: (n, len(layers), H) float32} in the texts'
+    order, and how many texts were truncated. Same batching, same forward pass as the cache."""
+    budget = token_budget or default_token_budget(device, compute_dtype)
+    rows = np.arange(len(texts))
+    out: dict[str, np.ndarray] = {}
+    truncated = 0
+    batches = tokenized_batches(tokenizer, texts, pairs, rows, max_length=max_length,
+                                token_budget=budget, max_rows=max_rows)
+    with tqdm(total=len(texts), unit="text", disable=not progress, desc="embed") as bar:
+        for batch, _ in _in_background(batches):
+            pooled = forward_pooled(model, batch, layers, device, compute_dtype, sentence)
+            for name, values in pooled.items():
+                if name not in out:
+                    out[name] = np.zeros((len(texts),) + tuple(values.shape[1:]), dtype=np.float32)
+                out[name][batch.rows] = values.cpu().numpy()
+            truncated += int(batch.truncated.sum())
+            bar.update(len(batch.rows))
+    return out, truncated
+
+
 def _report(path: Path, plan: Plan, stats: dict, seconds: float) -> None:
     computed = stats.get("rows_computed", 0)
     resumed = stats["rows_total"] - computed

@@ -106,27 +106,22 @@ def verdict(inputs: Inputs, runs_dir: str | Path | None = None) -> Verdict:
     Both sides are chosen by their selection score (dev or cross-validation), never by the test
     score they report. With their predictions (`runs_dir`), the two are compared by a paired
     bootstrap over the same test rows: the difference, its 95% interval and the ratio."""
-    backbone = [r for r in inputs.main if r["stage"] == "probe" and r["protocol"]["name"] != "mteb"
-                and not r.get("baseline")]
-    if not backbone:
+    frozen = best_frozen(inputs.main)
+    if frozen is None:
         return Verdict("No probe records yet: run `make probe` to train heads on the cache.",
                        None, None, None, None)
-    # Records of one metric only: a verdict never compares an accuracy with an MCC.
-    primary = max(backbone, key=lambda r: r["created"])["primary_metric"]
-    probes = [r for r in backbone if r["primary_metric"] == primary]
-    frozen = max(probes, key=lambda r: (_selection_score(r), -(r.get("fit_seconds") or 0)))
+    primary = frozen["primary_metric"]
     frozen_text = (f"best frozen ({frozen['pooling']}, layer{'s' if len(frozen['layers']) > 1 else ''} "
                    f"{'+'.join(map(str, frozen['layers']))}, {frozen['head']}; chosen on "
                    f"{frozen['protocol']['select_on']})")
     f = _value(frozen, primary)
     lexical, lexical_text = _lexical(inputs, frozen, primary, runs_dir)
-    tunes = [r for r in inputs.main if r["stage"] == "finetune" and r["primary_metric"] == primary]
-    if not tunes:
+    tuned = best_tuned(inputs.main, primary)
+    if tuned is None:
         return Verdict(f"{_capital(frozen_text)} reaches {primary} = {_with_ci(frozen, primary)} on "
                        f"{frozen.get('n_eval')} {frozen['protocol']['report_on']} rows. No fine-tune "
                        f"record yet: run `make finetune` for the baseline this is to be compared with."
                        f"{lexical_text}", frozen, None, None, None, None, lexical)
-    tuned = max(tunes, key=_selection_score)
     t = _value(tuned, primary)
     frozen_cost = frozen.get("backbone_forward_passes") or 0
     tuned_cost = tuned.get("backbone_forward_passes") or 0
@@ -150,6 +145,25 @@ def verdict(inputs: Inputs, runs_dir: str | Path | None = None) -> Verdict:
     reading = _reading(ratio, f, t, comparison, tuned)
     text = f"{head}{_comparison_text(comparison, tuned)}{wall} {reading}{lexical_text}"
     return Verdict(text, frozen, tuned, ratio, compute, comparison, lexical)
+
+
+def best_frozen(records: list[dict]) -> dict | None:
+    """The frozen configuration the verdict stands for: the backbone probe (no baseline, not
+    the mteb check) with the best selection score, among records of the newest metric (a
+    verdict never compares an accuracy with an MCC). Ties: the cheaper fit."""
+    backbone = [r for r in records if r["stage"] == "probe" and r["protocol"]["name"] != "mteb"
+                and not r.get("baseline")]
+    if not backbone:
+        return None
+    primary = max(backbone, key=lambda r: r["created"])["primary_metric"]
+    probes = [r for r in backbone if r["primary_metric"] == primary]
+    return max(probes, key=lambda r: (_selection_score(r), -(r.get("fit_seconds") or 0)))
+
+
+def best_tuned(records: list[dict], metric: str) -> dict | None:
+    """The fine-tune with the best selection score, in `metric`."""
+    tunes = [r for r in records if r["stage"] == "finetune" and r["primary_metric"] == metric]
+    return max(tunes, key=_selection_score) if tunes else None
 
 
 def _capital(text: str) -> str:

@@ -1,0 +1,181 @@
+"""Using the answer: featx predict / embed / load_predictor / export on the tiny BERT."""
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import featx
+from featx.cache import Cache
+from featx.errors import FeatxError
+from featx.extract import extract
+from featx.finetune import run_finetune
+from featx.predict import export, load_predictor, predict_file
+from featx.probe import run_probe
+from featx.records import load_head, read_predictions, run_dir
+from tests.conftest import write_rows
+from tests.test_finetune import separable_rows
+
+
+@pytest.fixture
+def trained(make_pipeline, tmp_path):
+    """A pipeline on separable data with its cache and probe records (logistic on mean)."""
+    data = write_rows(tmp_path / "d.csv", separable_rows(150))
+    pipeline = make_pipeline({"path": str(data), "id": "id"},
+                             probe={"heads": ["logistic"], "poolings": ["mean", "cls"], "sweep": False},
+                             finetune={"max_epochs": 1, "learning_rates": [1e-4], "head_input": "pooler"})
+    cache_path = extract(pipeline).path
+    records = run_probe(pipeline)
+    return pipeline, cache_path, records
+
+
+def cached_split(cache_path, split):
+    with Cache(cache_path) as cache:
+        return list(cache.ids(split)), list(cache.texts(split)), cache.labels(split), cache.label_names
+
+
+def write_texts(path, ids, texts, labels=None):
+    rows = [{"id": i, "text": t} | ({"label": l} if labels is not None else {})
+            for i, t, l in zip(ids, texts, labels if labels is not None else [None] * len(ids))]
+    return write_rows(path, rows)
+
+
+def read_csv(path):
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def test_predictions_equal_the_stored_head_on_cached_features(trained, tmp_path):
+    pipeline, cache_path, records = trained
+    ids, texts, labels, names = cached_split(cache_path, "test")
+    new = write_texts(tmp_path / "new.csv", ids[::-1], texts[::-1])  # unlabeled, another order
+    result = predict_file(pipeline, str(new), head="mean@2/logistic", out=tmp_path / "out.csv")
+    rows = read_csv(result["out"])
+    assert [r["id"] for r in rows] == ids[::-1] and result["metrics"] is None  # input order kept
+    head = load_head(run_dir(pipeline.runs_dir, records[0]["cache_key"]) / "heads" / "mean@2__logistic__seed0.joblib")
+    with Cache(cache_path) as cache:
+        expected = head.predict(cache.features("test", "mean", -1))[::-1]
+    assert [r["prediction"] for r in rows] == [names[i] for i in expected]
+    probabilities = np.array([[float(r[f"prob:{n}"]) for n in names] for r in rows])
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-6)
+
+
+def test_default_head_is_the_verdicts_and_labels_are_scored(trained, tmp_path):
+    from featx.report import best_frozen
+
+    pipeline, cache_path, records = trained
+    ids, texts, labels, names = cached_split(cache_path, "test")
+    labeled = write_texts(tmp_path / "labeled.csv", ids, texts, [names[i] for i in labels])
+    result = predict_file(pipeline, str(labeled), out=tmp_path / "scored.jsonl")
+    chosen = best_frozen(records)
+    assert f"{chosen['features']}/{chosen['head']}" in result["predictor"]
+    # the same rows the record was scored on: the same numbers
+    for name, value in chosen["metrics"].items():
+        assert result["metrics"][name]["value"] == pytest.approx(value, abs=1e-9), name
+    first = json.loads(result["out"].read_text().splitlines()[0])
+    assert first["label"] in names and first["prediction"] in names
+
+
+def test_finetuned_predictions_equal_the_fine_tunes(trained, tmp_path):
+    pipeline, cache_path, _ = trained
+    record = run_finetune(pipeline)
+    ids, texts, labels, names = cached_split(cache_path, "test")
+    predictor = load_predictor(pipeline, finetuned=True)
+    stored = read_predictions(run_dir(pipeline.runs_dir, record["cache_key"]), record)
+    np.testing.assert_allclose(predictor.scores(texts), stored.scores[0], atol=1e-5)
+    assert list(predictor.predict(texts[:3])) == [names[i] for i in stored.scores[0][:3].argmax(axis=1)]
+
+
+def test_export_of_a_fine_tune_loads_in_plain_transformers(trained, tmp_path):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline as hf_pipeline
+
+    pipeline, cache_path, _ = trained
+    run_finetune(pipeline)
+    folder = export(pipeline, tmp_path / "hf", finetuned=True)
+    _, texts, _, names = cached_split(cache_path, "test")
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert model.config.id2label == dict(enumerate(names))
+    inputs = tokenizer(texts[:4], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**inputs).logits.numpy()
+    ours = load_predictor(pipeline, finetuned=True).scores(texts[:4])
+    np.testing.assert_allclose(torch.softmax(torch.tensor(logits), dim=1).numpy(), ours, atol=1e-5)
+    classify = hf_pipeline("text-classification", model=str(folder), tokenizer=str(folder))
+    assert classify(texts[0])[0]["label"] in names
+    again = load_predictor(folder)  # the export reads back as a featx predictor
+    np.testing.assert_allclose(again.scores(texts[:4]), ours, atol=1e-5)
+
+
+def test_export_of_a_regression_fine_tune_is_on_the_original_scale(make_pipeline, tmp_path):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    rng = np.random.default_rng(0)
+    rows = [{"text": " ".join(rng.choice(["cat", "dog", "big", "small", "red"], 4)),
+             "score": float(rng.uniform(100, 400))} for _ in range(60)]
+    data = write_rows(tmp_path / "r.csv", rows)
+    pipeline = make_pipeline({"path": str(data), "label": "score", "task": "regression"},
+                             finetune={"max_epochs": 1, "learning_rates": [1e-4]})
+    extract(pipeline)
+    run_finetune(pipeline)
+    folder = export(pipeline, tmp_path / "hf", finetuned=True)
+    texts = [r["text"] for r in rows[:5]]
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    assert model.config.problem_type == "regression"
+    inputs = AutoTokenizer.from_pretrained(folder)(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        theirs = model(**inputs).logits.numpy()[:, 0]
+    ours = load_predictor(pipeline, finetuned=True).predict(texts)
+    np.testing.assert_allclose(theirs, ours, rtol=1e-5)
+    assert 100 < ours.mean() < 400  # target units, not standardised ones
+
+
+def test_export_of_a_frozen_head_reads_back(trained, tmp_path):
+    pipeline, cache_path, _ = trained
+    folder = export(pipeline, tmp_path / "frozen", head="cls@2/logistic")
+    moved = tmp_path / "moved"
+    folder.rename(moved)  # the manifest's paths are relative: the export can move
+    _, texts, _, _ = cached_split(cache_path, "dev")
+    ours = load_predictor(pipeline, "cls@2/logistic")
+    theirs = load_predictor(moved)
+    np.testing.assert_allclose(theirs.scores(texts), ours.scores(texts))
+    assert list(theirs.classes_) == list(ours.classes_)
+
+
+def test_embed_is_the_extractor(make_pipeline, csv_dataset, tiny_bert):
+    pipeline = make_pipeline({"path": str(csv_dataset)}, extract={"store_dtype": "float32"})
+    cache_path = extract(pipeline).path
+    with featx.open_cache(pipeline=pipeline) as cache:
+        assert cache.path == cache_path
+        texts = list(cache.texts("train"))
+        for pooling, layer in (("mean", -1), ("cls", 1), ("max", [0, 2])):
+            np.testing.assert_allclose(featx.embed(texts, model=str(tiny_bert), pooling=pooling, layer=layer),
+                                       cache.features("train", pooling, layer), atol=1e-5)
+
+
+def test_stdin_and_clear_errors(trained, tmp_path, monkeypatch, make_pipeline):
+    import io
+
+    pipeline, _, _ = trained
+    monkeypatch.setattr("sys.stdin", io.StringIO("the cat sat\n\nthe dog ran\n"))
+    rows = read_csv(predict_file(pipeline, "-", out=tmp_path / "stdin.csv")["out"])
+    assert [r["text"] for r in rows] == ["the cat sat", "the dog ran"]
+    with pytest.raises(FeatxError, match="these exist: .*mean@2/logistic"):
+        predict_file(pipeline, "-", head="mean@1/mlp")
+    empty = tmp_path / "empty.csv"
+    empty.write_text("id,text\n")
+    with pytest.raises(FeatxError, match="no rows to predict"):
+        predict_file(pipeline, str(empty))
+    blank = write_rows(tmp_path / "blank.csv", [{"id": "a", "text": "  "}])
+    with pytest.raises(FeatxError, match="text is empty"):
+        predict_file(pipeline, str(blank))
+    with pytest.raises(FeatxError, match="no fine-tune record"):
+        load_predictor(pipeline, finetuned=True)
+    fresh = make_pipeline({"path": str(tmp_path / "d.csv"), "id": "id"}, name="fresh",
+                          data_dir=str(tmp_path / "fresh"))
+    extract(fresh)
+    with pytest.raises(FeatxError, match="run `featx probe"):
+        load_predictor(fresh)
