@@ -32,7 +32,8 @@ STORE_DTYPES = ("float16", "float32")
 INITS = ("pretrained", "random")
 HEAD_NAMES = ("logistic", "mlp", "lightgbm")  # the registry is `featx.heads.HEADS`
 BASELINES = ("majority", "tfidf")  # heads under the backbone, on the texts (also in HEADS)
-PROTOCOLS = ("auto", "dev", "cv", "mteb")
+PROTOCOLS = ("auto", "dev", "cv", "holdout", "mteb")
+GRIDS = ("staged", "full")
 HEAD_INPUTS = ("pooler", "cls", "mean")
 # A backbone learning rate above this destroys pretrained weights (1e-3 is right for a head,
 # not for BERT: 2e-5..5e-5 is); above WARN_LR is unusual enough to say so.
@@ -221,12 +222,20 @@ class ProbeConfig:
     """Also probe every stored layer of `sweep_pooling` with `sweep_head` (the layer curve)."""
     sweep_pooling: str = "mean"
     sweep_head: str = "logistic"
+    grid: str = "staged"
+    """staged: the logistic head on every feature set (poolings x layers, and the layer sweep),
+    then the other heads on the feature set it scored best (selection score); full: every head
+    on every feature set (costs heads x feature sets fits)."""
     protocol: str = "auto"
     """auto: choose on dev and report on test when both exist; otherwise cross-validate on train
-    (cv) and report on test, or on dev when there is no test. mteb: MTEB's classification
-    evaluator (undersampled train, LogisticRegression max_iter=100, unscaled, mean accuracy)."""
+    (cv), or hold out part of train when it has more than cv_max_rows rows (holdout), and report
+    on test, or on dev when there is no test. mteb: MTEB's classification evaluator
+    (undersampled train, LogisticRegression max_iter=100, unscaled, mean accuracy)."""
     folds: int = 5
     """Folds for the cv protocol (stratified for classification)."""
+    cv_max_rows: int = 20_000
+    """Above this many training rows, auto selects on one held-out split (10% of train, 2,000 to
+    10,000 rows) instead of k folds."""
     seeds: tuple[int, ...] = (0,)
     """Seeds: hyperparameters are chosen with the first, every seed refits and is evaluated;
     records carry mean and std."""
@@ -252,6 +261,7 @@ class ProbeConfig:
         if self.poolings is not None and not self.poolings:
             raise FeatxError("probe.poolings is empty; leave it unset to probe every cached pooling")
         check_choice(self.protocol, PROTOCOLS, "probe.protocol")
+        check_choice(self.grid, GRIDS, "probe.grid")
         for item in self.layers:
             if isinstance(item, str):
                 check_choice(item, LAYER_SHORTHANDS, "probe.layers shorthand")

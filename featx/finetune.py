@@ -225,11 +225,7 @@ def fold_probe(estimator, task: str, hidden: int, scaler: TargetScaler | None) -
     """(weight (n_outputs, H), bias) such that the head computes the probe's decision function
     on raw features: W (x - mu) / sigma + b = (W / sigma) x + (b - (W / sigma) . mu)."""
     standardise, model = estimator[0], estimator[-1]
-    if task == "multilabel":
-        W = np.stack([e.coef_[0] for e in model.estimators_])
-        b = np.array([e.intercept_[0] for e in model.estimators_])
-    else:
-        W, b = np.atleast_2d(model.coef_), np.atleast_1d(model.intercept_)
+    W, b = np.atleast_2d(model.coef_), np.atleast_1d(model.intercept_)  # (outputs, H), (outputs,)
     W = W / standardise.scale_
     b = b - W @ standardise.mean_
     if task == "regression":  # the head predicts standardised targets

@@ -10,6 +10,7 @@ threshold chosen with the hyperparameters (on dev, or out of fold).
 """
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import time
@@ -25,8 +26,8 @@ from featx import metrics as M
 from featx.cache import Cache
 from featx.config import MODEL_POOLINGS, Pipeline, ProbeConfig
 from featx.errors import FeatxError
-from featx.records import (Predictions, new_record, record_name, run_dir, save_head, write_json,
-                           write_record)
+from featx.records import (Predictions, new_record, record_name, run_dir, save_head,
+                           selection_score, write_json, write_record)
 
 log = logging.getLogger("featx")
 
@@ -50,7 +51,8 @@ class Protocol:
     report_on: str
 
 
-def choose_protocol(requested: str, splits: list[str], folds: int) -> Protocol:
+def choose_protocol(requested: str, splits: list[str], folds: int, n_train: int = 0,
+                    cv_max_rows: int = 20_000) -> Protocol:
     report = "test" if "test" in splits else "dev"
     if report not in splits:
         raise FeatxError(f"the cache has only {splits}: probing needs a dev or test split to report on")
@@ -59,25 +61,47 @@ def choose_protocol(requested: str, splits: list[str], folds: int) -> Protocol:
     if requested == "dev" or (requested == "auto" and {"dev", "test"} <= set(splits)):
         if not {"dev", "test"} <= set(splits):
             raise FeatxError(f"probe.protocol = \"dev\" needs dev and test splits; the cache has "
-                             f"{splits} (use \"cv\" or \"auto\")")
+                             f"{splits} (use \"cv\", \"holdout\" or \"auto\")")
         return Protocol("dev", "dev", "test")
+    if requested == "holdout" or (requested == "auto" and n_train > cv_max_rows):
+        # Past cv_max_rows one held-out split is as good a judge as k folds at 1/k of the cost:
+        # the standard error of an accuracy on 2,000+ rows is already about 1 point or less.
+        return Protocol("holdout", f"{_holdout_rows(n_train)} rows held out of train", report)
     return Protocol("cv", f"{folds}-fold cv on train", report)
 
 
+def _holdout_rows(n_train: int) -> int:
+    """10% of train, at least 2,000 rows (or half of a small train), at most 10,000."""
+    return int(min(10_000, max(min(2_000, n_train // 2), n_train // 10)))
+
+
 def feature_sets(cache: Cache, cfg: ProbeConfig) -> list[tuple[Features, str]]:
-    """(features, head) pairs of the probe grid, the layer sweep and the baselines, without
-    repeats; checks that the cache holds every pooling and layer asked for (the error lists
-    what it has). Under the mteb protocol: MTEB's one classifier on the model's own embedding."""
+    """(features, head) pairs of the whole grid (every head on every feature set), the layer
+    sweep and the baselines, without repeats. `plan_jobs` stages them."""
+    first, heads = plan_jobs(cache, cfg)
+    features = dict.fromkeys(f for f, h in first if f != TEXT)
+    return list(dict.fromkeys(first + [(f, h) for f in features for h in heads]))
+
+
+def plan_jobs(cache: Cache, cfg: ProbeConfig) -> tuple[list[tuple[Features, str]], list[str]]:
+    """(first-stage jobs, heads of the second stage). Checks that the cache holds every pooling
+    and layer asked for (the error lists what it has).
+
+    staged: the first head (logistic) on every feature set, the sweep and the baselines; the
+    second stage runs the other heads on the feature set the first stage scored best. full: the
+    first stage is every head on every feature set. Under the mteb protocol: MTEB's one
+    classifier on the model's own embedding."""
     mteb = cfg.protocol == "mteb"
     poolings = cfg.poolings or (_mteb_poolings(cache) if mteb else tuple(cache.poolings))
     heads = ("logistic",) if mteb else cfg.heads
+    scouts = heads if cfg.grid == "full" else heads[:1]
     jobs = []
     for layer_spec in cfg.layers:
         for pooling in poolings:
             layers = tuple(cache.layer_indices(pooling, layer_spec))
             if pooling in MODEL_POOLINGS and isinstance(layer_spec, str) and layer_spec != "last":
                 continue  # the model's own poolings have only the last layer: nothing to concatenate
-            jobs += [(Features(pooling, layers), head) for head in heads]
+            jobs += [(Features(pooling, layers), head) for head in scouts]
     if cfg.sweep and not mteb:
         if cfg.sweep_pooling in cache.poolings:
             for layer in cache.layers(cfg.sweep_pooling):
@@ -86,7 +110,17 @@ def feature_sets(cache: Cache, cfg: ProbeConfig) -> list[tuple[Features, str]]:
             log.info("no layer sweep: the cache has no %r pooling", cfg.sweep_pooling)
     if not mteb:
         jobs += [(TEXT, name) for name in cfg.baselines]
-    return list(dict.fromkeys(jobs))
+    later = [] if mteb or cfg.grid == "full" else list(heads[1:])
+    outputs = len(cache.label_names)
+    for head in list(later):
+        limit = H.HEADS[head].max_outputs
+        if limit is not None and cache.task in ("multiclass", "multilabel") and outputs > limit:
+            later.remove(head)
+            log.info("%s is left out of the staged grid: %d %s make it cost classes x rounds x trees, "
+                     "more than the backbone pass (it was the weakest head on dense embeddings); "
+                     "probe.grid = \"full\" runs it", head, outputs,
+                     "classes" if cache.task == "multiclass" else "labels")
+    return list(dict.fromkeys(jobs)), later
 
 
 def _mteb_poolings(cache: Cache) -> tuple[str, ...]:
@@ -134,7 +168,8 @@ def load_problem(cache_path: str | Path, features: Features, head: str, cfg: Pro
                  pipeline: str | None = None) -> Problem:
     with Cache(cache_path) as cache:
         task, names = cache.task, cache.label_names
-        protocol = choose_protocol(cfg.protocol, cache.splits, cfg.folds)
+        protocol = choose_protocol(cfg.protocol, cache.splits, cfg.folds, cache.n_rows("train"),
+                                   cfg.cv_max_rows)
         load = lambda split: (_inputs(cache, split, features), cache.labels(split))  # noqa: E731
         X, y = load("train")
         M.check_trainable(task, y, names)
@@ -248,32 +283,63 @@ def _intervals(task: str, predictions: Predictions) -> dict[str, list[float]]:
 
 
 def _select(head, task, n_classes, X, y, X_dev, y_dev, protocol, cfg, metric, threads):
-    """Try every candidate of the head's grid; return the best (on dev or out of fold)."""
+    """Try every candidate of the head's grid; return the best (on dev, out of fold, or on the
+    held-out rows): (params, threshold, search, the fitted best estimator on dev or None).
+
+    A convex head walks its grid as a regularisation path: each fit starts from the previous
+    candidate's solution (scikit-learn's warm start), which costs a fraction of fresh fits."""
     seed = cfg.seeds[0]
-    search, best, best_fit = [], None, None
-    for params in H.HEADS[head].grid(task):
-        if protocol.name == "dev":
-            estimator = H.fit(H.build(head, task, params, seed, threads), X, y)
-            scores, target = H.predict_scores(estimator, X_dev, task, n_classes), y_dev
-        else:
-            estimator = None
-            scores, target = _out_of_fold(head, task, n_classes, params, X, y, cfg.folds, seed, threads), y
-        threshold = M.choose_threshold(target, scores) if task == "multilabel" else 0.5
-        value = M.evaluate(task, target, scores, threshold)[metric]
+    grid = H.HEADS[head].grid(task)
+    splits = _selection_splits(task, y, protocol, cfg.folds, seed)
+    held_scores: list[np.ndarray | None] = [None] * len(grid)
+    best_fit = [None] * len(grid)
+    for train_rows, held_rows in splits:
+        X_fit, y_fit = (X, y) if train_rows is None else (X[train_rows], y[train_rows])
+        X_held = X_dev if held_rows is None else X[held_rows]
+        estimator = None
+        for j, params in enumerate(grid):
+            estimator = H.step(head, task, params, seed, threads, previous=estimator)
+            H.fit(estimator, X_fit, y_fit)
+            scores = H.predict_scores(estimator, X_held, task, n_classes)
+            if held_rows is None:  # the dev protocol: keep the fit, it may be the chosen one
+                held_scores[j] = scores
+                best_fit[j] = copy.deepcopy(estimator) if H.HEADS[head].path else estimator
+                continue
+            if held_scores[j] is None:
+                held_scores[j] = np.zeros((len(y),) + scores.shape[1:])
+            held_scores[j][held_rows] = scores
+    target = y_dev if splits[0][1] is None else y
+    rows = None if protocol.name != "holdout" else splits[0][1]
+    search, best = [], None
+    for j, params in enumerate(grid):
+        scores, truth = (held_scores[j], target) if rows is None else (held_scores[j][rows], y[rows])
+        threshold = M.choose_threshold(truth, scores) if task == "multilabel" else 0.5
+        value = M.evaluate(task, truth, scores, threshold)[metric]
         search.append({"params": params, "score": value, "threshold": threshold})
-        if best is None or _better(value, best["score"]):
-            best, best_fit = search[-1], estimator
-    return best["params"], best["threshold"], search, best_fit
+        if best is None or _better(value, search[best]["score"]):
+            best = j
+    return search[best]["params"], search[best]["threshold"], search, best_fit[best]
 
 
 def _better(value: float, than: float) -> bool:
     return not np.isnan(value) and (np.isnan(than) or value > than)
 
 
-def _out_of_fold(head, task, n_classes, params, X, y, folds, seed, threads) -> np.ndarray:
-    from sklearn.model_selection import KFold, StratifiedKFold
+def _selection_splits(task, y, protocol: Protocol, folds: int, seed: int) -> list[tuple]:
+    """(train rows, held rows) per split; (None, None) for the dev protocol (all of train, dev)."""
+    from sklearn.model_selection import KFold, StratifiedKFold, train_test_split
 
-    if task in ("binary", "multiclass"):
+    if protocol.name == "dev":
+        return [(None, None)]
+    classes = task in ("binary", "multiclass")
+    if protocol.name == "holdout":
+        rows = np.arange(len(y))
+        counts = np.bincount(y) if classes else None
+        stratify = y if classes and counts[counts > 0].min() >= 2 else None
+        fit, held = train_test_split(rows, test_size=_holdout_rows(len(y)), random_state=seed,
+                                     stratify=stratify)
+        return [(np.sort(fit), np.sort(held))]
+    if classes:
         smallest = min(int(c) for c in np.bincount(y) if c > 0)
         if smallest < 2:
             raise FeatxError("a class has a single training example; cross-validation needs at "
@@ -281,14 +347,7 @@ def _out_of_fold(head, task, n_classes, params, X, y, folds, seed, threads) -> n
         splitter = StratifiedKFold(min(folds, smallest), shuffle=True, random_state=seed)
     else:
         splitter = KFold(folds, shuffle=True, random_state=seed)
-    out = None
-    for train, held_out in splitter.split(X, y):
-        estimator = H.fit(H.build(head, task, params, seed, threads), X[train], y[train])
-        scores = H.predict_scores(estimator, X[held_out], task, n_classes)
-        if out is None:
-            out = np.zeros((len(y),) + scores.shape[1:])
-        out[held_out] = scores
-    return out
+    return list(splitter.split(np.zeros(len(y)), y))
 
 
 def _aggregate(per_seed: list[dict]) -> dict:
@@ -351,8 +410,8 @@ def _mteb(task, X, y, X_report, y_report, cfg: ProbeConfig, protocol: Protocol,
 
 
 def run_probe(pipeline: Pipeline) -> list[dict]:
-    """Probe the pipeline's cache with its grid and layer sweep; write records; return them."""
-    from joblib import Parallel, delayed
+    """Probe the pipeline's cache with its grid, layer sweep and baselines; write records;
+    return them."""
     from tqdm.auto import tqdm
 
     from featx.plan import make_plan
@@ -360,30 +419,48 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
     cfg = pipeline.probe
     path = make_plan(pipeline).find_cache()
     with Cache(path) as cache:
-        jobs = feature_sets(cache, cfg)
+        first, later = plan_jobs(cache, cfg)
         choose_protocol(cfg.protocol, cache.splits, cfg.folds)  # fail before forking workers
         M.check_trainable(cache.task, cache.labels("train"), cache.label_names)
         directory = run_dir(pipeline.runs_dir, cache.key)
-    cores = os.cpu_count() or 1
-    workers = min(cfg.n_jobs or cores, len(jobs))
-    threads = max(1, cores // workers)  # processes x threads = cores: no oversubscription
     heads_dir = directory / "heads" if cfg.save_heads else None
-    log.info("probing %s: %d (features, head) fits in %d process(es) x %d thread(s)",
-             path.name, len(jobs), workers, threads)
+    total = len(first) + len(later)
+    log.info("probing %s: %d (features, head) fits%s", path.name, total,
+             f" ({len(later)} on the best feature set of the first {len(first)})" if later else "")
     start = time.perf_counter()
-    tasks = (delayed(probe_one)(str(path), features, head, cfg, pipeline=pipeline.name,
-                                threads=threads, heads_dir=heads_dir)
-             for features, head in jobs)
-    records = []
-    for record, predictions in tqdm(Parallel(n_jobs=workers, return_as="generator")(tasks),
-                                    total=len(jobs), disable=not pipeline.progress, desc="probe",
-                                    unit="fit"):
-        write_record(directory, record, predictions)
-        records.append(record)
+    records: list[dict] = []
+    with tqdm(total=total, disable=not pipeline.progress, desc="probe", unit="fit") as bar:
+        for stage in (first, None):
+            if stage is None:  # the second stage: the other heads on the best feature set
+                scouted = [r for r in records if not r.get("baseline")]
+                if not later or not scouted:
+                    break
+                best = max(scouted, key=lambda r: (selection_score(r), -(r.get("fit_seconds") or 0)))
+                chosen = Features(best["pooling"], tuple(best["layers"]))
+                log.info("second stage on %s (selection score %.4f): %s", chosen.name,
+                         selection_score(best), ", ".join(later))
+                stage = [(chosen, head) for head in later]
+            for record, predictions in _run_jobs(stage, path, cfg, pipeline.name, heads_dir):
+                write_record(directory, record, predictions)
+                records.append(record)
+                bar.update(1)
     if cfg.sweep:
         _write_sweep(directory, records, cfg)
     log.info("probe done in %.1f s; records in %s", time.perf_counter() - start, directory / "probe")
     return records
+
+
+def _run_jobs(jobs: list[tuple[Features, str]], path: Path, cfg: ProbeConfig, pipeline: str,
+              heads_dir: Path | None):
+    """probe_one over the jobs in parallel processes, processes x threads = cores."""
+    from joblib import Parallel, delayed
+
+    cores = os.cpu_count() or 1
+    workers = max(1, min(cfg.n_jobs or cores, len(jobs)))
+    threads = max(1, cores // workers)  # no oversubscription
+    tasks = (delayed(probe_one)(str(path), features, head, cfg, pipeline=pipeline, threads=threads,
+                                heads_dir=heads_dir) for features, head in jobs)
+    return Parallel(n_jobs=workers, return_as="generator")(tasks)
 
 
 def _write_sweep(directory: Path, records: list[dict], cfg: ProbeConfig) -> None:

@@ -71,6 +71,16 @@ def write_json(path: Path, data) -> Path:
     return path
 
 
+def selection_score(record: dict) -> float:
+    """The score a record's configuration was chosen by: its best dev / cv / held-out candidate,
+    or the fine-tune's best epoch on its selection split (-inf when there is none)."""
+    scores = [c.get("score") for c in record.get("search") or []]
+    if record["stage"] == "finetune":
+        scores += [value for _, value in (record.get("curve") or {}).get("select", [])]
+    scores = [s for s in scores if isinstance(s, (int, float)) and s == s]  # no None, no NaN
+    return max(scores) if scores else float("-inf")
+
+
 @dataclass(frozen=True)
 class Predictions:
     """What a record's test metrics were computed from, kept so the report can compare two

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from featx.errors import FeatxError
-from featx.records import read_records
+from featx.records import read_records, selection_score
 
 # How the verdict reads the quality ratio (best frozen / fine-tuned primary metric).
 GOOD_ENOUGH, CLOSE = 0.98, 0.90
@@ -59,12 +59,12 @@ def rows(inputs: Inputs) -> list[dict]:
     the control's."""
     def order(r):
         group = (0 if r["stage"] == "finetune" else 2 if r.get("baseline") else 1)
-        return (r["init"] != "pretrained", group, -_selection_score(r), r["features"], r["head"])
+        return (r["init"] != "pretrained", group, -selection_score(r), r["features"], r["head"])
     out = []
     for record in sorted(inputs.main + inputs.control, key=order):
         primary = record["primary_metric"]
         ci = (record.get("metrics_ci") or {}).get(primary) or [None, None]
-        selection = _selection_score(record)
+        selection = selection_score(record)
         out.append({
             "stage": record["stage"], "init": record["init"], "features": record["features"],
             "head": record["head"], "baseline": record.get("baseline") or "",
@@ -157,13 +157,13 @@ def best_frozen(records: list[dict]) -> dict | None:
         return None
     primary = max(backbone, key=lambda r: r["created"])["primary_metric"]
     probes = [r for r in backbone if r["primary_metric"] == primary]
-    return max(probes, key=lambda r: (_selection_score(r), -(r.get("fit_seconds") or 0)))
+    return max(probes, key=lambda r: (selection_score(r), -(r.get("fit_seconds") or 0)))
 
 
 def best_tuned(records: list[dict], metric: str) -> dict | None:
     """The fine-tune with the best selection score, in `metric`."""
     tunes = [r for r in records if r["stage"] == "finetune" and r["primary_metric"] == metric]
-    return max(tunes, key=_selection_score) if tunes else None
+    return max(tunes, key=selection_score) if tunes else None
 
 
 def _capital(text: str) -> str:
@@ -212,7 +212,7 @@ def _lexical(inputs: Inputs, frozen: dict, primary: str, runs_dir) -> tuple[dict
     lexical = [r for r in inputs.main if r.get("baseline") == "lexical" and r["primary_metric"] == primary]
     if not lexical:
         return None, ""
-    baseline = max(lexical, key=_selection_score)
+    baseline = max(lexical, key=selection_score)
     comparison = _paired(inputs, frozen, baseline, primary, runs_dir)
     value = _with_ci(baseline, primary)
     if comparison is None:
@@ -253,18 +253,6 @@ def _with_ci(record: dict, metric: str) -> str:
     if ci and all(v is not None and math.isfinite(v) for v in ci):
         return f"{value:.4f} [{ci[0]:.4f}, {ci[1]:.4f}]"
     return f"{value:.4f}"
-
-
-def _selection_score(record: dict) -> float:
-    """The score a record's configuration was chosen by: its best dev / cv candidate, or the
-    fine-tune's best epoch on its selection split."""
-    if record["stage"] == "finetune":
-        scores = [c.get("score") for c in record.get("search") or []]
-        scores += [value for _, value in (record.get("curve") or {}).get("select", [])]
-    else:
-        scores = [c["score"] for c in record.get("search", [])]
-    scores = [s for s in scores if s is not None and not math.isnan(s)]
-    return max(scores) if scores else -math.inf
 
 
 def _value(record: dict, metric: str) -> float:

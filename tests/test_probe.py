@@ -188,7 +188,8 @@ def test_featx_probe_end_to_end(make_pipeline, csv_dataset, tmp_path):
 
     pipeline = make_pipeline({"path": str(csv_dataset)},
                              probe={"heads": ["logistic", "lightgbm"], "poolings": ["mean", "cls"],
-                                    "layers": ["last", "last4"], "n_jobs": 2})
+                                    "layers": ["last", "last4"], "n_jobs": 2, "grid": "full",
+                                    "baselines": []})
     cache_path = extract(pipeline).path
     records = run_probe(pipeline)
     with Cache(cache_path) as cache:
@@ -213,6 +214,71 @@ def test_featx_probe_end_to_end(make_pipeline, csv_dataset, tmp_path):
     # a second run gives the same numbers (probe runs are idempotent)
     again = {(r["features"], r["head"]): r["metrics"] for r in run_probe(pipeline)}
     assert all(again[(r["features"], r["head"])] == r["metrics"] for r in records)
+
+
+def test_staged_grid_runs_the_other_heads_on_the_best_features(make_pipeline, csv_dataset):
+    from featx.extract import extract
+    from featx.records import selection_score
+
+    pipeline = make_pipeline({"path": str(csv_dataset)},
+                             probe={"heads": ["logistic", "mlp", "lightgbm"], "baselines": ["majority"]})
+    extract(pipeline)
+    records = run_probe(pipeline)
+    scouts = [r for r in records if r["head"] == "logistic"]
+    later = [r for r in records if r["head"] in ("mlp", "lightgbm")]
+    assert {r["pooling"] for r in scouts} == {"cls", "mean", "max", "pooler"}  # every cached pooling
+    best = max(scouts, key=selection_score)
+    assert len(later) == 2 and {r["features"] for r in later} == {best["features"]}
+    assert [r["head"] for r in records if r.get("baseline")] == ["majority"]
+
+
+def test_lightgbm_leaves_the_staged_grid_past_twenty_classes(tmp_path, caplog):
+    import logging
+
+    from featx.probe import plan_jobs
+
+    rng = np.random.default_rng(0)
+    names = [f"c{i}" for i in range(25)]
+    labels = {s: rng.integers(0, 25, n) for s, n in SPLITS.items()}
+    features = {s: rng.normal(size=(n, 1, 8)) for s, n in SPLITS.items()}
+    path = write_synthetic_cache(tmp_path / "many", "multiclass", features, labels, names)
+    with Cache(path) as cache, caplog.at_level(logging.INFO, logger="featx"):
+        _, later = plan_jobs(cache, ProbeConfig())
+    assert later == ["mlp"] and "lightgbm is left out" in caplog.text
+
+
+def test_warm_started_path_and_holdout_match_fresh_fits(tmp_path):
+    from featx.probe import _select
+
+    features, labels, names = make_task("multilabel", True, dim=10)
+    X, y = features["train"][:, 0], labels["train"]
+    cfg = ProbeConfig()
+    protocol = choose_protocol("holdout", ["train", "test"], 5, len(y))
+    assert protocol.name == "holdout" and "held out" in protocol.select_on
+    params, threshold, search, _ = _select("logistic", "multilabel", 3, X, y, None, None, protocol,
+                                           cfg, "micro_f1", 1)
+    held = np.sort(__import__("sklearn.model_selection", fromlist=["x"]).train_test_split(
+        np.arange(len(y)), test_size=len(y) // 2, random_state=0)[1])
+    for candidate in search:  # each warm-started candidate scores as a fresh fit would
+        fresh = H.fit(H.build("logistic", "multilabel", candidate["params"]), np.delete(X, held, 0),
+                      np.delete(y, held, 0))
+        scores = H.predict_scores(fresh, X[held], "multilabel", 3)
+        value = M.evaluate("multilabel", y[held], scores, candidate["threshold"])["micro_f1"]
+        assert value == pytest.approx(candidate["score"], abs=0.01)
+    assert choose_protocol("auto", ["train", "test"], 5, 50_000).name == "holdout"
+    assert choose_protocol("auto", ["train", "test"], 5, 5_000).name == "cv"
+
+
+def test_joint_multilabel_logistic_equals_one_fit_per_label():
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 12))
+    Y = (X @ rng.normal(size=(12, 4)) + rng.normal(size=(400, 4)) > 0.5).astype(int)
+    joint = H.MultilabelLogistic(C=0.5).fit(X, Y)
+    for j in range(4):
+        alone = LogisticRegression(C=0.5, max_iter=2000).fit(X, Y[:, j])
+        np.testing.assert_allclose(joint.predict_proba(X)[:, j], alone.predict_proba(X)[:, 1], atol=2e-3)
 
 
 def test_probe_refuses_missing_features_and_missing_cache(make_pipeline, csv_dataset):
