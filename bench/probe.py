@@ -1,46 +1,114 @@
-"""Probe cost against the backbone: the default `make probe` grid and the logistic head alone,
-beside one backbone pass over the same data (the built-in TREC pipeline), in one run."""
+"""Probe cost against the backbone, per dataset, in one run: one extraction pass, the default
+`make probe` grid, and the previous default grid (every head on cls/mean/pooler/max of the last
+layer plus the layer sweep, k-fold cross-validation whatever the size) on the same cache.
+
+Target: the default grid costs at most 3x one extraction pass, and its best selection score is
+within 0.5 points of the previous grid's. The previous grid runs in a child process with a
+time cap (it can take hours on large label sets); when the cap stops it, its time is a lower
+bound and its best score is the best of the fits it finished.
+
+Datasets: built-in TREC coarse (6 classes) and fine (47), and when ../shared/data is present,
+GoEmotions (43,410 train, 28 labels, multilabel) and SST-2's full train (67,349, binary).
+"""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from bench.common import machine, save, table
-from featx.config import load_pipeline
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+DATASETS = [  # (name, pipeline file, overrides, needs ../shared/data)
+    ("TREC coarse", "pipelines/trec.toml", [], False),
+    ("TREC fine", "pipelines/trec-fine.toml", [], False),
+    ("GoEmotions", "pipelines/goemotions.toml", [], True),
+    ("SST-2 full train", "pipelines/sst2.toml", [], True),
+]
+PREVIOUS = ['probe.grid="full"', 'probe.poolings=["cls","mean","pooler","max"]', "probe.baselines=[]",
+            "probe.cv_max_rows=1000000000"]
+PREVIOUS_CAP_S = int(os.environ.get("FEATX_BENCH_PREVIOUS_CAP", "1200"))
+TARGET = 3.0
+
+
+def _probe_child(pipeline_file: str, overrides: list[str], cap: float) -> tuple[float, bool]:
+    """Run `featx probe` in a child process, stopped at `cap` seconds: (seconds, finished)."""
+    command = [sys.executable, "-m", "featx", "-q", "probe", pipeline_file, *overrides]
+    start = time.perf_counter()
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    try:
+        subprocess.run(command, cwd=ROOT, env=env, check=True, timeout=cap,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        return time.perf_counter() - start, True
+    except subprocess.TimeoutExpired:
+        return time.perf_counter() - start, False
+
+
+def _summary(runs: Path) -> tuple[float, dict, int]:
+    """(best selection score of the backbone probes, fit seconds per head, records)."""
+    from featx.records import read_records, selection_score
+
+    records = [r for d in runs.glob("*") for r in read_records(d)]
+    probes = [r for r in records if r["stage"] == "probe" and not r.get("baseline")]
+    per_head: dict[str, float] = {}
+    for r in records:
+        per_head[r["head"]] = per_head.get(r["head"], 0.0) + (r.get("fit_seconds") or 0.0)
+    best = max((selection_score(r) for r in probes), default=float("nan"))
+    return best, per_head, len(records)
+
+
+def one(name: str, pipeline_file: str, overrides: list[str], scratch: Path) -> dict:
+    from featx.config import load_pipeline
+    from featx.extract import extract
+
+    new_dir, old_dir = scratch / name.replace(" ", "-"), scratch / (name.replace(" ", "-") + "-previous")
+    common = [f"data_dir={new_dir}", "progress=false", *overrides]
+    pipeline = load_pipeline(ROOT / pipeline_file, common)
+    result = extract(pipeline)  # a fresh cache: one full backbone pass
+    forward = result.stats["seconds"]
+    # The previous grid reads the same cache from its own data_dir (its own run records).
+    (old_dir / "cache").mkdir(parents=True)
+    os.link(result.path, old_dir / "cache" / result.path.name)
+    seconds, _ = _probe_child(pipeline_file, common, cap=10 ** 6)
+    best, per_head, fits = _summary(new_dir / "runs")
+    old_seconds, finished = _probe_child(pipeline_file, [f"data_dir={old_dir}", "progress=false",
+                                                         *overrides, *PREVIOUS], cap=PREVIOUS_CAP_S)
+    old_best, old_per_head, old_fits = _summary(old_dir / "runs")
+    return {"dataset": name, "rows": result.stats["rows_total"], "backbone_pass_s": forward,
+            "probe_s": seconds, "ratio": seconds / forward, "fits": fits, "per_head_fit_s": per_head,
+            "best_selection": best, "previous_s": old_seconds, "previous_finished": finished,
+            "previous_fits": old_fits, "previous_per_head_fit_s": old_per_head,
+            "previous_best_selection": old_best}
 
 
 def run() -> dict:
-    from featx.cache import Cache
-    from featx.extract import extract
-    from featx.probe import Features, probe_one, run_probe
-
-    with tempfile.TemporaryDirectory(dir="data") as scratch:
-        pipeline = replace(load_pipeline("pipelines/trec.toml"), data_dir=scratch, progress=False)
-        start = time.perf_counter()
-        result = extract(pipeline)  # a fresh cache: one full backbone pass
-        extract_wall = time.perf_counter() - start
-        forward = result.stats["seconds"]
-
-        start = time.perf_counter()
-        records = run_probe(pipeline)
-        grid = time.perf_counter() - start
-
-        with Cache(result.path) as cache:
-            last = cache.meta["n_layers"]
-        start = time.perf_counter()
-        logistic, _ = probe_one(result.path, Features("mean", (last,)), "logistic", pipeline.probe)
-        alone = time.perf_counter() - start
-
-    rows = [["backbone pass (extract, forward loop)", forward, 1.0],
-            ["extract, wall (load + forward + write)", extract_wall, extract_wall / forward],
-            [f"probe grid ({len(records)} fits, make probe)", grid, grid / forward],
-            ["logistic head alone (mean, last layer)", alone, alone / forward]]
-    print(table(rows, ["built-in TREC, 5,381 texts", "seconds", "x backbone pass"]))
-    print(f"logistic on mean@{last}: {logistic['metrics']['accuracy']:.4f} accuracy "
-          f"(C={logistic['hyperparameters']['C']})")
-    out = {"machine": machine(), "backbone_pass_s": forward, "extract_wall_s": extract_wall,
-           "probe_grid_s": grid, "probe_grid_fits": len(records), "logistic_alone_s": alone,
-           "ratio_grid_to_backbone": grid / forward, "ratio_logistic_to_backbone": alone / forward}
+    results = []
+    with tempfile.TemporaryDirectory(dir=ROOT / "data") as scratch:
+        for name, pipeline_file, overrides, shared in DATASETS:
+            if shared and not SHARED.is_dir():
+                print(f"{name}: skipped (../shared/data is not here)")
+                continue
+            results.append(one(name, pipeline_file, overrides, Path(scratch)))
+            print(json.dumps(results[-1]), flush=True)
+    rows = []
+    for r in results:
+        loss = (r["previous_best_selection"] - r["best_selection"]) * 100
+        previous = f"{r['previous_s']:.0f}" + ("" if r["previous_finished"] else " (stopped)")
+        rows.append([r["dataset"], r["backbone_pass_s"], r["probe_s"], r["ratio"],
+                     "met" if r["ratio"] <= TARGET else "MISSED", previous,
+                     r["best_selection"], r["previous_best_selection"],
+                     "met" if loss <= 0.5 else "MISSED",
+                     ", ".join(f"{h} {s:.0f}" for h, s in sorted(r["per_head_fit_s"].items()))])
+    print(table(rows, ["dataset", "backbone pass s", "probe s", "x pass", f"<= {TARGET:g}x",
+                       "previous grid s", "best selection", "previous best", "loss <= 0.5 pt",
+                       "fit s per head (summed over fits)"]))
+    out = {"machine": machine(), "target_ratio": TARGET, "previous_cap_s": PREVIOUS_CAP_S,
+           "datasets": results}
     print(f"written to {save('probe', out)}")
     return out

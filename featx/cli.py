@@ -45,7 +45,7 @@ def cmd_report(pipeline: Pipeline) -> None:
 
     from featx.report import write_report
 
-    paths = write_report(pipeline.runs_dir, pipeline.reports_dir, pipeline.name)
+    paths = write_report(pipeline.runs_dir, pipeline.reports_dir, pipeline.name, pipeline)
     print(json.loads(paths["json"].read_text())["text"])
     for path in paths.values():
         print(path)

@@ -14,7 +14,6 @@ Regression is trained on standardised targets and reported on the original scale
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import math
@@ -38,7 +37,8 @@ from featx.data import Split, stratified_assignment
 from featx.errors import FeatxError
 from featx.extract import Encoder, TORCH_DTYPES, default_token_budget, plan_batches
 from featx.pooling import cls_pool, mean_pool
-from featx.records import Predictions, new_record, record_name, run_dir, write_json, write_record
+from featx.records import (Predictions, finetune_run_hash, new_record, record_name, run_dir, write_json,
+                           write_record)
 
 log = logging.getLogger("featx")
 
@@ -324,10 +324,9 @@ def run_finetune(pipeline: Pipeline) -> dict:
     splits = plan.dataset.splits
     M.check_trainable(task, splits["train"].labels, names)
     metric = M.primary(task, pipeline.probe.metric)  # chosen on and reported in the same metric
-    run_hash = hashlib.sha256(json.dumps(
-        [dataclasses.asdict(cfg), key, pipeline.extract.max_length, metric]).encode()).hexdigest()
+    run_hash = finetune_run_hash(cfg, key, pipeline.extract.max_length, metric)
     name = f"{cfg.head_input}{'-lpft' if cfg.init_head_from_probe else ''}-seed{cfg.seed}-{run_hash[:8]}"
-    directory = run_dir(pipeline.runs_dir, key)
+    directory = run_dir(pipeline.runs_dir, pipeline.name, key)
     checkpoints = directory / "finetune" / name
     features = f"finetune:{cfg.head_input}"
     head = "lp-ft" if cfg.init_head_from_probe else "linear"

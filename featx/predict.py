@@ -363,7 +363,7 @@ def manifest_for(pipeline, head: str | None, finetuned: bool) -> Manifest:
         raise FeatxError(f"the model files now resolved for {pipeline.model.name!r} (fingerprint "
                          f"{plan.fingerprint[:16]}) are not the ones the cache was built from "
                          f"(fingerprint {meta['model_fingerprint'][:16]}); rerun featx extract")
-    directory = run_dir(pipeline.runs_dir, meta["key"])
+    directory = run_dir(pipeline.runs_dir, pipeline.name, meta["key"])
     records = [r for r in read_records(directory) if r.get("pipeline") in (None, pipeline.name)] \
         if directory.is_dir() else []
     record = _choose(records, head, finetuned, pipeline)

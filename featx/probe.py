@@ -26,8 +26,8 @@ from featx import metrics as M
 from featx.cache import Cache
 from featx.config import MODEL_POOLINGS, Pipeline, ProbeConfig
 from featx.errors import FeatxError
-from featx.records import (Predictions, new_record, record_name, run_dir, save_head,
-                           selection_score, write_json, write_record)
+from featx.records import (Predictions, new_record, probe_config_hash, record_name, run_dir,
+                           save_head, selection_score, write_json, write_record)
 
 log = logging.getLogger("featx")
 
@@ -178,7 +178,7 @@ def load_problem(cache_path: str | Path, features: Features, head: str, cfg: Pro
         stats = cache.meta.get("extract_stats") or {}
         baseline = H.HEADS[head].baseline
         base = dict(stage="probe", pipeline=pipeline or cache.meta.get("pipeline_name"),
-                    cache_key=cache.key, task=task, features=features.name,
+                    config_hash=probe_config_hash(cfg), cache_key=cache.key, task=task, features=features.name,
                     pooling=features.pooling, layers=list(features.layers), head=head,
                     init=cache.meta.get("init"), baseline=baseline, n_train=len(y), n_eval=len(y_report),
                     # The cost side of the comparison: every probe shares one extraction pass
@@ -422,13 +422,16 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
         first, later = plan_jobs(cache, cfg)
         choose_protocol(cfg.protocol, cache.splits, cfg.folds)  # fail before forking workers
         M.check_trainable(cache.task, cache.labels("train"), cache.label_names)
-        directory = run_dir(pipeline.runs_dir, cache.key)
+        directory = run_dir(pipeline.runs_dir, pipeline.name, cache.key)
     heads_dir = directory / "heads" if cfg.save_heads else None
     total = len(first) + len(later)
     log.info("probing %s: %d (features, head) fits%s", path.name, total,
              f" ({len(later)} on the best feature set of the first {len(first)})" if later else "")
     start = time.perf_counter()
     records: list[dict] = []
+    # What this run will write: the report tells an interrupted run from a finished one by it.
+    manifest = {"config_hash": probe_config_hash(cfg), "planned": total, "finished": False}
+    write_json(directory / "probe" / "run.json", manifest)
     with tqdm(total=total, disable=not pipeline.progress, desc="probe", unit="fit") as bar:
         for stage in (first, None):
             if stage is None:  # the second stage: the other heads on the best feature set
@@ -446,6 +449,7 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
                 bar.update(1)
     if cfg.sweep:
         _write_sweep(directory, records, cfg)
+    write_json(directory / "probe" / "run.json", manifest | {"planned": len(records), "finished": True})
     log.info("probe done in %.1f s; records in %s", time.perf_counter() - start, directory / "probe")
     return records
 

@@ -1,6 +1,6 @@
 """Run records: one JSON file per (features, head) or fine-tune, shared by probe and finetune.
 
-    data/runs/<cache key[:16]>/<stage>/<features>__<head>.json
+    data/runs/<pipeline>/<cache key[:16]>/<stage>/<features>__<head>.json
 
 A record (schema 1):
 
@@ -32,6 +32,7 @@ before unpickling, because a joblib file is code.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -48,8 +49,23 @@ from featx.errors import FeatxError
 SCHEMA = 1
 
 
-def run_dir(runs_dir: str | Path, cache_key: str) -> Path:
-    return Path(runs_dir) / cache_key[:16]
+def run_dir(runs_dir: str | Path, pipeline: str, cache_key: str) -> Path:
+    """One pipeline's records for one cache: two pipelines over the same data and model share
+    the cache but never their records."""
+    return Path(runs_dir) / pipeline / cache_key[:16]
+
+
+def probe_config_hash(cfg) -> str:
+    """What made a probe record: every ProbeConfig field that can change its numbers (not the
+    process count, not whether heads are saved)."""
+    fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("n_jobs", "save_heads")}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def finetune_run_hash(cfg, cache_key: str, max_length: int, metric: str) -> str:
+    """What made a fine-tune record (and names its checkpoint folder)."""
+    return hashlib.sha256(json.dumps([dataclasses.asdict(cfg), cache_key, max_length, metric])
+                          .encode()).hexdigest()
 
 
 def record_name(features: str, head: str) -> str:

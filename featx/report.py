@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import dataclasses
 import html
 import io
 import math
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from featx.config import Pipeline
 from featx.errors import FeatxError
 from featx.records import read_records, selection_score
 
@@ -31,23 +33,77 @@ class Inputs:
     control: list[dict]
     """Records of the random-init control (its own cache), if any."""
     ignored_caches: int
+    notes: list[str] = dataclasses.field(default_factory=list)
+    """What was left out (earlier configurations) or is incomplete (an interrupted probe)."""
 
 
-def collect(runs_dir: str | Path, pipeline: str) -> Inputs:
-    """The pipeline's records, grouped by cache: the newest pretrained cache is the main one."""
+def collect(runs_dir: str | Path, pipeline: str, current: "Pipeline | None" = None) -> Inputs:
+    """The pipeline's records, grouped by cache: the newest pretrained cache is the main one.
+
+    With `current` (the pipeline as configured now), only records its configuration made are
+    kept: a probe record of another probe configuration, or a fine-tune of other settings, is
+    left out and counted, never compared with the new ones."""
     groups: dict[tuple[str, str], list[dict]] = {}
-    for directory in sorted(Path(runs_dir).glob("*")):
+    folders: dict[str, Path] = {}
+    for directory in sorted((Path(runs_dir) / pipeline).glob("*")):
         for record in read_records(directory):
             if record.get("pipeline") == pipeline:
                 groups.setdefault((record["init"], record["cache_key"]), []).append(record)
+                folders[record["cache_key"]] = directory
     if not groups:
         raise FeatxError(f"no run records for pipeline {pipeline!r} under {runs_dir}: run "
                          "`make probe` (and `make finetune`) first")
+    notes: list[str] = []
+    if current is not None:
+        stale = 0
+        for key, records in groups.items():
+            kept = [r for r in records if _current(r, current)]
+            stale += len(records) - len(kept)
+            groups[key] = kept
+        if stale:
+            notes.append(f"{stale} record(s) of an earlier probe or fine-tune configuration were left "
+                         "out (rerun the stage to replace them).")
+    groups = {k: g for k, g in groups.items() if g}
+    if not groups:
+        raise FeatxError(f"no run records of the current configuration for pipeline {pipeline!r}: "
+                         "rerun `make probe` (and `make finetune`)")
     newest = lambda init: max((g for (i, _), g in groups.items() if i == init),  # noqa: E731
                               key=lambda g: max(r["created"] for r in g), default=[])
     main, control = newest("pretrained"), newest("random")
     ignored = len(groups) - bool(main) - bool(control)
-    return Inputs(pipeline, main, control, ignored)
+    for records in (main, control):
+        if records and current is not None:
+            notes += _interrupted(folders[records[0]["cache_key"]], current, len(
+                [r for r in records if r["stage"] == "probe"]))
+    return Inputs(pipeline, main, control, ignored, notes)
+
+
+def _current(record: dict, pipeline: "Pipeline") -> bool:
+    from featx.metrics import primary
+    from featx.records import finetune_run_hash, probe_config_hash
+
+    if record["stage"] == "probe":
+        return record.get("config_hash") == probe_config_hash(pipeline.probe)
+    metric = primary(record["task"], pipeline.probe.metric)
+    variants = (dataclasses.replace(pipeline.finetune, init_head_from_probe=lp) for lp in (False, True))
+    return record.get("run_hash") in {finetune_run_hash(v, record["cache_key"], pipeline.extract.max_length,
+                                                        metric) for v in variants}
+
+
+def _interrupted(directory: Path, pipeline: "Pipeline", found: int) -> list[str]:
+    import json
+
+    from featx.records import probe_config_hash
+
+    path = directory / "probe" / "run.json"
+    try:
+        run = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    if run.get("config_hash") == probe_config_hash(pipeline.probe) and not run.get("finished"):
+        return [f"The probe run was interrupted: {found} of its {run.get('planned')} fits have "
+                "records; rerun `make probe` to finish it (finished fits are redone, not lost)."]
+    return []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,8 +292,8 @@ def _paired(inputs: Inputs, a: dict, b: dict, metric: str, runs_dir) -> dict | N
     if runs_dir is None or a["task"] != b["task"]:
         return None
     try:
-        pa = read_predictions(run_dir(runs_dir, a["cache_key"]), a)
-        pb = read_predictions(run_dir(runs_dir, b["cache_key"]), b)
+        pa = read_predictions(run_dir(runs_dir, a["pipeline"], a["cache_key"]), a)
+        pb = read_predictions(run_dir(runs_dir, b["pipeline"], b["cache_key"]), b)
     except FeatxError:
         return None
     if not (np.array_equal(pa.ids, pb.ids) and np.array_equal(pa.labels, pb.labels)):
@@ -432,10 +488,11 @@ def _num(value, digits: int = 4) -> str:
     return f"{value:.{digits}f}"
 
 
-def write_report(runs_dir: str | Path, reports_dir: str | Path, pipeline: str) -> dict[str, Path]:
-    """Build the report for one pipeline; returns the paths written (md, html, csv, and json:
-    the verdict with its numbers)."""
-    inputs = collect(runs_dir, pipeline)
+def write_report(runs_dir: str | Path, reports_dir: str | Path, pipeline: str,
+                 current: Pipeline | None = None) -> dict[str, Path]:
+    """Build the report for one pipeline (with `current`, of its present configuration's records
+    only); returns the paths written (md, html, csv, and json: the verdict with its numbers)."""
+    inputs = collect(runs_dir, pipeline, current)
     out_dir = Path(reports_dir) / pipeline
     out_dir.mkdir(parents=True, exist_ok=True)
     all_rows = rows(inputs)
@@ -465,7 +522,7 @@ def _json(path: Path, judged: "Verdict") -> None:
 
 
 def _notes(inputs: Inputs) -> list[str]:
-    notes = []
+    notes = list(inputs.notes)
     stages = {r["stage"] for r in inputs.main}
     if "probe" not in stages:
         notes.append("No probe records: run `make probe`.")

@@ -45,7 +45,7 @@ def fake(stage: str, task: str, features: str, head: str, primary_value: float, 
 
 def write_all(runs: Path, records: list[dict]) -> None:
     for record in records:
-        write_record(run_dir(runs, record["cache_key"]), record)
+        write_record(run_dir(runs, record["pipeline"], record["cache_key"]), record)
 
 
 class Images(HTMLParser):
@@ -163,7 +163,7 @@ def with_predictions(record: dict, predictions) -> tuple[dict, object]:
 
 def write_pairs(runs: Path, pairs) -> None:
     for record, predictions in pairs:
-        write_record(run_dir(runs, record["cache_key"]), record, predictions)
+        write_record(run_dir(runs, record["pipeline"], record["cache_key"]), record, predictions)
 
 
 def labels(n: int, seed: int = 0):
@@ -232,9 +232,9 @@ def test_tampered_predictions_are_refused(tmp_path):
     y = labels(50)
     record, predictions = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0),
                                            predictions_for(y, 0.8, 1))
-    path = write_record(run_dir(tmp_path, KEY), record, predictions)
+    path = write_record(run_dir(tmp_path, "fx", KEY), record, predictions)
     saved = next(path.parent.glob("*.scores.npz"))
     saved.write_bytes(saved.read_bytes()[:-8])
     stored = __import__("json").loads(path.read_text())
     with pytest.raises(FeatxError, match="does not match the hash"):
-        read_predictions(run_dir(tmp_path, KEY), stored)
+        read_predictions(run_dir(tmp_path, "fx", KEY), stored)
