@@ -208,7 +208,7 @@ def _json_file(path: Path) -> dict:
 
 
 def model_config(path: Path) -> dict:
-    return json.loads((path / "config.json").read_text(encoding="utf-8"))
+    return _json_file(path / "config.json")
 
 
 def num_layers(config: dict) -> int:
@@ -250,10 +250,28 @@ def resolve_layers(spec, n_layers: int) -> tuple[int, ...]:
 # Loading (torch from here on)
 
 
+class _Loading:
+    """Turns what transformers raises on a damaged model folder into one clear error."""
+
+    def __init__(self, path: Path, what: str):
+        self.path, self.what = path, what
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if exc is None or isinstance(exc, (FeatxError, KeyboardInterrupt, MemoryError)):
+            return False
+        raise FeatxError(f"the {self.what} in {self.path} cannot be loaded ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0][:300] if str(exc) else ''}); the model files are "
+                         "damaged, incomplete or of another architecture") from None
+
+
 def load_tokenizer(path: Path):
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    with _Loading(path, "tokenizer"):
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     if getattr(tokenizer, "backend_tokenizer", None) is None:
         raise FeatxError(f"the tokenizer in {path} has no fast (Rust) backend; featx needs one to "
                          "tokenise off the compute thread (add a tokenizer.json)")
@@ -274,18 +292,31 @@ def load_model(resolved: Resolved, *, init: str, seed: int = 0, allow_pickle: bo
 
     hf_logging.disable_progress_bar()  # featx reports what was loaded itself
     if init == "random":
-        config = AutoConfig.from_pretrained(resolved.path, trust_remote_code=False)
-        with torch.random.fork_rng(devices=[]):  # seeded, without touching the caller's RNG
-            torch.manual_seed(seed)
-            model = AutoModel.from_config(config)
+        with _Loading(resolved.path, "model"):
+            config = AutoConfig.from_pretrained(resolved.path, trust_remote_code=False)
+            with torch.random.fork_rng(devices=[]):  # seeded, without touching the caller's RNG
+                torch.manual_seed(seed)
+                model = AutoModel.from_config(config)
         return model.eval()
 
     weight_files(resolved.path, allow_pickle)  # refuses pickles unless allowed, with the reason
-    model, info = AutoModel.from_pretrained(
-        resolved.path, output_loading_info=True, trust_remote_code=False,
-        use_safetensors=None if allow_pickle else True)
+    with _Loading(resolved.path, "model"):
+        model, info = AutoModel.from_pretrained(
+            resolved.path, output_loading_info=True, trust_remote_code=False,
+            use_safetensors=None if allow_pickle else True)
     missing = sorted(info.get("missing_keys", ()))
     mismatched = sorted(str(k) for k in info.get("mismatched_keys", ()))
+    # Checkpoint weights the model has no place for: a task head (BERT's `cls.*` pretraining
+    # heads) is expected; a backbone weight means the config describes a smaller model than
+    # the file holds (3 layers in config.json, 6 in the weights), which would load silently.
+    parts = {name.split(".")[0] for name in model.state_dict()}
+    prefix = getattr(model, "base_model_prefix", "") + "."
+    unused = sorted(k for k in info.get("unexpected_keys", ()) if k.removeprefix(prefix).split(".")[0] in parts)
+    if unused:
+        raise FeatxError(
+            f"{resolved.path}: {len(unused)} weight(s) in the checkpoint belong to no layer of the model "
+            f"its config.json describes: {', '.join(unused[:8])}{' ...' if len(unused) > 8 else ''}. "
+            "The config and the weights disagree (e.g. fewer layers in config.json): fix config.json")
     pooler_keys = [k for k in missing if k.startswith("pooler.")]
     if pooler_keys and not pooler:
         missing = [k for k in missing if k not in pooler_keys]
@@ -299,6 +330,15 @@ def load_model(resolved: Resolved, *, init: str, seed: int = 0, allow_pickle: bo
             f"{', '.join(keys[:12])}{' ...' if len(keys) > 12 else ''}{hint}. A random backbone "
             "is only allowed as the explicit control (model.init = \"random\")")
     return model.eval()
+
+
+def check_vocabulary(tokenizer, model, path: Path) -> None:
+    """A tokenizer that emits ids past the embedding table would crash mid-run (IndexError) or,
+    on a GPU, read garbage: refused before anything is computed."""
+    size = getattr(model.config, "vocab_size", None)
+    if isinstance(size, int) and len(tokenizer) > size:
+        raise FeatxError(f"{path}: the tokenizer has {len(tokenizer)} tokens but the model's embedding "
+                         f"table has {size} rows; the tokenizer files do not belong to these weights")
 
 
 def freeze(model):

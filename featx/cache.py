@@ -32,6 +32,7 @@ import json
 import os
 import shutil
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,7 +44,7 @@ from featx import __version__
 from featx.backbone import resolve_layers
 from featx.errors import FeatxError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: a crc32 per dataset, metadata checked against the key
 KEY_CHARS = 16
 FINALIZE_HEADROOM = 1 << 20  # bytes free that finalizing a cache may need, with margin
 
@@ -264,6 +265,10 @@ class CacheWriter:
                 f"the disk is full ({free} bytes free) just before finishing {partial_path(self.path)}: "
                 "every row is computed and kept; free some space and rerun the same command (it "
                 "only finalizes)")
+        for split in self.layout:  # what a reader checks the bytes against, from now on
+            for name, ds in _datasets(self.file[split]):
+                ds.attrs["crc32"] = _crc32(ds, lambda offset, size: os.pread(self.fd, size, offset))
+        self.file.flush()
         os.fsync(self.fd)  # durable before it gets the name that says complete
         os.close(self.fd)
         self.file.attrs["complete"] = True
@@ -279,6 +284,30 @@ class CacheWriter:
             pass  # already closed by finalize
         if self.file.id.valid:
             self.file.close()
+
+
+def _datasets(group: h5py.Group):
+    """(name, dataset) of every dataset of a split, kept columns included."""
+    found = []
+    group.visititems(lambda name, obj: found.append((name, obj)) if isinstance(obj, h5py.Dataset) else None)
+    return found
+
+
+CRC_BLOCK = 1 << 24
+
+
+def _crc32(ds: h5py.Dataset, pread) -> int:
+    """crc32 of a dataset's content: the raw bytes of a contiguous numeric dataset (read in
+    blocks with `pread(offset, size)`, ~2 GB/s), the UTF-8 of a string dataset's values."""
+    if h5py.check_string_dtype(ds.dtype) is not None:
+        return zlib.crc32("\x00".join(ds.asstr()[...].tolist()).encode("utf-8", "surrogatepass"))
+    offset, size = ds.id.get_offset(), ds.id.get_storage_size()
+    if offset is None or ds.chunks is not None:
+        return zlib.crc32(np.ascontiguousarray(ds[...]).tobytes())
+    crc = 0
+    for start in range(0, size, CRC_BLOCK):
+        crc = zlib.crc32(pread(offset + start, min(CRC_BLOCK, size - start)), crc)
+    return crc
 
 
 def _layout(ds: h5py.Dataset) -> tuple[int, np.dtype, tuple]:
@@ -399,6 +428,60 @@ def _splits(file: h5py.File) -> list[str]:
     return json.loads(file.attrs["splits"])
 
 
+def _check_meta(file: h5py.File, meta: dict, path: Path) -> None:
+    """A finished cache's attributes must be what featx wrote: of the right types, hashing to
+    the key (the spec) and to the dataset fingerprint (task, label names, splits), and
+    describing datasets that are there with the shapes they claim."""
+    from featx.config import TASKS
+    from featx.data import dataset_fingerprint
+
+    def damaged(what: str) -> FeatxError:
+        return FeatxError(f"{path} is damaged or was edited: {what}. Delete it and rerun featx extract")
+
+    names = lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)  # noqa: E731
+    for attr in ("poolings", "splits", "label_names"):
+        if not names(meta.get(attr)):
+            raise damaged(f"its {attr!r} attribute is not a list of names ({meta.get(attr)!r})")
+    layers = meta.get("layers")
+    if not (isinstance(layers, dict) and set(layers) == set(meta["poolings"]) and all(
+            isinstance(v, list) and v and all(isinstance(i, int) for i in v) for v in layers.values())):
+        raise damaged(f"its 'layers' attribute does not list the layers of {meta['poolings']}")
+    absent = [s for s in meta["splits"] if s not in file or not isinstance(file[s], h5py.Group)]
+    if absent:
+        raise damaged(f"its splits attribute names {absent}, which the file does not hold")
+    if meta.get("task") not in TASKS or not all(isinstance(meta.get(k), int) and meta[k] >= (k != "n_layers")
+                                                 for k in ("n_layers", "hidden_size", "max_length")):
+        raise damaged("its task, n_layers, hidden_size or max_length attribute is not valid")
+    try:
+        spec = CacheSpec(model_fingerprint=meta["model_fingerprint"], init=meta["init"],
+                         init_seed=meta.get("init_seed"), max_length=meta["max_length"],
+                         layers={p: tuple(v) for p, v in layers.items()},
+                         compute_dtype=meta["compute_dtype"], store_dtype=meta["store_dtype"],
+                         dataset_fingerprint=meta["dataset_fingerprint"])
+        splits = [(s, str(file[s].attrs["fingerprint"])) for s in meta["splits"]]
+    except (KeyError, TypeError) as exc:
+        raise damaged(f"{exc} is missing") from None
+    if spec.key() != meta.get("key"):
+        raise damaged("its attributes (model, layers, dtypes, max length, dataset) do not hash to its key")
+    if dataset_fingerprint(meta["task"], meta["label_names"], splits) != meta["dataset_fingerprint"]:
+        raise damaged("its task, label names or split fingerprints are not the ones its key covers")
+    for split, _ in splits:
+        group = file[split]
+        n = group.attrs.get("n_rows")
+        for name, ds in _datasets(group):
+            if not isinstance(n, (int, np.integer)) or ds.shape[0] != n:
+                raise damaged(f"{split}/{name} has {ds.shape[0]} rows, the split says {n}")
+        for pooling, stored in layers.items():
+            if pooling not in group:
+                raise damaged(f"the split {split!r} has no {pooling!r} vectors")
+            ds = group[pooling]
+            if ds.shape[1:] != (len(stored), meta["hidden_size"]) or list(ds.attrs.get("layers", [])) != stored:
+                raise damaged(f"{split}/{pooling} does not hold the layers {stored} it should")
+        for name in ("ids", "text", "labels", "n_tokens", "truncated", "done"):
+            if name not in group:
+                raise damaged(f"the split {split!r} has no {name!r} dataset")
+
+
 def check_compatible(file: h5py.File, key: str | None, path: Path) -> None:
     """Refuse files from another schema, or whose key is not the one expected."""
     version = file.attrs.get("schema_version")
@@ -426,10 +509,16 @@ class Cache:
     """
 
     def __init__(self, path: str | Path, key: str | None = None):
-        self.path = Path(path)
+        self.path = Path(path).expanduser()
         if self.path.name.endswith((".partial", ".init")):
             raise FeatxError(f"{self.path} is a partial cache (an extraction is running or was "
                              "interrupted); rerun featx extract to finish it")
+        if self.path.suffix == ".toml":
+            raise FeatxError(f"{self.path} is a pipeline file, not a cache: use "
+                             f"featx.open_cache(pipeline={str(self.path)!r})")
+        if self.path.is_dir():
+            raise FeatxError(f"{self.path} is a directory; give the cache file in it (a "
+                             "<key>.h5 under data/cache) or featx.open_cache(pipeline=...)")
         if not self.path.is_file():
             partial = partial_path(self.path)
             hint = (" (an unfinished .partial exists: rerun featx extract to finish it)"
@@ -442,9 +531,11 @@ class Cache:
                              "corrupt: delete it and rerun featx extract") from None
         try:
             check_compatible(self.file, key, self.path)
-            if not self.file.attrs.get("complete", False):
-                raise FeatxError(f"{self.path} is marked incomplete; rerun featx extract")
+            complete = self.file.attrs.get("complete")
+            if not isinstance(complete, (bool, np.bool_)) or not complete:
+                raise FeatxError(f"{self.path} is not marked complete; rerun featx extract")
             self.meta = {k: _decode_attr(v) for k, v in self.file.attrs.items()}
+            _check_meta(self.file, self.meta, self.path)
         except BaseException:
             self.file.close()
             raise
@@ -452,6 +543,7 @@ class Cache:
         # use and kept: a fresh mapping per call re-faults every page it touches, which cost
         # as much as the copy itself on a layer sweep.
         self._mapped: np.memmap | None = None
+        self._verified: set[str] = set()
 
     def __enter__(self):
         return self
@@ -463,6 +555,32 @@ class Cache:
         self._mapped = None
         if self.file.id.valid:
             self.file.close()
+
+    def verify(self) -> dict[str, int]:
+        """Check every dataset against the crc32 written when the cache was finished; returns
+        {dataset: bytes checked}. A mismatch is an error naming the dataset."""
+        checked = {}
+        for split in self.splits:
+            for name, ds in _datasets(self._group(split)):
+                self._verify(split, name)
+                checked[f"{split}/{name}"] = int(ds.id.get_storage_size())
+        return checked
+
+    def _verify(self, split: str, name: str) -> h5py.Dataset:
+        """The dataset, checked against its crc32 once per open cache: a read of changed bytes
+        is an error, never different numbers."""
+        ds = self._group(split)[name]
+        if f"{split}/{name}" not in self._verified:
+            if self._mapped is None:
+                self._mapped = np.memmap(self.path, dtype=np.uint8, mode="r")
+            mapped = self._mapped
+            found = _crc32(ds, lambda offset, size: memoryview(mapped[offset:offset + size]))
+            if found != ds.attrs.get("crc32"):
+                raise FeatxError(f"{self.path}: {split}/{name} does not match the checksum written when "
+                                 "the cache was finished: the file was changed or damaged since. "
+                                 "Delete it and rerun featx extract")
+            self._verified.add(f"{split}/{name}")
+        return ds
 
     def __repr__(self) -> str:
         return (f"Cache({str(self.path)!r}, model={self.meta.get('model_name')!r}, "
@@ -497,31 +615,39 @@ class Cache:
     def n_rows(self, split: str) -> int:
         return int(self._group(split).attrs["n_rows"])
 
-    # row data
+    # row data, each checked against its crc32 on first read
     def ids(self, split: str) -> np.ndarray:
-        return self._group(split)["ids"].asstr()[...]
+        return self._verify(split, "ids").asstr()[...]
 
     def texts(self, split: str) -> np.ndarray:
-        return self._group(split)["text"].asstr()[...]
+        return self._verify(split, "text").asstr()[...]
 
     def text_pairs(self, split: str) -> np.ndarray | None:
-        group = self._group(split)
-        return group["text_pair"].asstr()[...] if "text_pair" in group else None
+        return self._verify(split, "text_pair").asstr()[...] if "text_pair" in self._group(split) else None
 
     def labels(self, split: str) -> np.ndarray:
-        return self._group(split)["labels"][...]
+        labels = self._verify(split, "labels")[...]
+        k, task = len(self.label_names), self.task
+        fine = (labels.ndim == 1 and labels.dtype.kind in "iu" and ((labels >= 0) & (labels < k)).all()
+                if task in ("binary", "multiclass") else
+                labels.ndim == 2 and labels.shape[1] == k and (np.isin(labels, (0, 1)).all()
+                                                               if task == "multilabel" else np.isfinite(labels).all()))
+        if not fine:
+            raise FeatxError(f"{self.path}: the {split} labels do not fit the task ({task}, {k} label "
+                             "names): the cache was damaged or edited. Delete it and rerun featx extract")
+        return labels
 
     def column(self, split: str, name: str) -> np.ndarray:
         group = self._group(split)
         kept = list(group["columns"]) if "columns" in group else []
         self._check("kept column", name, kept)
-        return group["columns"][name].asstr()[...]
+        return self._verify(split, f"columns/{name}").asstr()[...]
 
     def n_tokens(self, split: str) -> np.ndarray:
-        return self._group(split)["n_tokens"][...]
+        return self._verify(split, "n_tokens")[...]
 
     def truncated(self, split: str) -> np.ndarray:
-        return self._group(split)["truncated"][...]
+        return self._verify(split, "truncated")[...]
 
     def features(self, split: str, pooling: str = "mean", layer=-1,
                  dtype=np.float32) -> np.ndarray:
@@ -533,7 +659,7 @@ class Cache:
         self._check("pooling", pooling, self.poolings)
         stored = self.layers(pooling)
         positions = [stored.index(i) for i in self.layer_indices(pooling, layer)]
-        view = self._layer_view(self._group(split)[pooling], positions)
+        view = self._layer_view(self._verify(split, pooling), positions)
         return _copy_out(view, np.dtype(dtype or view.dtype))
 
     def layer_indices(self, pooling: str, layer=-1) -> list[int]:
@@ -542,10 +668,14 @@ class Cache:
         n = int(self.meta["n_layers"])
         if isinstance(layer, str) and layer == "all":  # every layer stored for this pooling
             return list(stored)
-        if isinstance(layer, str) or isinstance(layer, (int, np.integer)):
+        integer = lambda i: isinstance(i, (int, np.integer)) and not isinstance(i, bool)  # noqa: E731
+        if isinstance(layer, str) or integer(layer):
             wanted = list(resolve_layers(layer if isinstance(layer, str) else int(layer), n))
-        else:  # a list keeps the caller's order: that is the concatenation order
-            wanted = [resolve_layers(int(i), n)[0] for i in layer]
+        elif isinstance(layer, (list, tuple)) and layer and all(integer(i) for i in layer):
+            wanted = [resolve_layers(int(i), n)[0] for i in layer]  # the caller's order: the concatenation's
+        else:
+            raise FeatxError(f"layer {layer!r} is not a layer: give an index (0 = embeddings, -1 = "
+                             f"last), a non-empty list of indices, or one of 'last', 'last4', 'all'")
         missing = [i for i in wanted if i not in stored]
         if missing:
             raise FeatxError(f"{self.path.name}: pooling {pooling!r} has no layer(s) {missing}; "
@@ -569,6 +699,8 @@ class Cache:
         return mapped[:, positions, :].reshape(n, -1)
 
     def _group(self, split: str) -> h5py.Group:
+        if not self.file.id.valid:
+            raise FeatxError(f"the cache {self.path.name} was closed; open it again (featx.open_cache)")
         self._check("split", split, self.splits)
         return self.file[split]
 

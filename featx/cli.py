@@ -64,6 +64,20 @@ def cmd_all(pipeline: Pipeline) -> None:
     print("stage times: " + ", ".join(f"{n} {s:.0f} s" for n, s in timings))
 
 
+def cmd_verify(pipeline: Pipeline) -> None:
+    """Check every byte of the pipeline's cache against the checksums written when it was finished."""
+    import time
+
+    from featx.cache import Cache
+    from featx.plan import make_plan
+
+    start = time.perf_counter()
+    with Cache(make_plan(pipeline).find_cache()) as cache:
+        checked = cache.verify()
+    print(f"{cache.path}: {len(checked)} datasets, {sum(checked.values()) / 1e6:.1f} MB match their "
+          f"checksums ({time.perf_counter() - start:.2f} s)")
+
+
 def cmd_info(pipeline: Pipeline) -> None:
     """Show the pipeline's cache: where it is, what it holds."""
     from featx.cache import Cache
@@ -97,7 +111,7 @@ def cmd_export(pipeline: Pipeline, args) -> None:
 
 
 COMMANDS = {"extract": cmd_extract, "probe": cmd_probe, "finetune": cmd_finetune,
-            "report": cmd_report, "all": cmd_all, "info": cmd_info}
+            "report": cmd_report, "all": cmd_all, "info": cmd_info, "verify": cmd_verify}
 # Commands with arguments of their own besides the pipeline and its overrides.
 USE = {"predict": cmd_predict, "export": cmd_export}
 

@@ -98,6 +98,7 @@ class DataConfig:
     """Use only the first N rows of each split (after splitting): quick trials."""
 
     def __post_init__(self):
+        _check_finite(self)
         sources = [self.builtin is not None, self.path is not None, self.train is not None]
         if sum(sources) != 1:
             raise FeatxError(
@@ -141,6 +142,7 @@ class ModelConfig:
     """Allow pickled `.bin` weights when no safetensors file exists (a pickle can run code)."""
 
     def __post_init__(self):
+        _check_finite(self)
         check_choice(self.init, INITS, "model.init")
         if not self.name:
             raise FeatxError("model.name is empty; give a model directory or a hub name")
@@ -179,6 +181,7 @@ class ExtractConfig:
     """Seconds between flushes, whichever of the two comes first."""
 
     def __post_init__(self):
+        _check_finite(self)
         if self.poolings is not None:
             if not self.poolings:
                 raise FeatxError("extract.poolings is empty; choose from: " + ", ".join(POOLINGS))
@@ -252,6 +255,7 @@ class ProbeConfig:
     """Save every fitted head (joblib + sha256 manifest) under the run directory."""
 
     def __post_init__(self):
+        _check_finite(self)
         for name in self.heads + (self.sweep_head,):
             check_choice(name, HEAD_NAMES, "head")
         for name in self.baselines:
@@ -273,7 +277,7 @@ class ProbeConfig:
             raise FeatxError("probe.folds must be >= 2; n_jobs >= 0; mteb_* >= 1")
 
 
-SEARCHES = ("halving", "full")
+SEARCHES = ("auto", "halving", "full")
 
 
 @dataclass(frozen=True)
@@ -286,10 +290,12 @@ class FinetuneConfig:
     """AdamW learning rates tried (one value: no search), chosen on the selection split as the
     probe chooses its hyperparameters. BERT-base wants 2e-5..5e-5, small models such as MiniLM
     more; above 1e-4 is warned about, above 1e-3 refused (it destroys the pretrained weights)."""
-    search: str = "halving"
-    """How the learning rates are compared. halving: every candidate trains one epoch, the
-    better half trains on, one more epoch per round, until one is left; it then trains to
-    convergence. full: every candidate trains to convergence (costs more; a GPU affords it)."""
+    search: str = "auto"
+    """How the learning rates are compared. full: every candidate trains to convergence, the
+    best selection score wins. halving: every candidate trains one epoch, the better half trains
+    on, one more epoch per round, until one is left, which trains to convergence (about one
+    epoch per extra candidate, but a short run favours the larger rate). auto: full on CUDA,
+    halving on CPU."""
     max_epochs: int = 0
     """Epoch cap of every candidate, and the length of the learning-rate schedule; 0 scales it
     to the data: enough epochs for 1,500 optimizer steps, at least 4, at most 20."""
@@ -327,6 +333,7 @@ class FinetuneConfig:
     """Steps per point of the loss curve."""
 
     def __post_init__(self):
+        _check_finite(self)
         check_choice(self.head_input, HEAD_INPUTS, "finetune.head_input")
         check_choice(self.dtype, COMPUTE_DTYPES, "finetune.dtype")
         check_choice(self.search, SEARCHES, "finetune.search")
@@ -370,21 +377,38 @@ class Pipeline:
     """The pipeline file this was read from (set by `load_pipeline`)."""
 
     def __post_init__(self):
+        _check_finite(self)
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.name):
             raise FeatxError(f"pipeline name {self.name!r} must be letters, digits, '.', '_' or "
                              "'-' (it names files under the data directory)")
 
     @property
+    def root(self) -> Path:
+        """The data directory, `~` expanded (as model.name is)."""
+        return Path(self.data_dir).expanduser()
+
+    @property
     def cache_dir(self) -> Path:
-        return Path(self.data_dir) / "cache"
+        return self.root / "cache"
 
     @property
     def runs_dir(self) -> Path:
-        return Path(self.data_dir) / "runs"
+        return self.root / "runs"
 
     @property
     def reports_dir(self) -> Path:
-        return Path(self.data_dir) / "reports"
+        return self.root / "reports"
+
+
+def _check_finite(config) -> None:
+    """NaN or infinity in a number field passes every `<` check and poisons what it touches
+    (a NaN gradient clip ruins a fine-tune silently): refused for every config, however built."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        values = value if isinstance(value, tuple) else (value,)
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            section = type(config).__name__.removesuffix("Config").lower()
+            raise FeatxError(f"{section}.{f.name} must be a finite number, got {value!r}")
 
 
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "extract": ExtractConfig,

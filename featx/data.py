@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import io
 import json
+import logging
 import math
 import re
 from collections import Counter
@@ -22,6 +23,8 @@ import numpy as np
 
 from featx.config import DataConfig
 from featx.errors import FeatxError
+
+log = logging.getLogger("featx")
 
 SPLITS = ("train", "dev", "test")
 # Values a split column may hold, mapped to featx's split names.
@@ -73,10 +76,17 @@ class Dataset:
         return next(iter(self.splits.values())).text_pairs is not None
 
     def fingerprint(self) -> str:
-        h = hashlib.sha256(json.dumps([self.task, list(self.label_names)]).encode())
-        for name, split in self.splits.items():
-            h.update(f"{name}:{split.fingerprint()}".encode())
-        return h.hexdigest()
+        return dataset_fingerprint(self.task, self.label_names,
+                                   [(name, split.fingerprint()) for name, split in self.splits.items()])
+
+
+def dataset_fingerprint(task: str, label_names, splits: list[tuple[str, str]]) -> str:
+    """sha256 of the task, the label names and each split's fingerprint (a cache checks its own
+    metadata against it on open)."""
+    h = hashlib.sha256(json.dumps([task, list(label_names)]).encode())
+    for name, fingerprint in splits:
+        h.update(f"{name}:{fingerprint}".encode())
+    return h.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,6 +159,8 @@ def _format_from_suffix(path: Path) -> str:
 
 def _decode(path: Path, encoding: str) -> str:
     data = path.read_bytes()
+    if encoding.replace("_", "-").lower() in ("utf-8", "utf8"):
+        encoding = "utf-8-sig"  # a byte-order mark is not part of the first column's name
     try:
         return data.decode(encoding)
     except LookupError:
@@ -179,6 +191,7 @@ def _read_delimited(path: Path, text: str, cfg: DataConfig, delimiter: str) -> T
                 raise FeatxError(f"{path} has no header row (data.header = false); name its "
                                  "columns with data.columns = [...]")
             columns = [c.strip() for c in fields]
+            _check_unique_columns(columns, f"{path}, header row")
             continue
         if cfg.header and cfg.columns is None and len(fields) != len(columns):
             raise FeatxError(
@@ -192,6 +205,13 @@ def _read_delimited(path: Path, text: str, cfg: DataConfig, delimiter: str) -> T
     if columns is None:
         raise FeatxError(f"{path} is empty")
     return Table(str(path), columns, rows, lines)
+
+
+def _check_unique_columns(columns, where: str) -> None:
+    repeated = sorted({c for c in columns if list(columns).count(c) > 1})
+    if repeated:
+        raise FeatxError(f"{where}: column name(s) {repeated} appear more than once; which one holds "
+                         "the data is ambiguous: rename the columns")
 
 
 def _csv_rows(reader, path: Path):
@@ -208,10 +228,13 @@ def _read_jsonl(path: Path, text: str) -> Table:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(line, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as exc:
             raise FeatxError(f"{path}, row {number}: not valid JSON ({exc.msg}); each line must "
                              "be one JSON object") from None
+        except _RepeatedKey as exc:
+            raise FeatxError(f"{path}, row {number}: key {exc.args[0]!r} appears twice in one object; "
+                             "which value holds the data is ambiguous: fix the row") from None
         if not isinstance(record, dict):
             raise FeatxError(f"{path}, row {number}: expected a JSON object, got "
                              f"{type(record).__name__}")
@@ -219,6 +242,18 @@ def _read_jsonl(path: Path, text: str) -> Table:
         rows.append(record)
         lines.append(number)
     return Table(str(path), list(columns), rows, lines)
+
+
+class _RepeatedKey(Exception):
+    pass
+
+
+def _unique_keys(pairs):
+    keys = [k for k, _ in pairs]
+    for key in keys:
+        if keys.count(key) > 1:
+            raise _RepeatedKey(key)
+    return dict(pairs)
 
 
 def _read_label_text(path: Path, text: str) -> Table:
@@ -454,7 +489,7 @@ class _Columns:
             labels = [self._label(row.get(c), where, c) for c in self.labels]
             rows.labels.append(labels[0] if len(labels) == 1 else labels)
             for k in self.keep:
-                rows.kept[k].append("" if row.get(k) is None else str(row.get(k)))
+                rows.kept[k].append("" if row.get(k) is None else _storable(str(row.get(k)), where, k, "value"))
             rows.splits.append(None if self.split is None else
                                _split_value(row.get(self.split), where, self.split))
         return rows
@@ -472,11 +507,26 @@ class _Columns:
 
 
 def _is_missing(value) -> bool:
+    """Nothing there: None (a JSON null, an empty Parquet cell), a float NaN, or an empty field.
+    A string such as "NA" or "none" is a value (a class may be called that)."""
     if value is None:
         return True
     if isinstance(value, float) and math.isnan(value):
         return True
-    return isinstance(value, str) and value.strip().lower() in ("", "nan", "na", "null", "none")
+    return isinstance(value, str) and not value.strip()
+
+
+def _storable(value: str, where: str, column: str, what: str) -> str:
+    """A string HDF5 and the fingerprint can hold: no NUL byte, no lone surrogate."""
+    if "\x00" in value:
+        raise FeatxError(f"{where}, column {column!r}: the {what} holds a NUL byte (\\x00), which no "
+                         "text should; remove it from the file")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise FeatxError(f"{where}, column {column!r}: the {what} holds a lone surrogate (an "
+                         "unpaired \\ud800-\\udfff escape), which is not text; fix the row") from None
+    return value
 
 
 def _text(value, where: str, column: str) -> str:
@@ -484,19 +534,22 @@ def _text(value, where: str, column: str) -> str:
         shown = "missing" if value is None else ("not a string" if not isinstance(value, str) else "empty")
         raise FeatxError(f"{where}, column {column!r}: text is {shown} (value {value!r}); remove the "
                          "row or fill in its text")
-    return value
+    return _storable(value, where, column, "text")
 
 
 def _id(value, where: str, column: str) -> str:
     if _is_missing(value):
         raise FeatxError(f"{where}, column {column!r}: the id is missing; every row needs a unique id")
-    return str(value)
+    return _storable(str(value), where, column, "id")
 
 
 def _present(value, where: str, column: str):
     if _is_missing(value):
         raise FeatxError(f"{where}, column {column!r}: the label is missing (value {value!r}); "
                          "remove the row or fill in its label")
+    for item in (value if isinstance(value, list) else [value]):
+        if isinstance(item, str):
+            _storable(item, where, column, "label")
     return value
 
 
@@ -570,21 +623,32 @@ def _as_list(value) -> list:
     return value if isinstance(value, list) else [value]
 
 
-def _number(value) -> float | None:
+# A number written plainly: "7", "-1.5", "2e3"; not "007" (a code) nor "nan" or "inf".
+PLAIN_NUMBER = re.compile(r"[+-]?((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+# Regression targets beyond this magnitude overflow squared errors and standardisation.
+MAX_TARGET = 1e100
+
+
+def _number(value, plain: bool = False) -> float | None:
+    """The value as a number, or None. `plain`: strings count only when written as a plain
+    number, so class codes such as "007" stay strings."""
     if isinstance(value, bool):
         return float(value)
     if isinstance(value, (int, float)):
         return float(value)
+    text = str(value).strip()
+    if plain and not PLAIN_NUMBER.fullmatch(text):
+        return None
     try:
-        return float(str(value).strip())
+        return float(text)
     except ValueError:
         return None
 
 
 def _class_key(value) -> str:
-    """Canonical class name: 1, "1" and "1.0" are the same class."""
-    number = _number(value)
-    if number is not None and number.is_integer():
+    """Canonical class name: 1, "1" and "1.0" are the same class; "007" and "7" are not."""
+    number = _number(value, plain=True)
+    if number is not None and math.isfinite(number) and number.is_integer():
         return str(int(number))
     return str(value).strip()
 
@@ -612,16 +676,28 @@ def _infer_task(rows: _Rows, columns: _Columns) -> str:
     """binary / multiclass for strings or few integers, regression for other numbers, multilabel
     for lists or a label separator; several label columns: 0/1 -> multilabel, else regression."""
     values = rows.labels
+    column = columns.labels[0]
     if columns.label_sep is not None or any(isinstance(v, list) and len(columns.labels) == 1 for v in values):
+        fractions = [x for v in values if isinstance(v, list) for x in v
+                     if isinstance(x, float) and not x.is_integer()]
+        if fractions:
+            raise FeatxError(f"column {column!r} holds lists of numbers such as {fractions[0]!r}, and "
+                             "data.task is not set: lists are read as sets of labels (multilabel). For "
+                             "several regression targets give one column per target (data.label = "
+                             "[\"a\", \"b\"]); for label ids set data.task = \"multilabel\"")
         return "multilabel"
     flat = [x for v in values for x in _as_list(v)]
-    numbers = [_number(x) for x in flat]
+    numbers = [_number(x, plain=True) for x in flat]
     if len(columns.labels) > 1:
         return "multilabel" if all(n in (0.0, 1.0) for n in numbers) else "regression"
     if all(n is not None for n in numbers):
         distinct = set(numbers)
-        if all(n.is_integer() for n in distinct) and len(distinct) <= MAX_INFERRED_CLASSES:
-            return "binary" if len(distinct) <= 2 else "multiclass"
+        if all(n.is_integer() for n in distinct):
+            if len(distinct) <= MAX_INFERRED_CLASSES:
+                return "binary" if len(distinct) <= 2 else "multiclass"
+            log.warning("column %r holds %d distinct integers: read as a regression target (more than "
+                        "%d); if they are classes, set data.task = \"multiclass\"", column, len(distinct),
+                        MAX_INFERRED_CLASSES)
         return "regression"
     return "binary" if len({_class_key(x) for x in flat}) <= 2 else "multiclass"
 
@@ -653,20 +729,33 @@ class _LabelEncoder:
             # Labels are integer positions in the names list (GoEmotions' "2,17").
             index = {str(i): i for i in range(len(names))} | index
         encoder = cls(task, tuple(names), columns, index)
+        if task in ("binary", "multiclass") and len(names) < 2:
+            raise FeatxError(f"the training split has a single class ({', '.join(map(repr, names))}); "
+                             "a classifier needs at least two: fix the labels or the split")
         if task == "binary" and len(names) != 2:
             raise FeatxError(f"data.task is binary but the training labels have {len(names)} "
-                             f"class(es): {list(names)[:10]}; use multiclass or fix the labels")
+                             f"classes: {list(names)[:10]}; use multiclass or fix the labels")
         return encoder
 
     def encode(self, rows: _Rows, split: str) -> np.ndarray:
         if self.task == "regression":
             out = np.empty((len(rows.labels), len(self.names)), dtype=np.float64)
             for i, (value, where) in enumerate(zip(rows.labels, rows.where)):
-                for j, (column, v) in enumerate(zip(self.names, _as_list(value))):
-                    number = _number(v)
+                values = _as_list(value)
+                if len(values) != len(self.names):
+                    raise FeatxError(
+                        f"{where}, column {self.names[0]!r}: {len(values)} regression targets in one "
+                        f"field, the task has {len(self.names)} ({', '.join(self.names)}); give one "
+                        "column per target (data.label = [\"a\", \"b\"])")
+                for j, (column, v) in enumerate(zip(self.names, values)):
+                    number = None if isinstance(v, (list, dict)) else _number(v)
                     if number is None or not math.isfinite(number):
                         raise FeatxError(f"{where}, column {column!r}: regression target {v!r} "
                                          "is not a finite number")
+                    if abs(number) > MAX_TARGET:
+                        raise FeatxError(f"{where}, column {column!r}: regression target {v!r} is "
+                                         f"beyond +-{MAX_TARGET:g}; rescale the target (e.g. its "
+                                         "logarithm) so squared errors stay finite")
                     out[i, j] = number
             return out
         if self.task == "multilabel":

@@ -25,6 +25,7 @@ from featx import backbone
 from featx.cache import Cache, CacheWriter, SplitData, partial_finished, writer_lock
 from featx.config import Pipeline
 from featx.errors import FeatxError
+from featx.files import writable_dir
 from featx.plan import Plan, make_plan
 from featx.pooling import pool
 
@@ -64,6 +65,7 @@ def extract(pipeline: Pipeline) -> ExtractResult:
     if distributed.world() is not None:
         return distributed.extract_sharded(pipeline)
     start = time.perf_counter()
+    writable_dir(pipeline.cache_dir)
     plan = make_plan(pipeline)
     device = backbone.pick_device(pipeline.extract.device)
     compute_dtype = backbone.pick_dtype(pipeline.extract.dtype, device)
@@ -71,6 +73,8 @@ def extract(pipeline: Pipeline) -> ExtractResult:
     path = plan.cache_path(compute_dtype)
     if path.is_file():
         return _hit(path, spec.key(), start)
+    # Refused before any file exists (a rerun with the same settings would fail the same way).
+    Encoder(backbone.load_tokenizer(plan.model.path), pipeline.extract.max_length).check(plan.dataset.pairs)
     with writer_lock(path):
         if path.is_file():  # another process finished it while we waited for the data
             return _hit(path, spec.key(), start)
@@ -130,6 +134,7 @@ def _load(plan: Plan, device: torch.device):
                     "vectors are stored and reported separately, expect them to be poor",
                     plan.model.name)
     tokenizer = backbone.load_tokenizer(plan.model.path)
+    backbone.check_vocabulary(tokenizer, model, plan.model.path)
     model = backbone.freeze(model).to(device)
     if cfg.extract.compile:
         model = torch.compile(model, dynamic=True)
@@ -188,8 +193,23 @@ class Encoder:
         self.backend.enable_truncation(max_length=max_length, strategy="longest_first")
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.with_types = "token_type_ids" in tokenizer.model_input_names
+        self.max_length = max_length
+        processor = self.backend.post_processor
+        self.specials = {pair: processor.num_special_tokens_to_add(pair) if processor else 0
+                         for pair in (False, True)}
+
+    def check(self, pairs: bool) -> None:
+        """The tokenizer cannot truncate below its special tokens: it would silently keep the
+        whole text. At least one token of each text must fit."""
+        needed = self.specials[pairs] + (2 if pairs else 1)
+        if self.max_length < needed:
+            raise FeatxError(
+                f"extract.max_length = {self.max_length} leaves no room for text: this tokenizer adds "
+                f"{self.specials[pairs]} special tokens to a {'pair' if pairs else 'text'}; "
+                f"use at least {needed}")
 
     def encode(self, texts: list[str], pairs: list[str] | None, rows) -> list:
+        self.check(pairs is not None)
         inputs = [(texts[i], pairs[i]) for i in rows] if pairs else [texts[i] for i in rows]
         return self.backend.encode_batch(inputs)
 
@@ -345,6 +365,7 @@ def run(model, tokenizer, plan: Plan, todo: dict[str, np.ndarray], writer: Cache
                 pooled = forward_pooled(model, batch, plan.layers, device, compute_dtype, plan.sentence)
                 arrays = {p: v.to(TORCH_DTYPES[cfg.store_dtype]).cpu().numpy().astype(store, copy=False)
                           for p, v in pooled.items()}
+                _check_finite(arrays, batch, split, cfg.store_dtype)
                 # Inline: a pwrite per run of rows costs microseconds; a writer thread measured
                 # no faster (`python -m bench levers`) and adds a failure path.
                 writer.write(split_name, batch.rows, arrays, batch.n_tokens, batch.truncated)
@@ -370,6 +391,21 @@ def run(model, tokenizer, plan: Plan, todo: dict[str, np.ndarray], writer: Cache
               "padding_efficiency": round(stats["real_tokens"] / max(stats["padded_tokens"], 1), 4),
               "tokenizer_wait_s": round(stats["tokenizer_wait_s"], 3)}
     return stats
+
+
+def _check_finite(arrays: dict[str, np.ndarray], batch: Batch, split, store_dtype: str) -> None:
+    """A vector that is not finite must never reach a cache that says it is complete."""
+    for pooling, values in arrays.items():
+        bad = ~np.isfinite(values).reshape(len(values), -1).all(axis=1)
+        if bad.any():
+            rows = batch.rows[bad][:5].tolist()
+            hint = ("beyond float16's range (|x| > 65504): rerun with extract.store_dtype = "
+                    "\"float32\"" if store_dtype == "float16" else
+                    "the model's activations overflow or its weights are broken: try "
+                    "extract.dtype = \"float32\", or check the model files")
+            raise FeatxError(f"{int(bad.sum())} {pooling!r} vector(s) of the {split.name} split are not "
+                             f"finite (rows {rows}): {hint}. The cache is left unfinished, never "
+                             "marked complete")
 
 
 def embed_rows(model, tokenizer, texts: list[str], pairs: list[str] | None,

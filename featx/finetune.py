@@ -35,6 +35,7 @@ from featx.cache import Cache
 from featx.config import MAX_LR, WARN_LR, FinetuneConfig, Pipeline
 from featx.data import Split, stratified_assignment
 from featx.errors import FeatxError
+from featx.files import atomic_write, writable_dir
 from featx.extract import Encoder, TORCH_DTYPES, default_token_budget, plan_batches
 from featx.pooling import cls_pool, mean_pool
 from featx.records import (Predictions, finetune_run_hash, new_record, record_name, run_dir, write_json,
@@ -272,6 +273,13 @@ class Setup:
     """() -> a fresh SequenceClassifier with the run's initial weights (same for every candidate)."""
     progress: bool
 
+    @property
+    def strategy(self) -> str:
+        """The learning-rate search actually run: `auto` is full on CUDA, halving on CPU."""
+        if self.cfg.search != "auto":
+            return self.cfg.search
+        return "full" if self.device.type == "cuda" else "halving"
+
 
 @dataclass
 class Candidate:
@@ -326,7 +334,7 @@ def run_finetune(pipeline: Pipeline) -> dict:
     metric = M.primary(task, pipeline.probe.metric)  # chosen on and reported in the same metric
     run_hash = finetune_run_hash(cfg, key, pipeline.extract.max_length, metric)
     name = f"{cfg.head_input}{'-lpft' if cfg.init_head_from_probe else ''}-seed{cfg.seed}-{run_hash[:8]}"
-    directory = run_dir(pipeline.runs_dir, pipeline.name, key)
+    directory = writable_dir(run_dir(pipeline.runs_dir, pipeline.name, key))
     checkpoints = directory / "finetune" / name
     features = f"finetune:{cfg.head_input}"
     head = "lp-ft" if cfg.init_head_from_probe else "linear"
@@ -340,7 +348,8 @@ def run_finetune(pipeline: Pipeline) -> dict:
     start = time.perf_counter()
     device = B.pick_device(cfg.device)
     dtype = TORCH_DTYPES[B.pick_dtype(cfg.dtype, device)]
-    encoder = Encoder(B.load_tokenizer(plan.model.path), pipeline.extract.max_length)
+    tokenizer = B.load_tokenizer(plan.model.path)
+    encoder = Encoder(tokenizer, pipeline.extract.max_length)
     select_split, report_split, train_rows, select_rows = _protocol_rows(plan.dataset, cfg)
     train = encode_split(encoder, splits["train"], train_rows)
     if not len(select_rows):
@@ -357,6 +366,7 @@ def run_finetune(pipeline: Pipeline) -> dict:
         torch.manual_seed(cfg.seed)
         backbone = B.load_model(plan.model, init=pipeline.model.init, seed=pipeline.model.seed,
                                 allow_pickle=pipeline.model.allow_pickle, pooler=cfg.head_input == "pooler")
+        B.check_vocabulary(tokenizer, backbone, plan.model.path)
         model = SequenceClassifier(backbone, n_outputs(task, len(names)), cfg.head_input)
         if probe_head is not None:  # LP-FT: the linear probe folded into the head
             with torch.no_grad():
@@ -395,7 +405,7 @@ def run_finetune(pipeline: Pipeline) -> dict:
                   else f"{cfg.validation_fraction:.0%} of train", "report_on": report_split},
         hyperparameters=dataclasses.asdict(cfg) | {
             "learning_rate": chosen.learning_rate, "max_epochs": setup.max_epochs,
-            "max_seconds": max_seconds, "max_length": pipeline.extract.max_length,
+            "max_seconds": max_seconds, "search": setup.strategy, "max_length": pipeline.extract.max_length,
             "dtype": str(dtype).removeprefix("torch.")},
         search=[_candidate_entry(c) for c in candidates], seeds=[cfg.seed], primary_metric=metric,
         metrics=metric_values, metrics_std={k: 0.0 for k in metric_values}, per_seed=[metric_values],
@@ -427,7 +437,7 @@ def search(setup: Setup) -> list[Candidate]:
     candidate's state is on disk after each epoch, so the decisions replay on resume."""
     cfg = setup.cfg
     candidates = [_load_state(setup, Candidate(lr)) for lr in cfg.learning_rates]
-    if len(candidates) == 1 or cfg.search == "full":
+    if len(candidates) == 1 or setup.strategy == "full":
         for candidate in candidates:
             _train(setup, candidate, candidates, until=setup.max_epochs)
     else:
@@ -547,7 +557,7 @@ def _evaluate(setup: Setup, model, candidate: Candidate, epoch: int) -> None:
         candidate.best_score, candidate.best_epoch, candidate.threshold = score, epoch, threshold
         folder = setup.directory / candidate.name
         folder.mkdir(parents=True, exist_ok=True)
-        _atomic(lambda p: save_model(model, str(p)), folder / "best.safetensors")
+        atomic_write(folder / "best.safetensors", lambda p: save_model(model, str(p)))
 
 
 def _diverged(setup: Setup, candidate: Candidate, epoch: int, step: int, everyone) -> None:
@@ -586,9 +596,10 @@ def _checkpoint(setup: Setup, model, optimizer, scheduler, candidate: Candidate)
     folder.mkdir(parents=True, exist_ok=True)
     candidate.weights_file = f"epoch-{candidate.epoch}.safetensors"
     candidate.optimizer_file = f"epoch-{candidate.epoch}.pt"
-    _atomic(lambda p: save_model(model, str(p)), folder / candidate.weights_file)
-    _atomic(lambda p: torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                                  "torch_rng": torch.get_rng_state()}, p), folder / candidate.optimizer_file)
+    atomic_write(folder / candidate.weights_file, lambda p: save_model(model, str(p)))
+    atomic_write(folder / candidate.optimizer_file, lambda p: torch.save(
+        {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+         "torch_rng": torch.get_rng_state()}, p))
     _save_state(setup, candidate)
     for old in folder.glob("epoch-*"):
         if old.name not in (candidate.weights_file, candidate.optimizer_file):
@@ -660,8 +671,3 @@ def _probe_head(pipeline: Pipeline, cache_path: Path, head_input: str, n_layers:
     log.info("LP-FT: head initialised from the logistic probe on %s", features.name)
     return fold_probe(estimator, task, hidden, scaler)
 
-
-def _atomic(write, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    os.replace(tmp, path)

@@ -91,6 +91,7 @@ class _Backbone:
         model = B.load_model(resolved, init=init, seed=seed, allow_pickle=allow_pickle, pooler=needs_pooler)
         self.model = B.freeze(model).to(self.device)
         self.tokenizer = B.load_tokenizer(resolved.path)
+        B.check_vocabulary(self.tokenizer, model, resolved.path)
         self.sentence = B.sentence_spec(resolved.path) if sentence else None
         self.max_length = max_length
 
@@ -443,7 +444,7 @@ def predict_file(pipeline, source: str, *, head: str | None = None, finetuned: b
     if predictor.truncated_:
         log.warning("%d of %d texts were truncated at max_length=%d (as in extraction)",
                     predictor.truncated_, len(inputs.texts), manifest.max_length)
-    out = Path(out) if out else Path(pipeline.data_dir) / "predictions" / f"{pipeline.name}.csv"
+    out = Path(out) if out else pipeline.root / "predictions" / f"{pipeline.name}.csv"
     table = _table(inputs, predictor, scores)
     _write(out, table)
     metrics = None
@@ -490,32 +491,36 @@ def _table(inputs, predictor: Predictor, scores: np.ndarray) -> dict[str, list]:
 
 def _write(path: Path, table: dict[str, list]) -> None:
     import csv
-    import os
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    from featx.files import atomic_write
+
     suffix = path.suffix.lower()
     columns = list(table)
     n = len(table["id"])
+
+    def jsonl(tmp: Path) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for i in range(n):
+                f.write(json.dumps({c: table[c][i] for c in columns}, ensure_ascii=False) + "\n")
+
+    def parquet(tmp: Path) -> None:
+        try:
+            import pandas as pd
+        except ImportError:
+            raise FeatxError("Parquet output needs pandas and pyarrow; write .csv or .jsonl") from None
+        pd.DataFrame(table).to_parquet(tmp, index=False)
+
+    def delimited(tmp: Path) -> None:
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f, delimiter="\t" if suffix == ".tsv" else ",")
+            writer.writerow(columns)
+            writer.writerows(zip(*(table[c] for c in columns)))
+
+    write = jsonl if suffix in (".jsonl", ".json", ".ndjson") else parquet if suffix in (".parquet", ".pq") \
+        else delimited
     try:
-        if suffix in (".jsonl", ".json", ".ndjson"):
-            with open(tmp, "w", encoding="utf-8") as f:
-                for i in range(n):
-                    f.write(json.dumps({c: table[c][i] for c in columns}, ensure_ascii=False) + "\n")
-        elif suffix in (".parquet", ".pq"):
-            try:
-                import pandas as pd
-            except ImportError:
-                raise FeatxError("Parquet output needs pandas and pyarrow; write .csv or .jsonl") from None
-            pd.DataFrame(table).to_parquet(tmp, index=False)
-        else:
-            with open(tmp, "w", newline="", encoding="utf-8") as f:
-                writer = csv.writer(f, delimiter="\t" if suffix == ".tsv" else ",")
-                writer.writerow(columns)
-                writer.writerows(zip(*(table[c] for c in columns)))
-        os.replace(tmp, path)
+        atomic_write(path, write)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise FeatxError(f"cannot write the predictions to {path} ({exc.strerror or exc}); choose "
                          "another --out") from None
 

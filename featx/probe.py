@@ -26,6 +26,7 @@ from featx import metrics as M
 from featx.cache import Cache
 from featx.config import MODEL_POOLINGS, Pipeline, ProbeConfig
 from featx.errors import FeatxError
+from featx.files import writable_dir
 from featx.records import (Predictions, new_record, probe_config_hash, record_name, run_dir,
                            save_head, selection_score, write_json, write_record)
 
@@ -173,6 +174,10 @@ def load_problem(cache_path: str | Path, features: Features, head: str, cfg: Pro
         load = lambda split: (_inputs(cache, split, features), cache.labels(split))  # noqa: E731
         X, y = load("train")
         M.check_trainable(task, y, names)
+        if features != TEXT and not np.isfinite(X).all():
+            raise FeatxError(f"{Path(cache_path).name}: the train {features.name} vectors hold NaN or "
+                             "infinity; delete the cache and rerun featx extract (with extract.store_dtype "
+                             "= \"float32\" if the activations overflow float16)")
         X_report, y_report = load(protocol.report_on)
         X_dev, y_dev = load("dev") if protocol.name == "dev" else (None, None)
         stats = cache.meta.get("extract_stats") or {}
@@ -422,7 +427,7 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
         first, later = plan_jobs(cache, cfg)
         choose_protocol(cfg.protocol, cache.splits, cfg.folds)  # fail before forking workers
         M.check_trainable(cache.task, cache.labels("train"), cache.label_names)
-        directory = run_dir(pipeline.runs_dir, pipeline.name, cache.key)
+        directory = writable_dir(run_dir(pipeline.runs_dir, pipeline.name, cache.key))
     heads_dir = directory / "heads" if cfg.save_heads else None
     total = len(first) + len(later)
     log.info("probing %s: %d (features, head) fits%s", path.name, total,

@@ -36,7 +36,6 @@ import dataclasses
 import datetime
 import hashlib
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +44,7 @@ import numpy as np
 
 from featx import __version__
 from featx.errors import FeatxError
+from featx.files import atomic_write
 
 SCHEMA = 1
 
@@ -80,11 +80,8 @@ def new_record(**fields) -> dict:
 
 def write_json(path: Path, data) -> Path:
     """Atomic: a reader sees the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=False, allow_nan=True) + "\n")
-    os.replace(tmp, path)
-    return path
+    text = json.dumps(data, indent=1, sort_keys=False, allow_nan=True) + "\n"
+    return atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 def selection_score(record: dict) -> float:
@@ -117,12 +114,12 @@ def write_record(directory: Path, record: dict, predictions: Predictions | None 
     path = directory / record["stage"] / record_name(record["features"], record["head"])
     if predictions is not None:
         scores = path.with_name(path.stem + ".scores.npz")
-        scores.parent.mkdir(parents=True, exist_ok=True)
-        tmp = scores.with_name(f".{scores.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            np.savez(f, ids=np.asarray(predictions.ids, dtype=str), labels=predictions.labels,
-                     scores=predictions.scores, threshold=np.float64(predictions.threshold))
-        os.replace(tmp, scores)
+
+        def save(tmp: Path) -> None:
+            with open(tmp, "wb") as f:
+                np.savez(f, ids=np.asarray(predictions.ids, dtype=str), labels=predictions.labels,
+                         scores=predictions.scores, threshold=np.float64(predictions.threshold))
+        atomic_write(scores, save)
         record["predictions"] = {"file": scores.name, "sha256": _sha256(scores)}
     return write_json(path, record)
 
@@ -155,8 +152,31 @@ def read_records(directory: Path) -> list[dict]:
         if record.get("schema") != SCHEMA:
             raise FeatxError(f"run record {path} has schema {record.get('schema')}, this featx "
                              f"reads {SCHEMA}: rerun its stage")
+        problem = _malformed(record)
+        if problem:
+            raise FeatxError(f"run record {path} is malformed ({problem}); delete it and rerun "
+                             f"featx {record.get('stage', 'probe')}")
         out.append(record)
     return out
+
+
+# What every record must hold, with its type: the report and predict read these.
+REQUIRED = {"stage": str, "pipeline": str, "cache_key": str, "task": str, "features": str, "pooling": str,
+            "layers": list, "head": str, "init": str, "protocol": dict, "primary_metric": str,
+            "metrics": dict, "metrics_std": dict, "created": str}
+
+
+def _malformed(record: dict) -> str | None:
+    for key, kind in REQUIRED.items():
+        if not isinstance(record.get(key), kind):
+            return f"{key!r} is {'missing' if key not in record else 'not a ' + kind.__name__}"
+    if record["stage"] not in ("probe", "finetune"):
+        return f"stage {record['stage']!r} is neither probe nor finetune"
+    if not all(isinstance(record["protocol"].get(k), str) for k in ("name", "select_on", "report_on")):
+        return "its protocol lacks name, select_on or report_on"
+    if not isinstance(record["metrics"].get(record["primary_metric"]), (int, float)):
+        return f"its metrics lack the primary metric {record['primary_metric']!r}"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,10 +191,7 @@ def _sha256(path: Path) -> str:
 def save_head(estimator, path: Path) -> Path:
     import joblib
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    joblib.dump(estimator, tmp)
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: joblib.dump(estimator, tmp))
     write_json(path.with_name(path.name + ".sha256"),
                {"file": path.name, "sha256": _sha256(path), "featx_version": __version__})
     return path

@@ -332,7 +332,12 @@ def _wall(frozen: dict, tuned: dict) -> str:
 # Plots (matplotlib, PNG bytes)
 
 
-def plots(inputs: Inputs) -> dict[str, bytes]:
+def plots(inputs: Inputs, cache_dir: Path | None = None) -> dict[str, bytes]:
+    import os
+
+    if cache_dir is not None and "matplotlib" not in __import__("sys").modules:
+        # matplotlib writes its font cache under $HOME unless told otherwise: keep it with featx's data.
+        os.environ.setdefault("MPLCONFIGDIR", str(cache_dir))
     import matplotlib
     matplotlib.use("Agg")
     out = {}
@@ -358,7 +363,7 @@ def _tuned_levels(records: list[dict], primary: str, axis) -> None:
 def _plot_layers(inputs: Inputs):
     import matplotlib.pyplot as plt
 
-    single = [r for r in inputs.main if r["stage"] == "probe" and len(r["layers"]) == 1]
+    single = [r for r in inputs.main if r["stage"] == "probe" and len(r["layers"]) == 1 and not r.get("baseline")]
     curves: dict[tuple[str, str], list[dict]] = {}
     for r in single:
         curves.setdefault((r["pooling"], r["head"]), []).append(r)
@@ -381,7 +386,8 @@ def _plot_heads(inputs: Inputs):
     import matplotlib.pyplot as plt
     import numpy as np
 
-    probes = [r for r in inputs.main if r["stage"] == "probe" and r["protocol"]["name"] != "mteb"]
+    probes = [r for r in inputs.main if r["stage"] == "probe" and r["protocol"]["name"] != "mteb"
+              and not r.get("baseline")]
     if not probes:
         return None
     last = max(max(r["layers"]) for r in probes)
@@ -492,13 +498,14 @@ def write_report(runs_dir: str | Path, reports_dir: str | Path, pipeline: str,
                  current: Pipeline | None = None) -> dict[str, Path]:
     """Build the report for one pipeline (with `current`, of its present configuration's records
     only); returns the paths written (md, html, csv, and json: the verdict with its numbers)."""
+    from featx.files import writable_dir
+
     inputs = collect(runs_dir, pipeline, current)
-    out_dir = Path(reports_dir) / pipeline
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = writable_dir(Path(reports_dir) / pipeline, "the report directory")
     all_rows = rows(inputs)
     header, cells = table_rows(all_rows)
     judged = verdict(inputs, runs_dir)
-    images = plots(inputs)
+    images = plots(inputs, Path(reports_dir) / ".matplotlib")
     notes = _notes(inputs)
     for name, data in images.items():
         (out_dir / f"{name}.png").write_bytes(data)

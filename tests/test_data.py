@@ -192,12 +192,19 @@ def test_empty_text(tmp_path, text):
     assert "row 6" in message and "'text'" in message and "empty" in message
 
 
-@pytest.mark.parametrize("label", ["", "NaN", "nan"])
+@pytest.mark.parametrize("label", ["", "  "])
 def test_missing_label(tmp_path, label):
     rows = classification_rows(10)
     rows[2]["label"] = label
     message = error_of(DataConfig(path=str(write_rows(tmp_path / "r.csv", rows))))
     assert "row 4" in message and "'label'" in message and "missing" in message
+
+
+@pytest.mark.parametrize("name", ["NA", "none", "null", "nan"])
+def test_na_like_class_names_are_classes(tmp_path, name):
+    rows = [{"text": f"t {i}", "label": name if i % 2 else "other"} for i in range(40)]
+    data = load_dataset(DataConfig(path=str(write_rows(tmp_path / "r.csv", rows))))
+    assert set(data.label_names) == {name, "other"}
 
 
 def test_nan_regression_target_in_jsonl(tmp_path):

@@ -264,7 +264,7 @@ def test_interrupted_training_resumes_from_the_last_epoch(tmp_path, tiny_bert):
     job = run_featx("finetune", str(toml), wait=False)
     deadline = time.time() + 120
     while time.time() < deadline and job.poll() is None:
-        if list((tmp_path / "data" / "runs").glob("*/finetune/*/lr-*/state.json")):
+        if list((tmp_path / "data" / "runs").glob("*/*/finetune/*/lr-*/state.json")):
             break
         time.sleep(0.01)
     assert job.poll() is None, "training finished before it could be interrupted"

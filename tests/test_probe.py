@@ -199,7 +199,7 @@ def test_featx_probe_end_to_end(make_pipeline, csv_dataset, tmp_path):
     assert {("mean@2", "logistic"), ("cls@0+1+2", "lightgbm")} <= names
     assert {f"mean@{i}" for i in stored} <= {f for f, h in names if h == "logistic"}
     assert len(names) == len(records)
-    run = tmp_path / "data" / "runs" / key[:16]
+    run = tmp_path / "data" / "runs" / "test" / key[:16]
     on_disk = read_records(run)
     assert len(on_disk) == len(records)
     record = on_disk[0]
@@ -328,7 +328,7 @@ def test_majority_and_tfidf_baselines(tmp_path, make_pipeline):
         commonest = np.bincount(cache.labels("train")).argmax()
     assert majority["metrics"]["accuracy"] == pytest.approx(np.mean(test_labels == commonest))
     assert tfidf["metrics"]["accuracy"] > 0.95  # the words give the class away
-    run = tmp_path / "data" / "runs" / tfidf["cache_key"][:16]
+    run = tmp_path / "data" / "runs" / "test" / tfidf["cache_key"][:16]
     stored = read_predictions(run, tfidf)
     assert stored.scores.shape == (1, len(test_labels), 3) and np.array_equal(stored.labels, test_labels)
     for record in records.values():  # every metric has an interval around its value

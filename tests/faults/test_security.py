@@ -54,7 +54,7 @@ def test_tampered_head_is_not_unpickled(make_pipeline, csv_dataset, tmp_path):
                                                                 "poolings": ["mean"]})
     extract(pipeline)
     run_probe(pipeline)
-    head = next((tmp_path / "data" / "runs").glob("*/heads/*.joblib"))
+    head = next((tmp_path / "data" / "runs").glob("*/*/heads/*.joblib"))
     load_head(head)
     head.write_bytes(head.read_bytes().replace(b"sklearn", b"sklearm", 1))
     with pytest.raises(FeatxError, match="Refusing to unpickle"):
