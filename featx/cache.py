@@ -574,7 +574,11 @@ class Cache:
             if self._mapped is None:
                 self._mapped = np.memmap(self.path, dtype=np.uint8, mode="r")
             mapped = self._mapped
-            found = _crc32(ds, lambda offset, size: memoryview(mapped[offset:offset + size]))
+            try:
+                found = _crc32(ds, lambda offset, size: memoryview(mapped[offset:offset + size]))
+            except (OSError, ValueError, UnicodeError) as exc:  # HDF5 cannot even read it back
+                raise FeatxError(f"{self.path}: {split}/{name} cannot be read ({exc}): the file was "
+                                 "damaged. Delete it and rerun featx extract") from None
             if found != ds.attrs.get("crc32"):
                 raise FeatxError(f"{self.path}: {split}/{name} does not match the checksum written when "
                                  "the cache was finished: the file was changed or damaged since. "
@@ -583,6 +587,8 @@ class Cache:
         return ds
 
     def __repr__(self) -> str:
+        if not self.file.id.valid:
+            return f"Cache({str(self.path)!r}, closed)"
         return (f"Cache({str(self.path)!r}, model={self.meta.get('model_name')!r}, "
                 f"task={self.task!r}, splits={ {s: self.n_rows(s) for s in self.splits} }, "
                 f"poolings={ {p: list(self.layers(p)) for p in self.poolings} })")

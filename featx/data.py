@@ -608,8 +608,9 @@ def stratified_assignment(strata: np.ndarray, dev_fraction: float, test_fraction
 
 
 def _strata(rows: _Rows, columns: _Columns, task: str) -> np.ndarray:
-    if task == "regression":  # deciles of the (first) target
-        values = np.array([float(_as_list(v)[0]) for v in rows.labels])
+    if task == "regression":  # deciles of the (first) target; a bad value is named when encoded
+        first = [_number(_as_list(v)[0]) if _as_list(v) else None for v in rows.labels]
+        values = np.array([n if n is not None and math.isfinite(n) else 0.0 for n in first])
         edges = np.quantile(values, np.linspace(0, 1, 11)[1:-1])
         return np.searchsorted(edges, values)
     if task == "multilabel":  # the row's rarest label keeps rare labels in every split
@@ -634,8 +635,10 @@ def _number(value, plain: bool = False) -> float | None:
     number, so class codes such as "007" stay strings."""
     if isinstance(value, bool):
         return float(value)
-    if isinstance(value, (int, float)):
-        return float(value)
+    if isinstance(value, int):  # JSON integers are unbounded: 10**400 is an infinite float
+        return float(value) if abs(value) < 2 ** 1023 else (math.inf if value > 0 else -math.inf)
+    if isinstance(value, float):
+        return value
     text = str(value).strip()
     if plain and not PLAIN_NUMBER.fullmatch(text):
         return None

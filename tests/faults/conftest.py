@@ -11,7 +11,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 FULL = os.environ.get("FEATX_FAULTS") == "full"
-FIGURES: dict = {"kills": [], "bad_inputs": Counter(), "unhandled": [], "checks": defaultdict(int)}
+FIGURES: dict = {"kills": [], "bad_inputs": Counter(), "unhandled": [], "silent": [],
+                 "checks": defaultdict(int)}
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -31,12 +32,15 @@ def pytest_terminal_summary(terminalreporter):
                   f"(bound: flush_rows + one batch = {kills[0]['bound']})")
     if FIGURES["bad_inputs"]:
         total = sum(FIGURES["bad_inputs"].values())
-        write(f"  bad inputs tried: {total} ({dict(FIGURES['bad_inputs'])})")
-        write(f"  unhandled exceptions: {len(FIGURES['unhandled'])}")
+        write(f"  generated bad inputs: {total}; unhandled exceptions: {len(FIGURES['unhandled'])}; "
+              f"silent wrong results: {len(FIGURES['silent'])}")
+        for category, count in sorted(FIGURES["bad_inputs"].items()):
+            write(f"    {category}: {count}")
     for name, count in sorted(FIGURES["checks"].items()):
         write(f"  {name}: {count}")
     out = Path("data") / "faults"
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(
         {"full": FULL, "kills": kills, "bad_inputs": FIGURES["bad_inputs"],
-         "unhandled": FIGURES["unhandled"], "checks": FIGURES["checks"]}, indent=1, default=str))
+         "unhandled": FIGURES["unhandled"], "silent": FIGURES["silent"], "checks": FIGURES["checks"]},
+        indent=1, default=str))
