@@ -6,7 +6,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
 from bench.common import OUT, machine, save, table
 from bench.extraction import MODEL, model_flops, texts_file

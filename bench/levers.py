@@ -33,7 +33,7 @@ def _setup():
 
 
 def _batches(tokenizer, texts, budget: int):
-    from featx.extract import tokenized_batches
+    from featx.batching import tokenized_batches
 
     return list(tokenized_batches(tokenizer, texts, None, np.arange(len(texts)), max_length=256,
                                   token_budget=budget, max_rows=4096))

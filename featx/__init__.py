@@ -7,9 +7,8 @@
     predictor = featx.load_predictor("pipelines/trec.toml")   # the verdict's choice
     predictor.predict(["What is the capital of France ?"])
 """
-__version__ = "0.1.0"
-
-from featx.errors import FeatxError  # noqa: E402
+from featx.errors import FeatxError
+from featx.version import __version__
 
 
 def open_cache(path=None, *, pipeline=None):

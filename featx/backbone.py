@@ -225,27 +225,6 @@ def hidden_size(config: dict) -> int:
     raise FeatxError(f"config.json of model type {config.get('model_type')!r} names no hidden size")
 
 
-def resolve_layers(spec, n_layers: int) -> tuple[int, ...]:
-    """Hidden-state indices (0 = embeddings .. n_layers = last) from a spec, sorted, unique.
-
-    Shorthands: "all" (0..n), "last" (n), "last4" (n-3..n, the BERT paper's best
-    feature-based setting when concatenated). Negative indices count from the end (-1 = last).
-    """
-    shorthands = {"all": range(n_layers + 1), "last": [n_layers], "last4": range(n_layers - 3, n_layers + 1)}
-    if isinstance(spec, str):
-        if spec not in shorthands:
-            raise FeatxError(f"unknown layer shorthand {spec!r}; choose one of: all, last, last4, "
-                             "or indices")
-        return tuple(i for i in shorthands[spec] if i >= 0)
-    out = set()
-    for index in ([spec] if isinstance(spec, int) else spec):
-        if not -(n_layers + 1) <= index <= n_layers:
-            raise FeatxError(f"layer {index} does not exist: this model has hidden states "
-                             f"0..{n_layers} (0 = embeddings; negative counts from the end)")
-        out.add(index % (n_layers + 1))
-    return tuple(sorted(out))
-
-
 # ---------------------------------------------------------------------------------------------
 # Loading (torch from here on)
 
@@ -391,4 +370,28 @@ def pick_dtype(spec: str, device, bf16_supported: bool | None = None) -> str:
                          "lossy); use \"bfloat16\" or \"float32\" on CPU")
     if spec == "bfloat16" and device.type == "cuda" and not bf16_supported:
         raise FeatxError("this GPU does not support bfloat16; use extract.dtype = \"float16\" or \"auto\"")
+    if spec == "bfloat16" and device.type == "cpu" and not cpu_has_bf16():
+        _warn_once("this CPU has no native bfloat16 (no AVX-512 BF16 or AMX in /proc/cpuinfo): bf16 is "
+                   "emulated, several times slower than float32 here; use dtype = \"float32\"")
     return spec
+
+
+def cpu_has_bf16() -> bool:
+    """AVX-512 BF16 or AMX: the CPU features that make bf16 matrix products fast (else emulated)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    import logging
+
+    if message not in _WARNED:
+        _WARNED.add(message)
+        logging.getLogger("featx").warning(message)

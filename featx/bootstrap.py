@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from featx.tasks import TASKS
+
 N_RESAMPLES = 1000
 LEVEL = 0.95
 # Elements per block of resamples: bounds memory for large test sets and label sets.
@@ -187,7 +189,7 @@ def _blocks(n: int, width: int, n_resamples: int, seed: int):
 
 def _width(task: str, scores: np.ndarray) -> int:
     """Elements per row and resample that a block allocates beyond W (ranks, AUC groups)."""
-    return 2 if task != "multilabel" else 2 + scores.shape[-1]
+    return 2 if not TASKS[task].thresholded else 2 + scores.shape[-1]
 
 
 def _interval(samples: np.ndarray) -> list[float]:

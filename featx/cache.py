@@ -24,7 +24,6 @@ complete cache.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import errno
 import fcntl
 import hashlib
@@ -40,9 +39,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from featx import __version__
-from featx.backbone import resolve_layers
+from featx.config import resolve_layers
+from featx.data import Split
 from featx.errors import FeatxError
+from featx.files import utc_now
+from featx.tasks import TASKS
+from featx.version import __version__
 
 SCHEMA_VERSION = 2  # 2: a crc32 per dataset, metadata checked against the key
 KEY_CHARS = 16
@@ -115,20 +117,6 @@ def writer_lock(path: Path):
 # Writing
 
 
-@dataclass(frozen=True)
-class SplitData:
-    """What the writer needs of one split, known before any vector is computed."""
-    name: str
-    ids: list[str]
-    texts: list[str]
-    text_pairs: list[str] | None
-    labels: np.ndarray
-    columns: dict[str, list[str]]
-    fingerprint: str
-    rows: np.ndarray | None = None
-    """A shard's global row indices (distributed extraction); None for a whole cache."""
-
-
 class CacheWriter:
     """Creates or resumes `<path>.partial`; rows are written at their original positions.
 
@@ -153,9 +141,11 @@ class CacheWriter:
         self._last_flush = time.monotonic()
 
     @classmethod
-    def open(cls, path: Path, spec: CacheSpec, info: dict, splits: list[SplitData],
-             hidden: int) -> "CacheWriter":
-        """Resume the partial file for this key if there is one, else create it."""
+    def open(cls, path: Path, spec: CacheSpec, info: dict, splits: list[Split], hidden: int,
+             rows: dict[str, np.ndarray] | None = None) -> "CacheWriter":
+        """Resume the partial file for this key if there is one, else create it. `rows` (per
+        split, global row indices) marks a shard of a distributed run: stored beside the
+        vectors so rank 0 can assemble them."""
         partial = partial_path(path)
         if partial.exists():
             try:
@@ -170,7 +160,7 @@ class CacheWriter:
         init = partial.with_name(partial.name + ".init")
         try:
             with h5py.File(init, "w") as file:
-                _create(file, spec, info, splits, hidden)
+                _create(file, spec, info, splits, hidden, rows)
             # Give every byte of the file its disk blocks now (reading as zeros: the done mask
             # starts empty), so no later write can fail for space or land in a sparse hole.
             fd = os.open(init, os.O_RDWR)
@@ -272,7 +262,7 @@ class CacheWriter:
         os.fsync(self.fd)  # durable before it gets the name that says complete
         os.close(self.fd)
         self.file.attrs["complete"] = True
-        self.file.attrs["completed"] = _now()
+        self.file.attrs["completed"] = utc_now()
         self.file.close()
         os.replace(partial_path(self.path), self.path)
         return self.path
@@ -330,7 +320,8 @@ def partial_finished(path: Path, splits: list[str]) -> bool:
         return False  # CacheWriter.open reports a damaged file, with the fix
 
 
-def _create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[SplitData], hidden: int):
+def _create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[Split], hidden: int,
+            rows: dict[str, np.ndarray] | None):
     # Early allocation and no timestamps: after this, writes never touch HDF5 metadata.
     dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
     dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
@@ -338,7 +329,7 @@ def _create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[SplitData
     # write-back competes with the compute); `CacheWriter.open` allocates the blocks instead.
     dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
     attrs = {"schema_version": SCHEMA_VERSION, "featx_version": __version__, "key": spec.key(),
-             "complete": False, "created": _now(), "poolings": list(spec.poolings),
+             "complete": False, "created": utc_now(), "poolings": list(spec.poolings),
              "layers": {p: list(v) for p, v in spec.layers.items()},
              **{k: v for k, v in asdict(spec).items() if k != "layers"}, **info,
              "splits": [s.name for s in splits]}
@@ -349,7 +340,7 @@ def _create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[SplitData
     for split in splits:
         n = len(split.ids)
         group = file.create_group(split.name)
-        group.attrs["fingerprint"] = split.fingerprint
+        group.attrs["fingerprint"] = split.fingerprint()
         group.attrs["n_rows"] = n
         group.create_dataset("ids", data=np.array(split.ids, dtype=object), dtype=strings)
         group.create_dataset("text", data=np.array(split.texts, dtype=object), dtype=strings)
@@ -357,8 +348,8 @@ def _create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[SplitData
             group.create_dataset("text_pair", data=np.array(split.text_pairs, dtype=object),
                                  dtype=strings)
         group.create_dataset("labels", data=split.labels)
-        if split.rows is not None:
-            group.create_dataset("rows", data=np.asarray(split.rows, dtype=np.int64))
+        if rows is not None:
+            group.create_dataset("rows", data=np.asarray(rows[split.name], dtype=np.int64))
         for column, values in split.columns.items():
             group.create_dataset(f"columns/{column}", data=np.array(values, dtype=object),
                                  dtype=strings)
@@ -372,7 +363,7 @@ def _create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[SplitData
     file.flush()
 
 
-def _estimate_bytes(spec: CacheSpec, splits: list[SplitData], hidden: int) -> int:
+def _estimate_bytes(spec: CacheSpec, splits: list[Split], hidden: int) -> int:
     rows = sum(len(s.ids) for s in splits)
     per_row = sum(len(v) for v in spec.layers.values()) * hidden * np.dtype(spec.store_dtype).itemsize
     text = sum(len(t) for s in splits for t in s.texts) * 2
@@ -412,10 +403,6 @@ def _write_error(exc: OSError, path: Path) -> FeatxError:
                       "free some space and rerun the same command to resume")
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
 def _encode_attr(value):
     if isinstance(value, (list, tuple, dict)):
         return json.dumps(value)
@@ -432,7 +419,6 @@ def _check_meta(file: h5py.File, meta: dict, path: Path) -> None:
     """A finished cache's attributes must be what featx wrote: of the right types, hashing to
     the key (the spec) and to the dataset fingerprint (task, label names, splits), and
     describing datasets that are there with the shapes they claim."""
-    from featx.config import TASKS
     from featx.data import dataset_fingerprint
 
     def damaged(what: str) -> FeatxError:
@@ -449,7 +435,7 @@ def _check_meta(file: h5py.File, meta: dict, path: Path) -> None:
     absent = [s for s in meta["splits"] if s not in file or not isinstance(file[s], h5py.Group)]
     if absent:
         raise damaged(f"its splits attribute names {absent}, which the file does not hold")
-    if meta.get("task") not in TASKS or not all(isinstance(meta.get(k), int) and meta[k] >= (k != "n_layers")
+    if not isinstance(meta.get("task"), str) or meta["task"] not in TASKS or not all(isinstance(meta.get(k), int) and meta[k] >= (k != "n_layers")
                                                  for k in ("n_layers", "hidden_size", "max_length")):
         raise damaged("its task, n_layers, hidden_size or max_length attribute is not valid")
     try:
@@ -459,9 +445,12 @@ def _check_meta(file: h5py.File, meta: dict, path: Path) -> None:
                          compute_dtype=meta["compute_dtype"], store_dtype=meta["store_dtype"],
                          dataset_fingerprint=meta["dataset_fingerprint"])
         splits = [(s, str(file[s].attrs["fingerprint"])) for s in meta["splits"]]
-    except (KeyError, TypeError) as exc:
-        raise damaged(f"{exc} is missing") from None
-    if spec.key() != meta.get("key"):
+        key = spec.key()
+    except KeyError as exc:
+        raise damaged(f"its {exc} attribute is missing") from None
+    except (TypeError, ValueError) as exc:
+        raise damaged(f"an attribute has an impossible value ({exc})") from None
+    if key != meta.get("key"):
         raise damaged("its attributes (model, layers, dtypes, max length, dataset) do not hash to its key")
     if dataset_fingerprint(meta["task"], meta["label_names"], splits) != meta["dataset_fingerprint"]:
         raise damaged("its task, label names or split fingerprints are not the ones its key covers")
@@ -633,14 +622,10 @@ class Cache:
 
     def labels(self, split: str) -> np.ndarray:
         labels = self._verify(split, "labels")[...]
-        k, task = len(self.label_names), self.task
-        fine = (labels.ndim == 1 and labels.dtype.kind in "iu" and ((labels >= 0) & (labels < k)).all()
-                if task in ("binary", "multiclass") else
-                labels.ndim == 2 and labels.shape[1] == k and (np.isin(labels, (0, 1)).all()
-                                                               if task == "multilabel" else np.isfinite(labels).all()))
-        if not fine:
-            raise FeatxError(f"{self.path}: the {split} labels do not fit the task ({task}, {k} label "
-                             "names): the cache was damaged or edited. Delete it and rerun featx extract")
+        if not TASKS[self.task].valid_labels(labels, len(self.label_names)):
+            raise FeatxError(f"{self.path}: the {split} labels do not fit the task ({self.task}, "
+                             f"{len(self.label_names)} label names): the cache was damaged or edited. "
+                             "Delete it and rerun featx extract")
         return labels
 
     def column(self, split: str, name: str) -> np.ndarray:

@@ -16,10 +16,11 @@ from featx.errors import FeatxError
 
 def cmd_extract(pipeline: Pipeline) -> None:
     """Run the frozen backbone once; cache every pooling x layer in HDF5."""
-    from featx.distributed import world
+    from featx.distributed import extract_sharded, world
     from featx.extract import extract
 
-    result = extract(pipeline)
+    # Launched by torchrun with several processes: each computes a shard, rank 0 assembles it.
+    result = extract(pipeline) if world() is None else extract_sharded(pipeline)
     if world() is None or world()[0] == 0:  # one line, not one per rank
         print(result.path)
 
@@ -33,8 +34,8 @@ def cmd_probe(pipeline: Pipeline) -> None:
 
 def cmd_finetune(pipeline: Pipeline) -> None:
     """Fine-tune the same backbone (the baseline); writes its record and best checkpoint."""
-    from featx.probe import format_table
     from featx.finetune import run_finetune
+    from featx.probe import format_table
 
     print(format_table([run_finetune(pipeline)]))
 
@@ -117,10 +118,13 @@ USE = {"predict": cmd_predict, "export": cmd_export}
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from featx.version import __version__
+
     parser = argparse.ArgumentParser(
         prog="featx", description="Frozen encoder features vs fine-tuning, measured.")
+    parser.add_argument("--version", action="version", version=f"featx {__version__}")
     parser.add_argument("-q", "--quiet", action="store_true",
-                        help="only warnings and errors, no progress bars")
+                        help="no progress bars (the one-line summaries stay)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug messages too")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, fn in (COMMANDS | USE).items():
@@ -146,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    level = logging.DEBUG if args.verbose else logging.INFO
     logging.basicConfig(level=level,
                         format="featx: %(message)s", stream=sys.stderr)
     overrides = list(args.overrides) + (["progress=false"] if args.quiet else [])

@@ -400,6 +400,27 @@ class Pipeline:
         return self.root / "reports"
 
 
+def resolve_layers(spec, n_layers: int) -> tuple[int, ...]:
+    """Hidden-state indices (0 = embeddings .. n_layers = last) from a spec, sorted, unique.
+
+    Shorthands: "all" (0..n), "last" (n), "last4" (n-3..n, the BERT paper's best
+    feature-based setting when concatenated). Negative indices count from the end (-1 = last).
+    """
+    shorthands = {"all": range(n_layers + 1), "last": [n_layers], "last4": range(n_layers - 3, n_layers + 1)}
+    if isinstance(spec, str):
+        if spec not in shorthands:
+            raise FeatxError(f"unknown layer shorthand {spec!r}; choose one of: all, last, last4, "
+                             "or indices")
+        return tuple(i for i in shorthands[spec] if i >= 0)
+    out = set()
+    for index in ([spec] if isinstance(spec, int) else spec):
+        if not -(n_layers + 1) <= index <= n_layers:
+            raise FeatxError(f"layer {index} does not exist: this model has hidden states "
+                             f"0..{n_layers} (0 = embeddings; negative counts from the end)")
+        out.add(index % (n_layers + 1))
+    return tuple(sorted(out))
+
+
 def _check_finite(config) -> None:
     """NaN or infinity in a number field passes every `<` check and poisons what it touches
     (a NaN gradient clip ruins a fine-tune silently): refused for every config, however built."""

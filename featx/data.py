@@ -23,6 +23,7 @@ import numpy as np
 
 from featx.config import DataConfig
 from featx.errors import FeatxError
+from featx.tasks import TASKS
 
 log = logging.getLogger("featx")
 
@@ -49,6 +50,13 @@ class Split:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def take(self, rows) -> "Split":
+        """The split restricted to `rows` (positions), in that order."""
+        pick = lambda values: [values[i] for i in rows]  # noqa: E731
+        return Split(self.name, pick(self.ids), pick(self.texts),
+                     None if self.text_pairs is None else pick(self.text_pairs), self.labels[rows],
+                     {k: pick(v) for k, v in self.columns.items()})
 
     def fingerprint(self) -> str:
         """sha256 of everything the cache depends on: ids, texts, pairs, labels."""
@@ -608,12 +616,12 @@ def stratified_assignment(strata: np.ndarray, dev_fraction: float, test_fraction
 
 
 def _strata(rows: _Rows, columns: _Columns, task: str) -> np.ndarray:
-    if task == "regression":  # deciles of the (first) target; a bad value is named when encoded
+    if TASKS[task].regression:  # deciles of the (first) target; a bad value is named when encoded
         first = [_number(_as_list(v)[0]) if _as_list(v) else None for v in rows.labels]
         values = np.array([n if n is not None and math.isfinite(n) else 0.0 for n in first])
         edges = np.quantile(values, np.linspace(0, 1, 11)[1:-1])
         return np.searchsorted(edges, values)
-    if task == "multilabel":  # the row's rarest label keeps rare labels in every split
+    if TASKS[task].thresholded:  # the row's rarest label keeps rare labels in every split
         sets = [_label_set(v, columns, w) for v, w in zip(rows.labels, rows.where)]
         counts = Counter(x for s in sets for x in s)
         return np.array([min(s, key=lambda x: (counts[x], x)) if s else "" for s in sets])
@@ -715,24 +723,24 @@ class _LabelEncoder:
     @classmethod
     def fit(cls, train: _Rows, columns: _Columns, task: str, cfg: DataConfig) -> "_LabelEncoder":
         fixed = _read_label_names(cfg.label_names)
-        if task == "regression":
+        if TASKS[task].regression:
             names = columns.labels
-        elif task == "multilabel" and len(columns.labels) > 1:
+        elif TASKS[task].thresholded and len(columns.labels) > 1:
             names = columns.labels
         elif fixed is not None:
             names = fixed
         else:
-            if task == "multilabel":
+            if TASKS[task].thresholded:
                 seen = {x for v, w in zip(train.labels, train.where) for x in _label_set(v, columns, w)}
             else:
                 seen = {_class_key(v) for v in train.labels}
             names = tuple(sorted(seen, key=_natural_key))
         index = {n: i for i, n in enumerate(names)}
-        if fixed is not None and task != "regression":
+        if fixed is not None and not TASKS[task].regression:
             # Labels are integer positions in the names list (GoEmotions' "2,17").
             index = {str(i): i for i in range(len(names))} | index
         encoder = cls(task, tuple(names), columns, index)
-        if task in ("binary", "multiclass") and len(names) < 2:
+        if TASKS[task].classes and len(names) < 2:
             raise FeatxError(f"the training split has a single class ({', '.join(map(repr, names))}); "
                              "a classifier needs at least two: fix the labels or the split")
         if task == "binary" and len(names) != 2:
@@ -741,7 +749,7 @@ class _LabelEncoder:
         return encoder
 
     def encode(self, rows: _Rows, split: str) -> np.ndarray:
-        if self.task == "regression":
+        if TASKS[self.task].regression:
             out = np.empty((len(rows.labels), len(self.names)), dtype=np.float64)
             for i, (value, where) in enumerate(zip(rows.labels, rows.where)):
                 values = _as_list(value)
@@ -761,7 +769,7 @@ class _LabelEncoder:
                                          "logarithm) so squared errors stay finite")
                     out[i, j] = number
             return out
-        if self.task == "multilabel":
+        if TASKS[self.task].thresholded:
             out = np.zeros((len(rows.labels), len(self.names)), dtype=np.uint8)
             for i, (value, where) in enumerate(zip(rows.labels, rows.where)):
                 for label in _label_set(value, self.columns, where):
@@ -852,7 +860,7 @@ def read_inputs(cfg: DataConfig, path: str, *, task: str, label_names, pairs: bo
     if has_labels:
         names = tuple(label_names)
         index = {n: i for i, n in enumerate(names)}
-        if cfg.label_names is not None and task != "regression":
+        if cfg.label_names is not None and not TASKS[task].regression:
             index = {str(i): i for i in range(len(names))} | index  # integer labels index the names
         labels = _LabelEncoder(task, names, columns, index).encode(rows, "input")
     return Inputs(ids, rows.texts, rows.pairs, labels, table.path)

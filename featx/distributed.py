@@ -24,11 +24,11 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from featx import __version__, backbone
+from featx import backbone
 from featx.cache import Cache, CacheWriter, partial_path, writer_lock
 from featx.config import Pipeline
-from featx.data import Split
 from featx.errors import FeatxError
+from featx.version import __version__
 
 log = logging.getLogger("featx")
 ASSEMBLY_ROWS = 65536  # rows copied per step when rank 0 assembles (bounded memory)
@@ -108,7 +108,7 @@ def extract_sharded(pipeline: Pipeline):
                 for name, split in plan.dataset.splits.items()}
         shard_plan = dataclasses.replace(
             plan, dataset=dataclasses.replace(plan.dataset, splits={
-                name: _subset(split, rows[name]) for name, split in plan.dataset.splits.items()}),
+                name: split.take(rows[name]) for name, split in plan.dataset.splits.items()}),
             pipeline=dataclasses.replace(pipeline, progress=pipeline.progress and rank == 0))
         shard_spec = dataclasses.replace(spec, dataset_fingerprint=f"{spec.dataset_fingerprint}"
                                          f":shard-{rank}-of-{size}")
@@ -146,23 +146,16 @@ def _agree(dist, rank: int, size: int, mine: dict) -> None:
                          "with the same pipeline file, overrides and featx version")
 
 
-def _subset(split: Split, rows: np.ndarray) -> Split:
-    pick = lambda xs: [xs[i] for i in rows]  # noqa: E731
-    return Split(split.name, pick(split.ids), pick(split.texts),
-                 None if split.text_pairs is None else pick(split.text_pairs), split.labels[rows],
-                 {k: pick(v) for k, v in split.columns.items()})
-
-
 def _assemble(final: Path, plan, spec, device, shards: list[Path], per_rank: list[dict]) -> None:
     """Stream every shard's rows into the final cache, written exactly as one process would."""
-    from featx.extract import _info, _split_data
+    from featx.extract import writer_info
 
     start = time.perf_counter()
     with h5py.File(shards[0], "r") as f:  # what only a rank that loaded the model knows
         known = {"pooler_untrained": bool(f.attrs["pooler_untrained"])}
     with writer_lock(final):
-        writer = CacheWriter.open(final, spec, _info(plan, None, device) | known, _split_data(plan),
-                                  plan.hidden)
+        writer = CacheWriter.open(final, spec, writer_info(plan, None, device) | known,
+                                  list(plan.dataset.splits.values()), plan.hidden)
         try:
             for shard in shards:
                 with h5py.File(shard, "r") as f:

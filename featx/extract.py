@@ -1,11 +1,8 @@
 """The extractor: run the frozen backbone once over a dataset and stream pooled vectors to HDF5.
 
-    texts -> (background thread) tokens, sorted by length, batched by a token budget
+    texts -> (background thread) tokens, sorted by length, batched by a token budget (batching)
           -> forward pass, every pooling x every layer
           -> pwrite at the rows' original offsets in the pre-allocated HDF5 datasets, done-mask flushes
-
-Batches hold texts of similar length (padding is wasted compute), sized by a token budget
-(rows x longest) instead of a fixed count, so long and short texts both fill the device.
 """
 from __future__ import annotations
 
@@ -19,30 +16,24 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from featx import backbone
-from featx.cache import Cache, CacheWriter, SplitData, partial_finished, writer_lock
+from featx.batching import (
+    TORCH_DTYPES,
+    Batch,
+    Encoder,
+    default_token_budget,
+    tokenized_batches,
+)
+from featx.cache import Cache, CacheWriter, partial_finished, writer_lock
 from featx.config import Pipeline
 from featx.errors import FeatxError
 from featx.files import writable_dir
 from featx.plan import Plan, make_plan
+from featx.progress import progress
 from featx.pooling import pool
 
 log = logging.getLogger("featx")
-
-# Padded tokens per batch when extract.token_budget = 0, measured in `make bench`: on CPU a
-# small batch keeps each layer's activations in cache and pads less (fp32 peaks at 2048
-# tokens, bf16 on AMX at 4096); a GPU wants large batches to fill its cores.
-DEFAULT_TOKEN_BUDGET = {("cpu", "float32"): 2048, ("cpu", "bfloat16"): 4096, ("cuda", "bfloat16"): 65536,
-                        ("cuda", "float16"): 65536, ("cuda", "float32"): 32768}
-
-
-def default_token_budget(device: torch.device, compute_dtype: str) -> int:
-    return DEFAULT_TOKEN_BUDGET.get((device.type, compute_dtype), 4096)
-# Rows tokenised at a time: texts are pre-sorted by characters, then exactly within a chunk.
-TOKENIZE_CHUNK = 4096
-TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass
@@ -56,14 +47,7 @@ class ExtractResult:
 
 def extract(pipeline: Pipeline) -> ExtractResult:
     """Make sure the pipeline's cache exists and is complete; compute only what is missing.
-
-    Launched by torchrun with several processes, each computes a shard and rank 0 assembles
-    the same file (`featx.distributed`).
-    """
-    from featx import distributed
-
-    if distributed.world() is not None:
-        return distributed.extract_sharded(pipeline)
+    (Under torchrun the CLI calls `featx.distributed.extract_sharded` instead.)"""
     start = time.perf_counter()
     writable_dir(pipeline.cache_dir)
     plan = make_plan(pipeline)
@@ -74,7 +58,7 @@ def extract(pipeline: Pipeline) -> ExtractResult:
     if path.is_file():
         return _hit(path, spec.key(), start)
     # Refused before any file exists (a rerun with the same settings would fail the same way).
-    Encoder(backbone.load_tokenizer(plan.model.path), pipeline.extract.max_length).check(plan.dataset.pairs)
+    Encoder(backbone.load_tokenizer(plan.model.path), plan.max_length).check(plan.dataset.pairs)
     with writer_lock(path):
         if path.is_file():  # another process finished it while we waited for the data
             return _hit(path, spec.key(), start)
@@ -95,8 +79,8 @@ def build(path: Path, plan: Plan, spec, device: torch.device, compute_dtype: str
     try:
         if not partial_finished(path, list(plan.dataset.splits)):
             model, tokenizer = _load(plan, device)
-        writer = CacheWriter.open(path, spec, _info(plan, model, device) | (info or {}),
-                                  _split_data(plan, rows), plan.hidden)
+        writer = CacheWriter.open(path, spec, writer_info(plan, model, device) | (info or {}),
+                                  list(plan.dataset.splits.values()), plan.hidden, rows)
         todo = {s: writer.pending(s) for s in plan.dataset.splits}
         stats = {"rows_total": sum(len(s) for s in plan.dataset.splits.values()),
                  "rows_computed": int(sum(len(r) for r in todo.values()))}
@@ -141,117 +125,12 @@ def _load(plan: Plan, device: torch.device):
     return model, tokenizer
 
 
-def _info(plan: Plan, model, device: torch.device) -> dict:
+def writer_info(plan: Plan, model, device: torch.device) -> dict:
+    """The provenance attributes of a cache: the plan's, and what only a loaded model knows."""
     return plan.info() | {
         "device": str(device), "torch_version": torch.__version__,
         "pooler_untrained": bool(model is not None and backbone.pooler_untrained(model)),
     }
-
-
-def _split_data(plan: Plan, rows: dict[str, np.ndarray] | None = None) -> list[SplitData]:
-    return [SplitData(s.name, s.ids, s.texts, s.text_pairs, s.labels, s.columns, s.fingerprint(),
-                      None if rows is None else rows[s.name])
-            for s in plan.dataset.splits.values()]
-
-
-# ---------------------------------------------------------------------------------------------
-# Batching
-
-
-@dataclass
-class Batch:
-    rows: np.ndarray          # (B,) original row positions
-    input_ids: torch.Tensor   # (B, T)
-    attention_mask: torch.Tensor  # (B, T)
-    token_type_ids: torch.Tensor | None  # (B, T)
-    n_tokens: np.ndarray      # (B,) real tokens per row
-    truncated: np.ndarray     # (B,) bool
-
-
-def plan_batches(lengths: np.ndarray, token_budget: int, max_rows: int) -> list[slice]:
-    """Cut rows sorted by decreasing length into batches of at most `token_budget` padded
-    tokens (rows x longest row) and `max_rows` rows. A row longer than the budget goes alone."""
-    out, start, n = [], 0, len(lengths)
-    while start < n:
-        longest = max(int(lengths[start]), 1)
-        size = max(1, min(max_rows, token_budget // longest, n - start))
-        out.append(slice(start, start + size))
-        start += size
-    return out
-
-
-class Encoder:
-    """Tokenises texts (or pairs) with truncation on a private copy of the fast tokenizer, and
-    pads batches of encodings into model inputs. Shared by extraction and fine-tuning."""
-
-    def __init__(self, tokenizer, max_length: int):
-        from tokenizers import Tokenizer
-
-        # A private copy: truncation/padding settings must not leak into the caller's tokenizer.
-        self.backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
-        self.backend.no_padding()
-        self.backend.enable_truncation(max_length=max_length, strategy="longest_first")
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        self.with_types = "token_type_ids" in tokenizer.model_input_names
-        self.max_length = max_length
-        processor = self.backend.post_processor
-        self.specials = {pair: processor.num_special_tokens_to_add(pair) if processor else 0
-                         for pair in (False, True)}
-
-    def check(self, pairs: bool) -> None:
-        """The tokenizer cannot truncate below its special tokens: it would silently keep the
-        whole text. At least one token of each text must fit."""
-        needed = self.specials[pairs] + (2 if pairs else 1)
-        if self.max_length < needed:
-            raise FeatxError(
-                f"extract.max_length = {self.max_length} leaves no room for text: this tokenizer adds "
-                f"{self.specials[pairs]} special tokens to a {'pair' if pairs else 'text'}; "
-                f"use at least {needed}")
-
-    def encode(self, texts: list[str], pairs: list[str] | None, rows) -> list:
-        self.check(pairs is not None)
-        inputs = [(texts[i], pairs[i]) for i in rows] if pairs else [texts[i] for i in rows]
-        return self.backend.encode_batch(inputs)
-
-    def collate(self, encodings: list) -> dict[str, torch.Tensor]:
-        """Pad to the longest: input_ids, attention_mask (and token_type_ids), each (B, T)."""
-        width = max(len(e.ids) for e in encodings)
-        ids = np.full((len(encodings), width), self.pad_id, dtype=np.int64)  # (B, T)
-        mask = np.zeros((len(encodings), width), dtype=np.int64)  # (B, T)
-        types = np.zeros((len(encodings), width), dtype=np.int64)  # (B, T)
-        for r, e in enumerate(encodings):
-            ids[r, :len(e.ids)] = e.ids
-            mask[r, :len(e.ids)] = 1
-            types[r, :len(e.ids)] = e.type_ids
-        out = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
-        if self.with_types:
-            out["token_type_ids"] = torch.from_numpy(types)
-        return out
-
-
-def tokenized_batches(tokenizer, texts: list[str], pairs: list[str] | None, rows: np.ndarray, *,
-                      max_length: int, token_budget: int, max_rows: int,
-                      chunk: int = TOKENIZE_CHUNK):
-    """Yield `Batch`es covering `rows`, longest first.
-
-    Rows are pre-sorted by character length (free), tokenised a chunk at a time, sorted exactly
-    by token length within the chunk and cut by the token budget. The caller restores the
-    original order by writing each row at its position.
-    """
-    encoder = Encoder(tokenizer, max_length)
-    chars = np.array([len(texts[i]) + (len(pairs[i]) if pairs else 0) for i in rows])
-    ordered = rows[np.argsort(-chars, kind="stable")]
-    for begin in range(0, len(ordered), chunk):
-        part = ordered[begin:begin + chunk]
-        encodings = encoder.encode(texts, pairs, part)
-        lengths = np.array([len(e.ids) for e in encodings])
-        order = np.argsort(-lengths, kind="stable")
-        for cut in plan_batches(lengths[order], token_budget, max_rows):
-            picked = order[cut]
-            inputs = encoder.collate([encodings[j] for j in picked])
-            yield Batch(part[picked], inputs["input_ids"], inputs["attention_mask"],
-                        inputs.get("token_type_ids"), lengths[picked],
-                        np.array([bool(encodings[j].overflowing) for j in picked]))
 
 
 def _glibc():
@@ -349,8 +228,8 @@ def run(model, tokenizer, plan: Plan, todo: dict[str, np.ndarray], writer: Cache
     stats = {"device": str(device), "compute_dtype": compute_dtype, "token_budget": budget,
              "threads": torch.get_num_threads(), "batches": 0, "real_tokens": 0,
              "padded_tokens": 0, "truncated": 0, "tokenizer_wait_s": 0.0}
-    bar = tqdm(total=total, unit="text", disable=not plan.pipeline.progress, dynamic_ncols=True,
-               desc=f"extract {plan.pipeline.name}")
+    bar = progress(total=total, unit="text", enabled=plan.pipeline.progress,
+                   desc=f"extract {plan.pipeline.name}")
     start = time.perf_counter()
     rows_done = 0
     try:
@@ -359,7 +238,7 @@ def run(model, tokenizer, plan: Plan, todo: dict[str, np.ndarray], writer: Cache
                 continue
             split = plan.dataset.splits[split_name]
             batches = tokenized_batches(tokenizer, split.texts, split.text_pairs, rows,
-                                        max_length=cfg.max_length, token_budget=budget,
+                                        max_length=plan.max_length, token_budget=budget,
                                         max_rows=cfg.max_batch_rows)
             for batch, waited in _in_background(batches):
                 pooled = forward_pooled(model, batch, plan.layers, device, compute_dtype, plan.sentence)
@@ -411,7 +290,7 @@ def _check_finite(arrays: dict[str, np.ndarray], batch: Batch, split, store_dtyp
 def embed_rows(model, tokenizer, texts: list[str], pairs: list[str] | None,
                layers: dict[str, tuple[int, ...]], *, max_length: int, device: torch.device,
                compute_dtype: str, token_budget: int = 0, max_rows: int = 1024, sentence=None,
-               progress: bool = False) -> tuple[dict[str, np.ndarray], int]:
+               show_progress: bool = False) -> tuple[dict[str, np.ndarray], int]:
     """The extraction loop in memory: {pooling: (n, len(layers), H) float32} in the texts'
     order, and how many texts were truncated. Same batching, same forward pass as the cache."""
     budget = token_budget or default_token_budget(device, compute_dtype)
@@ -420,7 +299,7 @@ def embed_rows(model, tokenizer, texts: list[str], pairs: list[str] | None,
     truncated = 0
     batches = tokenized_batches(tokenizer, texts, pairs, rows, max_length=max_length,
                                 token_budget=budget, max_rows=max_rows)
-    with tqdm(total=len(texts), unit="text", disable=not progress, desc="embed") as bar:
+    with progress(total=len(texts), unit="text", enabled=show_progress, desc="embed") as bar:
         for batch, _ in _in_background(batches):
             pooled = forward_pooled(model, batch, layers, device, compute_dtype, sentence)
             for name, values in pooled.items():
@@ -443,5 +322,5 @@ def _report(path: Path, plan: Plan, stats: dict, seconds: float) -> None:
                  stats["tokenizer_wait_s"])
     if stats["truncated_total"]:
         log.warning("  %d of %d texts were truncated at max_length=%d (%.1f%%)",
-                    stats["truncated_total"], stats["rows_total"], plan.pipeline.extract.max_length,
+                    stats["truncated_total"], stats["rows_total"], plan.max_length,
                     100 * stats["truncated_total"] / stats["rows_total"])

@@ -1,6 +1,7 @@
 """Files every stage writes the same way: directories checked before any work, atomic writes."""
 from __future__ import annotations
 
+import datetime
 import os
 from pathlib import Path
 from typing import Callable
@@ -41,3 +42,8 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def utc_now() -> str:
+    """The timestamp every record and cache carries: UTC, to the second, ISO 8601."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

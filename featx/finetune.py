@@ -31,15 +31,23 @@ from torch import nn
 from featx import backbone as B
 from featx import bootstrap
 from featx import metrics as M
+from featx.batching import TORCH_DTYPES, Encoder, default_token_budget, plan_batches
 from featx.cache import Cache
 from featx.config import MAX_LR, WARN_LR, FinetuneConfig, Pipeline
 from featx.data import Split, stratified_assignment
 from featx.errors import FeatxError
 from featx.files import atomic_write, writable_dir
-from featx.extract import Encoder, TORCH_DTYPES, default_token_budget, plan_batches
 from featx.pooling import cls_pool, mean_pool
-from featx.records import (Predictions, finetune_run_hash, new_record, record_name, run_dir, write_json,
-                           write_record)
+from featx.records import (
+    Predictions,
+    finetune_run_hash,
+    new_record,
+    record_name,
+    run_dir,
+    write_json,
+    write_record,
+)
+from featx.tasks import TASKS
 
 log = logging.getLogger("featx")
 
@@ -79,12 +87,11 @@ class SequenceClassifier(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------
-# Task types: outputs, targets, loss, and scores for featx.metrics
+# Task types (featx.tasks): outputs, targets, loss, and scores for featx.metrics
 
 
 def n_outputs(task: str, n_labels: int) -> int:
-    """binary -> 2 logits (softmax, as BertForSequenceClassification); else one per label/target."""
-    return 2 if task == "binary" else n_labels
+    return TASKS[task].n_outputs(n_labels)
 
 
 @dataclass(frozen=True)
@@ -105,12 +112,13 @@ class TargetScaler:
         return y * self.std + self.mean
 
 
+# The training target each loss takes: class indices (n,), 0/1 rows (n, L), standardised (n, T).
+TARGETS = {"cross_entropy": torch.long, "binary_cross_entropy": torch.float32, "mse": torch.float32}
+
+
 def targets(task: str, labels: np.ndarray, scaler: TargetScaler | None) -> torch.Tensor:
-    if task == "regression":
-        return torch.tensor(scaler.transform(labels), dtype=torch.float32)  # (n, T)
-    if task == "multilabel":
-        return torch.tensor(labels, dtype=torch.float32)  # (n, L)
-    return torch.tensor(labels, dtype=torch.long)  # (n,)
+    kind = TASKS[task].loss
+    return torch.tensor(scaler.transform(labels) if scaler else labels, dtype=TARGETS[kind])
 
 
 LOSSES = {
@@ -123,14 +131,8 @@ LOSSES = {
 
 def scores_from_logits(task: str, logits: np.ndarray, scaler: TargetScaler | None) -> np.ndarray:
     """Logits -> what featx.metrics.evaluate takes (probabilities, or values on the original scale)."""
-    logits = logits.astype(np.float64)
-    if task == "regression":
-        return scaler.inverse(logits)
-    if task == "multilabel":
-        return 1.0 / (1.0 + np.exp(-logits))
-    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
-    probabilities = shifted / shifted.sum(axis=1, keepdims=True)
-    return probabilities[:, 1] if task == "binary" else probabilities
+    scores = TASKS[task].from_logits(logits)
+    return scaler.inverse(scores) if scaler else scores
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,7 +231,7 @@ def fold_probe(estimator, task: str, hidden: int, scaler: TargetScaler | None) -
     W, b = np.atleast_2d(model.coef_), np.atleast_1d(model.intercept_)  # (outputs, H), (outputs,)
     W = W / standardise.scale_
     b = b - W @ standardise.mean_
-    if task == "regression":  # the head predicts standardised targets
+    if TASKS[task].regression:  # the head predicts standardised targets
         return W / scaler.std[:, None], (b - scaler.mean) / scaler.std
     if task == "binary":  # two logits whose difference is the probe's decision function
         return np.vstack([np.zeros(hidden), W]), np.array([0.0, b[0]])
@@ -332,7 +334,7 @@ def run_finetune(pipeline: Pipeline) -> dict:
     splits = plan.dataset.splits
     M.check_trainable(task, splits["train"].labels, names)
     metric = M.primary(task, pipeline.probe.metric)  # chosen on and reported in the same metric
-    run_hash = finetune_run_hash(cfg, key, pipeline.extract.max_length, metric)
+    run_hash = finetune_run_hash(cfg, key, pipeline.extract.max_length, metric)  # the key covers the rest
     name = f"{cfg.head_input}{'-lpft' if cfg.init_head_from_probe else ''}-seed{cfg.seed}-{run_hash[:8]}"
     directory = writable_dir(run_dir(pipeline.runs_dir, pipeline.name, key))
     checkpoints = directory / "finetune" / name
@@ -349,7 +351,7 @@ def run_finetune(pipeline: Pipeline) -> dict:
     device = B.pick_device(cfg.device)
     dtype = TORCH_DTYPES[B.pick_dtype(cfg.dtype, device)]
     tokenizer = B.load_tokenizer(plan.model.path)
-    encoder = Encoder(tokenizer, pipeline.extract.max_length)
+    encoder = Encoder(tokenizer, plan.max_length)
     select_split, report_split, train_rows, select_rows = _protocol_rows(plan.dataset, cfg)
     train = encode_split(encoder, splits["train"], train_rows)
     if not len(select_rows):
@@ -357,7 +359,7 @@ def run_finetune(pipeline: Pipeline) -> dict:
                          "small to hold out finetune.validation_fraction of it); add rows or a dev split")
     select = encode_split(encoder, splits[select_split], select_rows)
     report = encode_split(encoder, splits[report_split], np.arange(len(splits[report_split])))
-    scaler = TargetScaler.fit(train.labels) if task == "regression" else None
+    scaler = TargetScaler.fit(train.labels) if TASKS[task].regression else None
 
     probe_head = (_probe_head(pipeline, cache_path, cfg.head_input, plan.n_layers, task, scaler)
                   if cfg.init_head_from_probe else None)
@@ -393,7 +395,7 @@ def run_finetune(pipeline: Pipeline) -> dict:
     metric_values = M.evaluate(task, report.labels, scores, chosen.threshold)
     best = _keep_best(checkpoints, chosen, cfg.keep_checkpoints)
     predictions = Predictions(np.asarray(splits[report_split].ids), report.labels,
-                              scores[None].astype(np.float64 if task == "regression" else np.float32),
+                              scores[None].astype(TASKS[task].score_dtype()),
                               chosen.threshold)
     train_rows_total = sum(c.train_rows for c in candidates)
     eval_rows_total = sum(c.eval_rows for c in candidates) + len(report.labels)
@@ -405,12 +407,12 @@ def run_finetune(pipeline: Pipeline) -> dict:
                   else f"{cfg.validation_fraction:.0%} of train", "report_on": report_split},
         hyperparameters=dataclasses.asdict(cfg) | {
             "learning_rate": chosen.learning_rate, "max_epochs": setup.max_epochs,
-            "max_seconds": max_seconds, "search": setup.strategy, "max_length": pipeline.extract.max_length,
+            "max_seconds": max_seconds, "search": setup.strategy, "max_length": plan.max_length,
             "dtype": str(dtype).removeprefix("torch.")},
         search=[_candidate_entry(c) for c in candidates], seeds=[cfg.seed], primary_metric=metric,
         metrics=metric_values, metrics_std={k: 0.0 for k in metric_values}, per_seed=[metric_values],
         metrics_ci=bootstrap.intervals(task, report.labels, predictions.scores, chosen.threshold),
-        threshold=chosen.threshold if task == "multilabel" else None,
+        threshold=chosen.threshold if TASKS[task].thresholded else None,
         n_train=len(train.labels), n_eval=len(report.labels),
         fit_seconds=round(sum(c.seconds for c in candidates), 3), predict_seconds=round(predict_seconds, 4),
         learning_rate=chosen.learning_rate, epochs=chosen.epoch, steps=chosen.step,
@@ -467,7 +469,7 @@ def _spent(candidates: list[Candidate]) -> float:
 def _train(setup: Setup, candidate: Candidate, everyone: list[Candidate], until: int) -> None:
     """Train `candidate` up to epoch `until` unless it stops first (patience, budget, divergence)."""
     from safetensors.torch import load_model
-    from tqdm.auto import tqdm
+    from featx.progress import progress
 
     cfg = setup.cfg
     if candidate.stopped_by or candidate.epoch >= until:
@@ -499,8 +501,8 @@ def _train(setup: Setup, candidate: Candidate, everyone: list[Candidate], until:
         rng = np.random.default_rng(cfg.seed * 1000 + epoch)  # the batch order is a function of the epoch
         batches = length_grouped_batches(setup.train.lengths, cfg.batch_size, rng)
         running, count = 0.0, 0
-        bar = tqdm(batches, desc=f"finetune {candidate.name} epoch {epoch}/{setup.max_epochs}",
-                   unit="step", disable=not setup.progress)
+        bar = progress(batches, desc=f"finetune {candidate.name} epoch {epoch}/{setup.max_epochs}",
+                       unit="step", enabled=setup.progress)
         for rows in bar:
             inputs = _to(setup.encoder.collate([setup.train.encodings[i] for i in rows]), setup.device)
             with torch.autocast(setup.device.type, dtype=setup.dtype, enabled=setup.dtype != torch.float32):
@@ -543,7 +545,7 @@ def _evaluate(setup: Setup, model, candidate: Candidate, epoch: int) -> None:
                             setup.budget_tokens)
     candidate.eval_rows += len(setup.select.labels)
     scores = scores_from_logits(setup.task, logits, setup.scaler)
-    threshold = M.choose_threshold(setup.select.labels, scores) if setup.task == "multilabel" else 0.5
+    threshold = M.choose_threshold(setup.select.labels, scores) if TASKS[setup.task].thresholded else 0.5
     score = M.evaluate(setup.task, setup.select.labels, scores, threshold)[setup.metric]
     candidate.select.append([epoch, score])
     candidate.epoch = epoch

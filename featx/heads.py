@@ -23,7 +23,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, TransformerMixin
+from sklearn.base import (
+    BaseEstimator,
+    ClassifierMixin,
+    RegressorMixin,
+    TransformerMixin,
+)
 from sklearn.compose import TransformedTargetRegressor
 from sklearn.dummy import DummyClassifier, DummyRegressor
 from sklearn.exceptions import ConvergenceWarning, DataConversionWarning
@@ -35,6 +40,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from featx.errors import check_choice
+from featx.tasks import TASKS
 
 
 class _LightGBMHead(BaseEstimator):
@@ -218,9 +224,9 @@ class LexicalFeatures(TransformerMixin, BaseEstimator):
 
 
 def _logistic(task: str, seed: int, threads: int, C: float = 1.0, alpha: float = 1.0):
-    if task == "regression":  # the linear probe of a regression task: ridge regression
+    if TASKS[task].regression:  # the linear probe of a regression task: ridge regression
         return make_pipeline(StandardScaler(), Ridge(alpha=alpha))
-    if task == "multilabel":
+    if TASKS[task].thresholded:
         return make_pipeline(StandardScaler(), MultilabelLogistic(C=C, warm_start=True))
     # warm_start: along the grid's C path, each fit starts from the previous solution.
     return make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000, random_state=seed,
@@ -230,7 +236,7 @@ def _logistic(task: str, seed: int, threads: int, C: float = 1.0, alpha: float =
 def _mlp(task: str, seed: int, threads: int, alpha: float = 1e-4, hidden: int = 256):
     common = dict(hidden_layer_sizes=(hidden,), alpha=alpha, early_stopping=True,
                   validation_fraction=0.1, n_iter_no_change=10, max_iter=200, random_state=seed)
-    if task == "regression":
+    if TASKS[task].regression:
         network = make_pipeline(StandardScaler(), MLPRegressor(**common))
         return TransformedTargetRegressor(regressor=network, transformer=StandardScaler())
     return make_pipeline(StandardScaler(), MLPClassifier(**common))
@@ -238,24 +244,24 @@ def _mlp(task: str, seed: int, threads: int, alpha: float = 1e-4, hidden: int = 
 
 def _lightgbm(task: str, seed: int, threads: int, num_leaves: int = 31):
     params = dict(num_leaves=num_leaves, random_state=seed, n_jobs=threads)
-    if task == "regression":
+    if TASKS[task].regression:
         return MultiOutputRegressor(LightGBMRegressorHead(**params))
-    if task == "multilabel":
+    if TASKS[task].thresholded:
         return MultiOutputClassifier(LightGBMClassifierHead(**params))
     return LightGBMClassifierHead(**params)
 
 
 def _majority(task: str, seed: int, threads: int):
     # Ignores its input: the floor every other row of the report must clear.
-    return DummyRegressor(strategy="mean") if task == "regression" else DummyClassifier(strategy="prior")
+    return DummyRegressor(strategy="mean") if TASKS[task].regression else DummyClassifier(strategy="prior")
 
 
 def _tfidf(task: str, seed: int, threads: int, C: float = 1.0, alpha: float = 1.0):
     # On L2-normalised TF-IDF rows, without a scaler (scaling columns would inflate rare n-grams).
-    if task == "regression":
+    if TASKS[task].regression:
         return Ridge(alpha=alpha)
     base = LogisticRegression(C=C, max_iter=2000, random_state=seed)
-    return MultiOutputClassifier(base) if task == "multilabel" else base
+    return MultiOutputClassifier(base) if TASKS[task].thresholded else base
 
 
 @dataclass(frozen=True)
@@ -283,7 +289,7 @@ class Head:
 
 HEADS = {
     "logistic": Head("logistic", _logistic, deterministic=True, path=True, grid=lambda task: (
-        [{"alpha": a} for a in (1e-1, 1.0, 10.0, 100.0, 1000.0)] if task == "regression"
+        [{"alpha": a} for a in (1e-1, 1.0, 10.0, 100.0, 1000.0)] if TASKS[task].regression
         else [{"C": c} for c in (1e-3, 1e-2, 1e-1, 1.0, 10.0)])),
     "mlp": Head("mlp", _mlp, deterministic=False,
                 grid=lambda task: [{"alpha": a} for a in (1e-4, 1e-2, 1.0)]),
@@ -292,7 +298,7 @@ HEADS = {
     "majority": Head("majority", _majority, deterministic=True, grid=lambda task: [{}],
                      baseline="majority"),
     "tfidf": Head("tfidf", _tfidf, deterministic=True, prepare=LexicalFeatures, baseline="lexical",
-                  grid=lambda task: ([{"alpha": a} for a in (0.1, 1.0, 10.0, 100.0)] if task == "regression"
+                  grid=lambda task: ([{"alpha": a} for a in (0.1, 1.0, 10.0, 100.0)] if TASKS[task].regression
                                      else [{"C": c} for c in (0.1, 1.0, 10.0, 100.0)])),
 }
 
@@ -326,10 +332,10 @@ def predict_scores(estimator, X: np.ndarray, task: str, n_classes: int) -> np.nd
     """What `featx.metrics.evaluate` takes: probabilities for classification, values for
     regression (always (n, T))."""
     n = X.shape[0]  # X may be sparse (TF-IDF), which has no len()
-    if task == "regression":
+    if TASKS[task].regression:
         return np.asarray(estimator.predict(X), dtype=np.float64).reshape(n, -1)
     proba = estimator.predict_proba(X)
-    if task == "multilabel":
+    if TASKS[task].thresholded:
         # MultiOutputClassifier gives one (n, 2) array per label; MLPClassifier gives (n, L).
         return np.stack([p[:, 1] for p in proba], axis=1) if isinstance(proba, list) else proba
     classes = np.asarray(getattr(estimator, "classes_", np.arange(proba.shape[1])))

@@ -13,9 +13,9 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn import metrics as skm
 
 from featx.errors import FeatxError, check_choice
+from featx.tasks import TASKS
 
-PRIMARY = {"binary": "mcc", "multiclass": "accuracy", "multilabel": "micro_f1",
-           "regression": "pearson"}
+PRIMARY = {name: task.primary for name, task in TASKS.items()}
 # Thresholds tried for multilabel decisions (chosen on dev, or on out-of-fold predictions).
 THRESHOLDS = np.round(np.arange(0.05, 0.96, 0.05), 2)
 
@@ -60,10 +60,7 @@ def _regression(y: np.ndarray, scores: np.ndarray, threshold: float) -> dict[str
 
 METRICS = {"binary": _binary, "multiclass": _multiclass, "multilabel": _multilabel,
            "regression": _regression}
-NAMES = {"binary": ("accuracy", "f1", "mcc", "roc_auc"),
-         "multiclass": ("accuracy", "macro_f1", "mcc"),
-         "multilabel": ("micro_f1", "macro_f1", "macro_roc_auc", "subset_accuracy"),
-         "regression": ("mse", "mae", "r2", "pearson", "spearman")}
+NAMES = {name: task.metrics for name, task in TASKS.items()}
 
 
 def _auc(y: np.ndarray, scores: np.ndarray) -> float:
@@ -74,7 +71,7 @@ def _auc(y: np.ndarray, scores: np.ndarray) -> float:
 
 def evaluate(task: str, y: np.ndarray, scores: np.ndarray, threshold: float = 0.5) -> dict[str, float]:
     """Every metric of the task type, as plain floats."""
-    if task == "regression":
+    if TASKS[task].regression:
         y, scores = y.reshape(len(y), -1), scores.reshape(len(scores), -1)
     return {k: float(v) for k, v in METRICS[task](y, scores, threshold).items()}
 
@@ -96,12 +93,12 @@ def choose_threshold(y: np.ndarray, scores: np.ndarray) -> float:
 def check_trainable(task: str, y: np.ndarray, label_names) -> None:
     """A single-class training split or a constant target is a clear error, not a crash deep
     in scikit-learn."""
-    if task in ("binary", "multiclass"):
+    if TASKS[task].classes:
         present = np.unique(y)
         if len(present) < 2:
             raise FeatxError(f"the training split has a single class ({label_names[present[0]]!r}); "
                              "a classifier needs at least two")
-    elif task == "multilabel":
+    elif TASKS[task].thresholded:
         counts = y.sum(axis=0)
         constant = [label_names[j] for j in range(y.shape[1]) if counts[j] in (0, len(y))]
         if constant:

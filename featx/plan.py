@@ -12,7 +12,7 @@ from pathlib import Path
 
 from featx import backbone
 from featx.cache import CacheSpec, cache_path, partial_path
-from featx.config import MODEL_POOLINGS, Pipeline
+from featx.config import MODEL_POOLINGS, Pipeline, resolve_layers
 from featx.data import Dataset, load_dataset
 from featx.errors import FeatxError
 
@@ -33,6 +33,8 @@ class Plan:
     max_positions: int | None
     layers: dict[str, tuple[int, ...]]
     """Per pooling, the hidden-state indices stored."""
+    max_length: int = 0
+    """Tokens per text after truncation: extract.max_length, or the model's positions if fewer."""
     sentence: backbone.SentenceSpec | None = None
     """The model's sentence-transformers embedding, when the `sentence` pooling is stored."""
 
@@ -41,7 +43,7 @@ class Plan:
         return CacheSpec(
             model_fingerprint=self.fingerprint, init=model.init,
             init_seed=model.seed if model.init == "random" else None,
-            max_length=self.pipeline.extract.max_length, layers=self.layers,
+            max_length=self.max_length, layers=self.layers,
             compute_dtype=compute_dtype, store_dtype=self.pipeline.extract.store_dtype,
             dataset_fingerprint=self.dataset.fingerprint())
 
@@ -86,20 +88,22 @@ def make_plan(pipeline: Pipeline) -> Plan:
     config = backbone.model_config(model.path)
     n_layers, hidden = backbone.num_layers(config), backbone.hidden_size(config)
     max_positions = config.get("max_position_embeddings")
-    if isinstance(max_positions, int) and pipeline.extract.max_length > max_positions:
-        raise FeatxError(f"extract.max_length = {pipeline.extract.max_length} exceeds the "
-                         f"{max_positions} positions this model has; lower it")
-    layers = backbone.resolve_layers(pipeline.extract.layers, n_layers)
+    max_length = pipeline.extract.max_length
+    if isinstance(max_positions, int) and max_length > max_positions:
+        log.warning("extract.max_length = %d is more than the %d positions %s has: texts are cut at %d",
+                    max_length, max_positions, pipeline.model.name, max_positions)
+        max_length = max_positions
+    layers = resolve_layers(pipeline.extract.layers, n_layers)
     poolings = pipeline.extract.poolings or backbone.default_poolings(model.path, pipeline.model.allow_pickle)
     sentence = backbone.sentence_spec(model.path) if "sentence" in poolings else None
     if "sentence" in poolings and sentence is None:
         raise FeatxError(f"{model.name} has no sentence-transformers description (modules.json), so "
                          "it has no `sentence` embedding: drop 'sentence' from extract.poolings")
-    if sentence and sentence.max_seq_length and sentence.max_seq_length != pipeline.extract.max_length:
+    if sentence and sentence.max_seq_length and sentence.max_seq_length != max_length:
         log.warning("extract.max_length = %d, but sentence-transformers truncates this model at %d "
                     "tokens: `sentence` vectors of longer texts differ from its encode()",
-                    pipeline.extract.max_length, sentence.max_seq_length)
+                    max_length, sentence.max_seq_length)
     # The model's own poolings (pooler, sentence) exist for its last layer only.
     per_pooling = {p: (n_layers,) if p in MODEL_POOLINGS else layers for p in poolings}
     return Plan(pipeline, dataset, model, fingerprint, n_layers, hidden, max_positions, per_pooling,
-                sentence)
+                max_length, sentence)

@@ -24,6 +24,7 @@ import numpy as np
 
 from featx import metrics as M
 from featx.errors import FeatxError
+from featx.tasks import TASKS
 
 log = logging.getLogger("featx")
 
@@ -43,7 +44,7 @@ def embed(texts, text_pairs=None, *, model: str = DEFAULT_MODEL, pooling: str = 
     token-budget batches, one forward pass, the named pooling (cls, mean, max, pooler,
     sentence)."""
     from featx import backbone as B
-    from featx.config import MODEL_POOLINGS, POOLINGS
+    from featx.config import MODEL_POOLINGS, POOLINGS, resolve_layers
     from featx.errors import check_choice
 
     check_choice(pooling, POOLINGS, "pooling")
@@ -59,8 +60,8 @@ def embed(texts, text_pairs=None, *, model: str = DEFAULT_MODEL, pooling: str = 
             raise FeatxError(f"the {pooling!r} pooling exists for the last layer only (layer -1)")
     else:
         spec = [layer] if isinstance(layer, (int, str)) else list(layer)
-        layers = tuple(i for s in spec for i in (B.resolve_layers(s, n_layers) if isinstance(s, str)
-                                                 else B.resolve_layers(int(s), n_layers)))
+        layers = tuple(i for s in spec for i in (resolve_layers(s, n_layers) if isinstance(s, str)
+                                                 else resolve_layers(int(s), n_layers)))
     backbone = _Backbone(resolved, init="pretrained", seed=0, allow_pickle=allow_pickle,
                          max_length=max_length, device=device, dtype=dtype,
                          needs_pooler=pooling == "pooler", sentence=pooling == "sentence")
@@ -100,7 +101,7 @@ class _Backbone:
 
         return embed_rows(self.model, self.tokenizer, texts, pairs, layers, max_length=self.max_length,
                           device=self.device, compute_dtype=self.compute_dtype, sentence=self.sentence,
-                          progress=progress)
+                          show_progress=progress)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,10 +191,10 @@ class Predictor:
 
     def predict_proba(self, texts, text_pairs=None) -> np.ndarray:
         """Class probabilities (binary: (n, 2)); per-label probabilities for multilabel."""
-        if self.manifest.task == "regression":
+        task = TASKS[self.manifest.task]
+        if task.regression:
             raise FeatxError("a regression predictor has no probabilities; use predict()")
-        scores = self.scores(texts, text_pairs)
-        return np.stack([1 - scores, scores], axis=1) if self.manifest.task == "binary" else scores
+        return task.probabilities(self.scores(texts, text_pairs))
 
     def predict(self, texts, text_pairs=None):
         """Label names (binary, multiclass), lists of label names (multilabel, at the threshold
@@ -201,13 +202,7 @@ class Predictor:
         return self.decode(self.scores(texts, text_pairs))
 
     def decode(self, scores: np.ndarray):
-        m, names = self.manifest, self.classes_
-        if m.task == "regression":
-            return scores[:, 0] if scores.shape[1] == 1 else scores
-        if m.task == "multilabel":
-            return [list(names[row >= m.threshold]) for row in scores]
-        index = (scores >= 0.5).astype(int) if m.task == "binary" else scores.argmax(axis=1)
-        return names[index]
+        return TASKS[self.manifest.task].decode(scores, self.classes_, self.manifest.threshold)
 
     # loading, once
     def _load_head(self):
@@ -236,7 +231,7 @@ class Predictor:
         import torch
 
         from featx import finetune as FT
-        from featx.extract import Encoder, TORCH_DTYPES, default_token_budget
+        from featx.batching import TORCH_DTYPES, Encoder, default_token_budget
 
         m = self.manifest
         if self._finetuned is None:
@@ -395,7 +390,7 @@ def manifest_for(pipeline, head: str | None, finetuned: bool) -> Manifest:
 
 
 def _choose(records: list[dict], head: str | None, finetuned: bool, pipeline) -> dict:
-    from featx.report import best_frozen, best_tuned
+    from featx.records import best_frozen, best_tuned
 
     source = pipeline.source or "<pipeline>"
     if finetuned:
@@ -466,26 +461,20 @@ def _table(inputs, predictor: Predictor, scores: np.ndarray) -> dict[str, list]:
     table: dict[str, list] = {"id": list(inputs.ids), "text": list(inputs.texts)}
     if inputs.text_pairs is not None:
         table["text_pair"] = list(inputs.text_pairs)
-    decoded = predictor.decode(scores)
-    if m.task == "regression":
+    task = TASKS[m.task]
+    if task.regression:  # a value per target, on the original scale
         for j, name in enumerate(names):
             table[f"prediction:{name}" if len(names) > 1 else "prediction"] = scores[:, j].tolist()
-    elif m.task == "multilabel":
-        table["prediction"] = [",".join(labels) for labels in decoded]
-        for j, name in enumerate(names):
-            table[f"prob:{name}"] = scores[:, j].tolist()
-    else:
-        table["prediction"] = list(decoded)
-        proba = np.stack([1 - scores, scores], axis=1) if m.task == "binary" else scores
-        for j, name in enumerate(names):
-            table[f"prob:{name}"] = proba[:, j].tolist()
-    if inputs.labels is not None:
-        if m.task == "regression":
+        if inputs.labels is not None:
             table["label"] = inputs.labels[:, 0].tolist() if len(names) == 1 else [list(r) for r in inputs.labels]
-        elif m.task == "multilabel":
-            table["label"] = [",".join(np.array(names)[row.astype(bool)]) for row in inputs.labels]
-        else:
-            table["label"] = [names[i] for i in inputs.labels]
+        return table
+    joined = lambda labels: [",".join(row) if isinstance(row, list) else row for row in labels]  # noqa: E731
+    table["prediction"] = joined(predictor.decode(scores))
+    for j, name in enumerate(names):
+        table[f"prob:{name}"] = task.probabilities(scores)[:, j].tolist()
+    if inputs.labels is not None:  # the true labels, named as the predictions are
+        table["label"] = joined(task.decode(inputs.labels.astype(float), names) if task.thresholded
+                                else [names[i] for i in inputs.labels])
     return table
 
 
@@ -603,7 +592,7 @@ def _export_finetuned(m: Manifest, out: Path) -> None:
     prefix = model.base_model_prefix
     state = {f"{prefix}.{k.removeprefix('backbone.')}": v for k, v in saved.items() if k.startswith("backbone.")}
     weight, bias = saved["classifier.weight"], saved["classifier.bias"]
-    if m.task == "regression" and m.target_scaler:
+    if TASKS[m.task].regression and m.target_scaler:
         std = torch.tensor(m.target_scaler["std"], dtype=weight.dtype)
         mean = torch.tensor(m.target_scaler["mean"], dtype=weight.dtype)
         weight, bias = weight * std[:, None], bias * std + mean

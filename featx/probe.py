@@ -27,8 +27,18 @@ from featx.cache import Cache
 from featx.config import MODEL_POOLINGS, Pipeline, ProbeConfig
 from featx.errors import FeatxError
 from featx.files import writable_dir
-from featx.records import (Predictions, new_record, probe_config_hash, record_name, run_dir,
-                           save_head, selection_score, write_json, write_record)
+from featx.records import (
+    Predictions,
+    new_record,
+    probe_config_hash,
+    record_name,
+    run_dir,
+    save_head,
+    selection_score,
+    write_json,
+    write_record,
+)
+from featx.tasks import TASKS
 
 log = logging.getLogger("featx")
 
@@ -115,12 +125,12 @@ def plan_jobs(cache: Cache, cfg: ProbeConfig) -> tuple[list[tuple[Features, str]
     outputs = len(cache.label_names)
     for head in list(later):
         limit = H.HEADS[head].max_outputs
-        if limit is not None and cache.task in ("multiclass", "multilabel") and outputs > limit:
+        if limit is not None and not TASKS[cache.task].regression and outputs > limit:
             later.remove(head)
             log.info("%s is left out of the staged grid: %d %s make it cost classes x rounds x trees, "
                      "more than the backbone pass (it was the weakest head on dense embeddings); "
                      "probe.grid = \"full\" runs it", head, outputs,
-                     "classes" if cache.task == "multiclass" else "labels")
+                     "classes" if TASKS[cache.task].classes else "labels")
     return list(dict.fromkeys(jobs)), later
 
 
@@ -273,14 +283,12 @@ def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeC
         protocol=vars(protocol) | ({"folds": cfg.folds} if protocol.name == "cv" else {}),
         hyperparameters=chosen, search=search, seeds=list(cfg.seeds), primary_metric=metric,
         **_aggregate(per_seed), metrics_ci=_intervals(task, predictions),
-        threshold=threshold if task == "multilabel" else None,
+        threshold=threshold if TASKS[task].thresholded else None,
         fit_seconds=round(fit_seconds, 3), predict_seconds=round(predict_seconds, 4)), predictions
 
 
 def _predictions(p: Problem, task: str, stack: np.ndarray, threshold: float) -> Predictions:
-    # Classification probabilities in float32 halve the file; the metrics do not notice.
-    dtype = np.float64 if task == "regression" else np.float32
-    return Predictions(p.ids_report, p.y_report, stack.astype(dtype), threshold)
+    return Predictions(p.ids_report, p.y_report, stack.astype(TASKS[task].score_dtype()), threshold)
 
 
 def _intervals(task: str, predictions: Predictions) -> dict[str, list[float]]:
@@ -318,7 +326,7 @@ def _select(head, task, n_classes, X, y, X_dev, y_dev, protocol, cfg, metric, th
     search, best = [], None
     for j, params in enumerate(grid):
         scores, truth = (held_scores[j], target) if rows is None else (held_scores[j][rows], y[rows])
-        threshold = M.choose_threshold(truth, scores) if task == "multilabel" else 0.5
+        threshold = M.choose_threshold(truth, scores) if TASKS[task].thresholded else 0.5
         value = M.evaluate(task, truth, scores, threshold)[metric]
         search.append({"params": params, "score": value, "threshold": threshold})
         if best is None or _better(value, search[best]["score"]):
@@ -336,7 +344,7 @@ def _selection_splits(task, y, protocol: Protocol, folds: int, seed: int) -> lis
 
     if protocol.name == "dev":
         return [(None, None)]
-    classes = task in ("binary", "multiclass")
+    classes = TASKS[task].classes
     if protocol.name == "holdout":
         rows = np.arange(len(y))
         counts = np.bincount(y) if classes else None
@@ -385,7 +393,7 @@ def _mteb(task, X, y, X_report, y_report, cfg: ProbeConfig, protocol: Protocol,
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
 
-    if task not in ("binary", "multiclass"):
+    if not TASKS[task].classes:
         raise FeatxError(f"the mteb protocol is MTEB's classification evaluator: binary or "
                          f"multiclass tasks only, this one is {task}")
     order = list(range(len(y)))  # shuffled in place every experiment, as MTEB does
@@ -417,7 +425,7 @@ def _mteb(task, X, y, X_report, y_report, cfg: ProbeConfig, protocol: Protocol,
 def run_probe(pipeline: Pipeline) -> list[dict]:
     """Probe the pipeline's cache with its grid, layer sweep and baselines; write records;
     return them."""
-    from tqdm.auto import tqdm
+    from featx.progress import progress
 
     from featx.plan import make_plan
 
@@ -437,7 +445,7 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
     # What this run will write: the report tells an interrupted run from a finished one by it.
     manifest = {"config_hash": probe_config_hash(cfg), "planned": total, "finished": False}
     write_json(directory / "probe" / "run.json", manifest)
-    with tqdm(total=total, disable=not pipeline.progress, desc="probe", unit="fit") as bar:
+    with progress(total=total, enabled=pipeline.progress, desc="probe", unit="fit") as bar:
         for stage in (first, None):
             if stage is None:  # the second stage: the other heads on the best feature set
                 scouted = [r for r in records if not r.get("baseline")]

@@ -33,7 +33,6 @@ before unpickling, because a joblib file is code.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import hashlib
 import json
 import re
@@ -42,9 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
-from featx import __version__
 from featx.errors import FeatxError
-from featx.files import atomic_write
+from featx.files import atomic_write, utc_now
+from featx.version import __version__
 
 SCHEMA = 1
 
@@ -74,8 +73,7 @@ def record_name(features: str, head: str) -> str:
 
 
 def new_record(**fields) -> dict:
-    return {"schema": SCHEMA, **fields, "featx_version": __version__,
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    return {"schema": SCHEMA, **fields, "featx_version": __version__, "created": utc_now()}
 
 
 def write_json(path: Path, data) -> Path:
@@ -92,6 +90,25 @@ def selection_score(record: dict) -> float:
         scores += [value for _, value in (record.get("curve") or {}).get("select", [])]
     scores = [s for s in scores if isinstance(s, (int, float)) and s == s]  # no None, no NaN
     return max(scores) if scores else float("-inf")
+
+
+def best_frozen(records: list[dict]) -> dict | None:
+    """The frozen configuration the verdict stands for: the backbone probe (no baseline, not
+    the mteb check) with the best selection score, among records of the newest metric (a
+    verdict never compares an accuracy with an MCC). Ties: the cheaper fit."""
+    backbone = [r for r in records if r["stage"] == "probe" and r["protocol"]["name"] != "mteb"
+                and not r.get("baseline")]
+    if not backbone:
+        return None
+    primary = max(backbone, key=lambda r: r["created"])["primary_metric"]
+    probes = [r for r in backbone if r["primary_metric"] == primary]
+    return max(probes, key=lambda r: (selection_score(r), -(r.get("fit_seconds") or 0)))
+
+
+def best_tuned(records: list[dict], metric: str) -> dict | None:
+    """The fine-tune with the best selection score, in `metric`."""
+    tunes = [r for r in records if r["stage"] == "finetune" and r["primary_metric"] == metric]
+    return max(tunes, key=selection_score) if tunes else None
 
 
 @dataclass(frozen=True)

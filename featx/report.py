@@ -19,7 +19,7 @@ import numpy as np
 
 from featx.config import Pipeline
 from featx.errors import FeatxError
-from featx.records import read_records, selection_score
+from featx.records import best_frozen, best_tuned, read_records, selection_score
 
 # How the verdict reads the quality ratio (best frozen / fine-tuned primary metric).
 GOOD_ENOUGH, CLOSE = 0.98, 0.90
@@ -203,25 +203,6 @@ def verdict(inputs: Inputs, runs_dir: str | Path | None = None) -> Verdict:
     return Verdict(text, frozen, tuned, ratio, compute, comparison, lexical)
 
 
-def best_frozen(records: list[dict]) -> dict | None:
-    """The frozen configuration the verdict stands for: the backbone probe (no baseline, not
-    the mteb check) with the best selection score, among records of the newest metric (a
-    verdict never compares an accuracy with an MCC). Ties: the cheaper fit."""
-    backbone = [r for r in records if r["stage"] == "probe" and r["protocol"]["name"] != "mteb"
-                and not r.get("baseline")]
-    if not backbone:
-        return None
-    primary = max(backbone, key=lambda r: r["created"])["primary_metric"]
-    probes = [r for r in backbone if r["primary_metric"] == primary]
-    return max(probes, key=lambda r: (selection_score(r), -(r.get("fit_seconds") or 0)))
-
-
-def best_tuned(records: list[dict], metric: str) -> dict | None:
-    """The fine-tune with the best selection score, in `metric`."""
-    tunes = [r for r in records if r["stage"] == "finetune" and r["primary_metric"] == metric]
-    return max(tunes, key=selection_score) if tunes else None
-
-
 def _capital(text: str) -> str:
     return text[0].upper() + text[1:]
 
@@ -360,6 +341,25 @@ def _tuned_levels(records: list[dict], primary: str, axis) -> None:
                          label=f"fine-tuned ({record['features']}, {record['head']})")
 
 
+def _legend_outside(axis, **options) -> None:
+    """The legend to the right of the axes, never over the data it explains."""
+    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, **options)
+
+
+def _ci_error(records: list[dict], primary: str):
+    """(2, n) distances from each value to its 95% interval, for error bars (0 when unknown)."""
+    import numpy as np
+
+    low, high = [], []
+    for r in records:
+        value = r["metrics"][primary]
+        ci = (r.get("metrics_ci") or {}).get(primary) or [value, value]
+        ci = [value if v is None or not math.isfinite(v) else v for v in ci]
+        low.append(max(0.0, value - ci[0]))
+        high.append(max(0.0, ci[1] - value))
+    return np.array([low, high])
+
+
 def _plot_layers(inputs: Inputs):
     import matplotlib.pyplot as plt
 
@@ -371,14 +371,13 @@ def _plot_layers(inputs: Inputs):
     if not curves:
         return None
     primary = single[0]["primary_metric"]
-    figure, axis = plt.subplots(figsize=(6.4, 4))
+    figure, axis = plt.subplots(figsize=(7.5, 4))
     for (pooling, head), records in sorted(curves.items()):
         axis.errorbar([r["layers"][0] for r in records], [r["metrics"][primary] for r in records],
-                      yerr=[r["metrics_std"].get(primary, 0) for r in records], marker="o",
-                      capsize=3, label=f"{pooling} + {head}")
+                      yerr=_ci_error(records, primary), marker="o", capsize=3, label=f"{pooling} + {head}")
     _tuned_levels(inputs.main, primary, axis)
-    axis.set(xlabel="layer (0 = embeddings)", ylabel=primary, title="Probe quality by layer")
-    axis.legend(fontsize=8)
+    axis.set(xlabel="layer (0 = embeddings)", ylabel=f"{primary} (95% interval)", title="Probe quality by layer")
+    _legend_outside(axis)
     return figure
 
 
@@ -392,21 +391,25 @@ def _plot_heads(inputs: Inputs):
         return None
     last = max(max(r["layers"]) for r in probes)
     chosen = [r for r in probes if r["layers"] == [last]]
-    poolings = sorted({r["pooling"] for r in chosen})
-    heads = sorted({r["head"] for r in chosen})
     if not chosen:
         return None
+    poolings = sorted({r["pooling"] for r in chosen})
+    heads = sorted({r["head"] for r in chosen})
     primary = chosen[0]["primary_metric"]
-    figure, axis = plt.subplots(figsize=(6.4, 4))
+    figure, axis = plt.subplots(figsize=(7.5, 4))
     width = 0.8 / len(heads)
     for i, head in enumerate(heads):
-        values = [next((r["metrics"][primary] for r in chosen if r["pooling"] == p and r["head"] == head),
-                       np.nan) for p in poolings]
-        axis.bar(np.arange(len(poolings)) + i * width, values, width, label=head)
+        found = [next((r for r in chosen if r["pooling"] == p and r["head"] == head), None) for p in poolings]
+        values = [r["metrics"][primary] if r else np.nan for r in found]
+        errors = _ci_error([r or {"metrics": {primary: 0.0}} for r in found], primary)
+        axis.bar(np.arange(len(poolings)) + i * width, values, width, yerr=errors, capsize=2, label=head)
+    for baseline in (r for r in inputs.main if r.get("baseline")):
+        axis.axhline(baseline["metrics"][primary], linestyle=":", color="grey", linewidth=1,
+                     label=f"baseline: {baseline['head']}")
     _tuned_levels(inputs.main, primary, axis)
     axis.set_xticks(np.arange(len(poolings)) + width * (len(heads) - 1) / 2, poolings)
-    axis.set(ylabel=primary, title=f"Heads x poolings (layer {last}) against fine-tuning")
-    axis.legend(fontsize=8)
+    axis.set(ylabel=f"{primary} (95% interval)", title=f"Heads x poolings (layer {last}) against fine-tuning")
+    _legend_outside(axis)
     return figure
 
 
@@ -416,46 +419,67 @@ def _plot_curve(inputs: Inputs):
     tunes = [r for r in inputs.main + inputs.control if r["stage"] == "finetune" and r.get("curve")]
     if not tunes:
         return None
-    figure, loss_axis = plt.subplots(figsize=(6.4, 4))
+    figure, loss_axis = plt.subplots(figsize=(7.5, 4))
     metric_axis = loss_axis.twinx()
     for record in tunes:
         label = f"{record['features']} {record['head']} ({record['init']})"
         steps, losses = zip(*record["curve"]["loss"]) if record["curve"]["loss"] else ((), ())
-        loss_axis.plot(steps, losses, label=f"loss, {label}")
+        # Markers: a short run has a few points, which a bare line would not show.
+        loss_axis.plot(steps, losses, marker="." if len(steps) < 50 else None, label=f"loss, {label}")
         if record["curve"]["select"]:
             per_step = record["steps"] / max(record["epochs"], 1)
             epochs, values = zip(*record["curve"]["select"])
-            metric_axis.plot([e * per_step for e in epochs], values, marker="s", linestyle=":",
-                             label=f"{record['primary_metric']} (selection split), {label}")
-    loss_axis.set(xlabel="step", ylabel="training loss", title="Fine-tuning curve")
+            metric_axis.plot([e * per_step for e in epochs], values, marker="s", linestyle=":", color="black",
+                             label=f"{record['primary_metric']} per epoch (selection split), {label}")
+    loss_axis.set(xlabel="step", ylabel="training loss", title="Fine-tuning curve (the chosen learning rate)")
     metric_axis.set_ylabel("selection metric")
     handles = loss_axis.get_legend_handles_labels()
     more = metric_axis.get_legend_handles_labels()
-    loss_axis.legend(handles[0] + more[0], handles[1] + more[1], fontsize=7)
+    loss_axis.legend(handles[0] + more[0], handles[1] + more[1], fontsize=7, loc="upper left",
+                     bbox_to_anchor=(1.12, 1.0), borderaxespad=0)
     return figure
 
 
 def _plot_cost(inputs: Inputs):
+    """Quality against wall time: every probe pays the shared extraction pass plus its own fit;
+    the fine-tune its whole search. The best frozen probe, the fine-tunes and the baselines are
+    labelled."""
     import matplotlib.pyplot as plt
 
-    records = [r for r in inputs.main + inputs.control if r.get("backbone_forward_passes")
-               and r["protocol"]["name"] != "mteb"]
+    records = [r for r in inputs.main + inputs.control if r["protocol"]["name"] != "mteb"
+               and _cost_seconds(r) is not None]
     if not records:
         return None
     primary = records[0]["primary_metric"]
-    figure, axis = plt.subplots(figsize=(6.4, 4))
-    for stage, init, marker in (("probe", "pretrained", "o"), ("finetune", "pretrained", "*"),
-                                ("probe", "random", "x"), ("finetune", "random", "+")):
-        chosen = [r for r in records if r["stage"] == stage and r["init"] == init]
+    best = best_frozen(inputs.main)
+    figure, axis = plt.subplots(figsize=(7.5, 4))
+    styles = (("probe", "pretrained", "o", "frozen + head"), ("finetune", "pretrained", "*", "fine-tuned"),
+              ("probe", "random", "x", "frozen + head (random init)"), ("finetune", "random", "+", "fine-tuned (random init)"))
+    for stage, init, marker, name in styles:
+        chosen = [r for r in records if r["stage"] == stage and r["init"] == init and not r.get("baseline")]
         if chosen:
-            axis.scatter([r["backbone_forward_passes"] for r in chosen],
-                         [r["metrics"][primary] for r in chosen], marker=marker, s=60,
-                         label=f"{'frozen + head' if stage == 'probe' else 'fine-tuned'} ({init})")
+            axis.scatter([_cost_seconds(r) for r in chosen], [r["metrics"][primary] for r in chosen],
+                         marker=marker, s=60, label=name)
+    baselines = [r for r in records if r.get("baseline")]
+    if baselines:
+        axis.scatter([_cost_seconds(r) for r in baselines], [r["metrics"][primary] for r in baselines],
+                     marker="v", s=50, color="grey", label="baselines (no backbone)")
+    for r in records:
+        if r is best or r["stage"] == "finetune" or r.get("baseline"):
+            axis.annotate(f"{r['features']} {r['head']}", (_cost_seconds(r), r["metrics"][primary]),
+                          textcoords="offset points", xytext=(5, 4), fontsize=7)
     axis.set_xscale("log")
-    axis.set(xlabel="compute: backbone forward-pass equivalents (rows)", ylabel=primary,
+    axis.set(xlabel="wall seconds (extraction + fit; fine-tune: its whole search)", ylabel=primary,
              title="Quality against cost")
-    axis.legend(fontsize=8)
+    _legend_outside(axis)
     return figure
+
+
+def _cost_seconds(record: dict) -> float | None:
+    if record["stage"] == "finetune":
+        return record.get("wall_seconds")
+    fit = record.get("fit_seconds")
+    return None if fit is None else fit + (record.get("extract_seconds") or 0.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -567,8 +591,8 @@ def _html(inputs, header, cells, judged, images, notes) -> str:
              "padding:3px 6px;text-align:right}td:first-child,th:first-child{text-align:left}"
              "img{max-width:100%}</style></head><body>",
              f"<h1>featx report: {e(inputs.pipeline)}</h1>",
-             f"<p><strong>Verdict.</strong> {e(judged.text)}</p>", "<ul>"]
-    parts += [f"<li>{e(n)}</li>" for n in notes] + ["</ul>", "<table>"]
+             f"<p><strong>Verdict.</strong> {_code(e(judged.text))}</p>", "<ul>"]
+    parts += [f"<li>{_code(e(n))}</li>" for n in notes] + ["</ul>", "<table>"]
     parts.append("<tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>")
     parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in cells]
     parts.append("</table>")
@@ -578,6 +602,13 @@ def _html(inputs, header, cells, judged, images, notes) -> str:
                      f'<img alt="{e(name)}" src="data:image/png;base64,{encoded}">')
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _code(escaped: str) -> str:
+    """`text` -> <code>text</code>: the notes' commands, set as code instead of backticks."""
+    import re
+
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
 
 
 def _csv(path: Path, all_rows: list[dict]) -> None:

@@ -98,17 +98,16 @@ def write_synthetic_cache(folder: Path, task: str, features: dict, labels: dict,
     (split -> (n, len(layers), hidden)), for testing heads without a backbone."""
     import numpy as np
 
-    from featx.cache import CacheSpec, CacheWriter, SplitData, cache_path
-    from featx.data import dataset_fingerprint
+    from featx.cache import CacheSpec, CacheWriter, cache_path
+    from featx.data import Split, dataset_fingerprint
 
     hidden = next(iter(features.values())).shape[-1]
-    splits = [SplitData(name, [f"{name}-{i}" for i in range(len(y))],
-                        [f"text {i}" for i in range(len(y))], None, y, {}, f"{folder.name}-{name}")
-              for name, y in labels.items()]
+    splits = [Split(name, [f"{name}-{i}" for i in range(len(y))], [f"text {i}" for i in range(len(y))],
+                    None, y) for name, y in labels.items()]
     spec = CacheSpec(model_fingerprint="synthetic", init="pretrained", init_seed=None,
                      max_length=8, layers={pooling: tuple(layers)}, compute_dtype="float32",
                      store_dtype="float32", dataset_fingerprint=dataset_fingerprint(
-                         task, label_names, [(s.name, s.fingerprint) for s in splits]))
+                         task, label_names, [(s.name, s.fingerprint()) for s in splits]))
     info = {"pipeline_name": "synthetic", "model_name": "synthetic", "task": task,
             "label_names": list(label_names), "n_layers": max(layers), "hidden_size": hidden,
             "text_pair": False}

@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from featx import backbone
+from featx.config import resolve_layers
 from featx.errors import FeatxError
 from tests.conftest import build_tiny_bert
 
@@ -141,12 +142,12 @@ def test_pickled_weights_need_opt_in(tmp_path, tiny_bert):
     (-1, (6,)), ((0, -1, 6), (0, 6)), ((-7,), (0,)),
 ])
 def test_resolve_layers(spec, expected):
-    assert backbone.resolve_layers(spec, 6) == expected
+    assert resolve_layers(spec, 6) == expected
 
 
 def test_resolve_layers_out_of_range():
     with pytest.raises(FeatxError, match="0..6"):
-        backbone.resolve_layers((7,), 6)
+        resolve_layers((7,), 6)
 
 
 def test_device_and_dtype_choice():

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import h5py
 import numpy as np
-import pytest
 
 from featx.cache import Cache
 from featx.config import load_pipeline

@@ -17,7 +17,8 @@ import featx
 from featx import backbone
 from featx.cache import Cache, writer_lock
 from featx.errors import FeatxError
-from featx.extract import extract, plan_batches
+from featx.batching import plan_batches
+from featx.extract import extract
 from tests.conftest import classification_rows, write_rows
 
 ROOT = Path(__file__).resolve().parents[1]

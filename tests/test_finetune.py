@@ -17,7 +17,8 @@ from transformers import BertForSequenceClassification, BertModel
 from featx import backbone as B
 from featx.config import load_pipeline
 from featx.errors import FeatxError
-from featx.extract import Encoder, extract
+from featx.batching import Encoder
+from featx.extract import extract
 from featx.finetune import (LOSSES, SequenceClassifier, TargetScaler, fold_probe, length_grouped_batches,
                             parameter_groups, predict_logits, run_finetune, scores_from_logits,
                             warmup_then_linear_decay, encode_split, _probe_head)

@@ -107,7 +107,6 @@ def test_flipped_bytes_are_detected_on_read_and_by_verify(built, dataset):
 
 
 def test_verify_command_passes_an_intact_cache(built):
-    from featx.cli import main
 
     pipeline, path = built
     with Cache(path) as cache:

@@ -9,7 +9,6 @@ import csv
 import io
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import h5py
@@ -167,7 +166,7 @@ def tiny_tokenizer(tmp_path_factory):
 @given(max_length=st.integers(1, 12), pair=st.booleans(),
        words=st.lists(st.sampled_from(["the", "cat", "sat", "dog", "ran", "on", "mat"]), min_size=1, max_size=40))
 def test_pairs_at_tiny_max_length(tiny_tokenizer, max_length, pair, words):
-    from featx.extract import Encoder
+    from featx.batching import Encoder
 
     FIGURES["bad_inputs"]["pairs at tiny max_length"] += 1
     text = " ".join(words)

@@ -21,7 +21,7 @@ from featx.errors import FeatxError
 from featx.extract import extract
 from featx.finetune import run_finetune
 from featx.probe import run_probe
-from featx.report import collect, verdict, write_report
+from featx.report import collect, write_report
 from tests.conftest import WORDS, build_tiny_bert, classification_rows, write_rows
 from tests.faults.conftest import FIGURES
 
@@ -162,7 +162,6 @@ def test_pairs_are_never_left_untruncated(tmp_path, make_pipeline):
 
 
 def test_activations_beyond_float16_never_reach_a_complete_cache(tmp_path, make_pipeline):
-    import torch
     from safetensors.torch import load_file, save_file
 
     model = build_tiny_bert(tmp_path / "loud-bert")

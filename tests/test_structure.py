@@ -1,0 +1,88 @@
+"""The shape of the code: data flows one way (no import cycle, no module importing a layer
+above it), the registries agree with the config's closed sets, and the torch-free modules stay
+torch-free."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Lower layers first; a module may import only modules of its own layer or below.
+LAYERS = [
+    {"errors", "version", "tasks", "files"},
+    {"config", "metrics", "bootstrap", "pooling", "heads"},
+    {"data", "backbone", "records", "batching"},
+    {"cache"},
+    {"plan"},
+    {"extract", "probe", "report"},
+    {"distributed", "finetune"},
+    {"predict"},
+    {"cli", "__init__", "__main__"},
+]
+
+
+def imports() -> dict[str, set[str]]:
+    graph = defaultdict(set)
+    for path in (ROOT / "featx").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("featx"):
+                names = [node.module.split(".")[1]] if "." in node.module else [a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name.split(".")[1] for a in node.names if a.name.startswith("featx.")]
+            graph[path.stem] |= {n for n in names if n != path.stem}
+    return graph
+
+
+def test_every_module_has_a_layer():
+    modules = {p.stem for p in (ROOT / "featx").glob("*.py")}
+    assert modules == set().union(*LAYERS)
+
+
+def test_data_flows_one_way():
+    level = {m: i for i, layer in enumerate(LAYERS) for m in layer}
+    upward = [(a, b) for a, targets in imports().items() for b in targets if level[b] > level[a]]
+    assert not upward, f"imports of a higher layer: {upward}"
+
+
+def test_no_import_cycle():
+    graph, seen, stack, cycles = imports(), set(), [], []
+
+    def visit(node):
+        if node in stack:
+            cycles.append(stack[stack.index(node):] + [node])
+            return
+        if node in seen:
+            return
+        seen.add(node)
+        stack.append(node)
+        for target in graph[node]:
+            visit(target)
+        stack.pop()
+
+    for module in list(graph):
+        visit(module)
+    assert not cycles
+
+
+def test_task_registry_is_the_config_closed_set():
+    from featx import config, metrics, tasks
+
+    assert tuple(tasks.TASKS) == config.TASKS
+    assert metrics.NAMES == {name: task.metrics for name, task in tasks.TASKS.items()}
+
+
+def test_head_inputs_are_defined_once():
+    from featx import config, finetune
+
+    assert tuple(finetune.HEAD_INPUTS) == config.HEAD_INPUTS
+
+
+def test_cache_report_heads_and_probe_import_no_torch():
+    code = ("import sys; import featx, featx.cache, featx.report, featx.heads, featx.probe, featx.records, "
+            "featx.bootstrap; assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
