@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Lower layers first; a module may import only modules of its own layer or below.
 LAYERS = [
-    {"errors", "version", "tasks", "files"},
+    {"errors", "version", "tasks", "files", "progress"},
     {"config", "metrics", "bootstrap", "pooling", "heads"},
     {"data", "backbone", "records", "batching"},
     {"cache"},
