@@ -20,10 +20,10 @@ def open_cache(path=None, *, pipeline=None):
         raise FeatxError("open_cache takes a cache path or pipeline=..., one of the two")
     if pipeline is not None:
         from featx.config import Pipeline, load_pipeline
-        from featx.plan import make_plan
+        from featx.plan import find_cache
 
         config = pipeline if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
-        path = make_plan(config).find_cache()
+        path = find_cache(config)
     return Cache(path)
 
 

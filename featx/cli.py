@@ -70,10 +70,10 @@ def cmd_verify(pipeline: Pipeline) -> None:
     import time
 
     from featx.cache import Cache
-    from featx.plan import make_plan
+    from featx.plan import find_cache
 
     start = time.perf_counter()
-    with Cache(make_plan(pipeline).find_cache()) as cache:
+    with Cache(find_cache(pipeline)) as cache:
         checked = cache.verify()
     print(f"{cache.path}: {len(checked)} datasets, {sum(checked.values()) / 1e6:.1f} MB match their "
           f"checksums ({time.perf_counter() - start:.2f} s)")
@@ -82,9 +82,9 @@ def cmd_verify(pipeline: Pipeline) -> None:
 def cmd_info(pipeline: Pipeline) -> None:
     """Show the pipeline's cache: where it is, what it holds."""
     from featx.cache import Cache
-    from featx.plan import make_plan
+    from featx.plan import find_cache
 
-    with Cache(make_plan(pipeline).find_cache()) as cache:
+    with Cache(find_cache(pipeline)) as cache:
         print(cache)
         for key in ("model_name", "model_source", "init", "max_length", "compute_dtype",
                     "store_dtype", "created", "extract_stats"):

@@ -78,6 +78,8 @@ class Dataset:
     splits: dict[str, Split]
     source: str
     """Where the rows came from (files or built-in), for messages and the cache's metadata."""
+    files: tuple[str, ...] = ()
+    """The files read (a later stage knows the cache is still this data's when none changed)."""
 
     @property
     def pairs(self) -> bool:
@@ -406,6 +408,7 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
         builtin = BUILTINS[cfg.builtin]()
         tables = {None: builtin.table}
         task, keep, source = cfg.task or builtin.task, cfg.keep or builtin.keep, f"builtin:{cfg.builtin}"
+        files = (builtin.table.path,)
         id_column = cfg.id or "id"
         cfg = dataclasses.replace(cfg, label=cfg.label or builtin.label)
     else:
@@ -416,6 +419,8 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
             tables = {s: read_tables(f, cfg) for s, f in files.items() if f}
         task, keep, id_column = cfg.task, cfg.keep or (), cfg.id
         source = ", ".join(t.path for t in tables.values())
+        files = tuple(str(Path(p)) for spec in (cfg.path, cfg.train, cfg.dev, cfg.test) if spec
+                      for p in ([spec] if isinstance(spec, str) else spec))
     columns = _Columns.from_config(cfg, keep, id_column)
     raw = {s: columns.extract(t) for s, t in tables.items()}
     if None in raw:  # one file: split by column or by a seeded stratified split
@@ -437,7 +442,9 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
         splits[split_name] = Split(split_name, rows.ids, rows.texts, rows.pairs,
                                    encoder.encode(rows, split_name), rows.kept)
     _check_unique_ids(raw)
-    return Dataset(name, task, encoder.names, splits, source)
+    if isinstance(cfg.label_names, str):
+        files += (cfg.label_names,)
+    return Dataset(name, task, encoder.names, splits, source, files)
 
 
 @dataclass

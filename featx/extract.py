@@ -29,7 +29,7 @@ from featx.cache import Cache, CacheWriter, partial_finished, writer_lock
 from featx.config import Pipeline
 from featx.errors import FeatxError
 from featx.files import writable_dir
-from featx.plan import Plan, make_plan
+from featx.plan import Plan, make_plan, remember
 from featx.progress import progress
 from featx.pooling import pool
 
@@ -56,6 +56,7 @@ def extract(pipeline: Pipeline) -> ExtractResult:
     spec = plan.spec(compute_dtype)
     path = plan.cache_path(compute_dtype)
     if path.is_file():
+        remember(plan, path)
         return _hit(path, spec.key(), start)
     # Refused before any file exists (a rerun with the same settings would fail the same way).
     Encoder(backbone.load_tokenizer(plan.model.path), plan.max_length).check(plan.dataset.pairs)
@@ -63,6 +64,7 @@ def extract(pipeline: Pipeline) -> ExtractResult:
         if path.is_file():  # another process finished it while we waited for the data
             return _hit(path, spec.key(), start)
         stats = build(path, plan, spec, device, compute_dtype)
+    remember(plan, path)
     seconds = time.perf_counter() - start
     _report(path, plan, stats, seconds)
     return ExtractResult(path, spec.key(), False, seconds, stats)

@@ -6,6 +6,8 @@ Every stage starts here: `extract` writes the cache this plan names, `probe`, `f
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +81,52 @@ class Plan:
                              f"({partial[0]}); rerun featx extract to complete it")
         raise FeatxError(f"no cache for pipeline {self.pipeline.name!r} yet: run `featx extract "
                          f"{self.pipeline.source or '<pipeline>'}` (make extract) first")
+
+
+def _state(pipeline: Pipeline, files: list[str]) -> dict:
+    """What a cache's key rests on, cheaply: the sections that define it, and the size and
+    modification time of every data and model file."""
+    config = {k: dataclasses.asdict(getattr(pipeline, k)) for k in ("data", "model", "extract")}
+    stats = {}
+    for name in files:
+        try:
+            stat = Path(name).stat()
+            stats[name] = [stat.st_size, stat.st_mtime_ns]
+        except OSError:
+            stats[name] = None
+    return {"config": hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest(),
+            "files": stats}
+
+
+def _pointer(pipeline: Pipeline) -> Path:
+    return pipeline.cache_dir / f"{pipeline.name}.pointer.json"
+
+
+def remember(plan: Plan, path: Path) -> None:
+    """Written by extract: where this pipeline's cache is, and what it rests on."""
+    from featx.files import atomic_write
+
+    model_files = [str(p) for p in backbone.weight_files(plan.model.path, True) + [plan.model.path / "config.json"]]
+    files = list(plan.dataset.files) + model_files
+    record = {"cache": path.name, "files": files, "state": _state(plan.pipeline, files)}
+    try:
+        atomic_write(_pointer(plan.pipeline), lambda tmp: tmp.write_text(json.dumps(record)))
+    except OSError:
+        pass  # only a shortcut: later stages fall back to planning
+
+
+def find_cache(pipeline: Pipeline) -> Path:
+    """The complete cache of this pipeline, for the stages after extract: from the pointer
+    extract left when neither the configuration nor any data or model file changed since (no
+    dataset read, no weights hashed), else planned again."""
+    try:
+        record = json.loads(_pointer(pipeline).read_text())
+        path = pipeline.cache_dir / record["cache"]
+        if path.is_file() and record["state"] == _state(pipeline, record["files"]):
+            return path
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return make_plan(pipeline).find_cache()
 
 
 def make_plan(pipeline: Pipeline) -> Plan:

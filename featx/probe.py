@@ -427,10 +427,10 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
     return them."""
     from featx.progress import progress
 
-    from featx.plan import make_plan
+    from featx.plan import find_cache
 
     cfg = pipeline.probe
-    path = make_plan(pipeline).find_cache()
+    path = find_cache(pipeline)
     with Cache(path) as cache:
         first, later = plan_jobs(cache, cfg)
         choose_protocol(cfg.protocol, cache.splits, cfg.folds)  # fail before forking workers
