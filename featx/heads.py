@@ -38,6 +38,7 @@ from sklearn.multioutput import MultiOutputClassifier, MultiOutputRegressor
 from sklearn.neural_network import MLPClassifier, MLPRegressor
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from featx.errors import check_choice
 from featx.tasks import TASKS
@@ -68,10 +69,15 @@ class _LightGBMHead(BaseEstimator):
     def _fit(self, model_class, X, y, stratify: bool):
         import lightgbm
 
+        if len(X) < 2:
+            raise ValueError(f"{type(self).__name__} needs at least 2 samples to hold some out for "
+                             f"early stopping, got n_samples={len(X)}")
+        held = max(1, int(np.ceil(self.validation_fraction * len(X))))
         counts = np.unique(y, return_counts=True)[1] if stratify else None
+        # Stratified only when it can be: every class twice, a held-out row per class.
+        stratify = stratify and counts.min() >= 2 and held >= len(counts) and len(X) - held >= len(counts)
         X_fit, X_val, y_fit, y_val = train_test_split(
-            X, y, test_size=self.validation_fraction, random_state=self.random_state,
-            stratify=y if stratify and counts.min() >= 2 else None)
+            X, y, test_size=held, random_state=self.random_state, stratify=y if stratify else None)
         self.model_ = model_class(
             n_estimators=self.n_estimators, learning_rate=self.learning_rate,
             num_leaves=self.num_leaves, min_child_samples=self.min_child_samples,
@@ -90,29 +96,40 @@ class _LightGBMHead(BaseEstimator):
 class LightGBMClassifierHead(ClassifierMixin, _LightGBMHead):
     def fit(self, X, y):
         from lightgbm import LGBMClassifier
+        from sklearn.utils.multiclass import check_classification_targets
 
+        X, y = validate_data(self, X, y)
+        check_classification_targets(y)
         self.classes_ = np.unique(y)
-        return self._fit(LGBMClassifier, X, y, stratify=True)
+        # LightGBM wants numbers: fitted on class positions, mapped back in predict.
+        return self._fit(LGBMClassifier, X, np.searchsorted(self.classes_, y), stratify=True)
 
     def predict_proba(self, X):
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False)
+        if len(self.classes_) == 1:
+            return np.ones((len(X), 1))
         # A class that fell entirely into the validation split gets probability 0.
         proba = self.model_.predict_proba(X)
         out = np.zeros((len(X), len(self.classes_)))
-        out[:, np.searchsorted(self.classes_, self.model_.classes_)] = proba
+        out[:, self.model_.classes_] = proba
         return out
 
     def predict(self, X):
-        return self.classes_[self.predict_proba(X).argmax(axis=1)]
+        proba = self.predict_proba(X)  # first: it checks the head is fitted
+        return self.classes_[proba.argmax(axis=1)]
 
 
 class LightGBMRegressorHead(RegressorMixin, _LightGBMHead):
     def fit(self, X, y):
         from lightgbm import LGBMRegressor
 
-        return self._fit(LGBMRegressor, X, np.ravel(y), stratify=False)
+        X, y = validate_data(self, X, y, y_numeric=True)
+        return self._fit(LGBMRegressor, X, y, stratify=False)
 
     def predict(self, X):
-        return self.model_.predict(X)
+        check_is_fitted(self)
+        return self.model_.predict(validate_data(self, X, reset=False))
 
 
 class MultilabelLogistic(ClassifierMixin, BaseEstimator):

@@ -5,6 +5,8 @@ import csv
 import json
 import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 # Tests never reach for the hub, whether or not the machine is online.
@@ -14,6 +16,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest
 
 from featx.config import pipeline_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
 
 WORDS = ("the a cat dog bird fish sat ran flew swam on under over near mat log tree pond big "
          "small red blue green happy sad fast slow what who where when why how is are was "
@@ -118,3 +122,53 @@ def write_synthetic_cache(folder: Path, task: str, features: dict, labels: dict,
         writer.write(name, rows, {pooling: x.astype(np.float32)}, np.full(len(x), 4),
                      np.zeros(len(x), bool))
     return writer.finalize()
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers shared by the tests that run featx as a process or compare caches
+
+
+def run_featx(*args: str, cwd: Path | None = None, wait: bool = True, **kw):
+    """`python -m featx ARGS` in a child process (for tests of the CLI, kills and torchrun)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    command = [sys.executable, "-m", "featx", *args]
+    if wait:
+        return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def write_pipeline_toml(path: Path, data_file: Path, model: Path, data_dir: Path, **extract) -> Path:
+    lines = ['name = "t"', f'data_dir = "{data_dir}"', "progress = false", "[data]",
+             f'path = "{data_file}"', 'id = "id"', "[model]", f'name = "{model}"', "[extract]"]
+    lines += [f"{k} = {v!r}".replace("'", '"') for k, v in extract.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def done_rows(partial: Path) -> int:
+    """Rows a partial cache (or shard) marks done; 0 while it cannot be read."""
+    import h5py
+
+    try:
+        with h5py.File(partial, "r", locking=False) as f:
+            return int(sum(f[s]["done"][...].sum() for s in f if isinstance(f[s], h5py.Group)))
+    except (OSError, KeyError):
+        return 0
+
+
+def assert_same_vectors(a: Path, b: Path) -> None:
+    """Two caches hold the same key, rows, token counts, labels and vectors (to 1e-5)."""
+    import numpy as np
+
+    from featx.cache import Cache
+
+    with Cache(a) as x, Cache(b) as y:
+        assert x.key == y.key
+        for split in y.splits:
+            assert list(x.ids(split)) == list(y.ids(split))
+            assert (x.n_tokens(split) == y.n_tokens(split)).all()
+            assert (x.labels(split) == y.labels(split)).all()
+            for pooling in y.poolings:
+                np.testing.assert_allclose(x.features(split, pooling, "all"), y.features(split, pooling, "all"),
+                                           atol=1e-5, rtol=0)

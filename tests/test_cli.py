@@ -3,10 +3,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import classification_rows, write_rows
-from tests.test_extract import run_featx, write_pipeline_toml
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import (
+    ROOT,
+    classification_rows,
+    run_featx,
+    write_pipeline_toml,
+    write_rows,
+)
 
 
 def assert_user_error(result, *fragments: str) -> None:

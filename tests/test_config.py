@@ -1,14 +1,11 @@
 """Pipeline files: defaults, overrides, and errors that list the choices."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from featx.config import POOLINGS, load_pipeline, pipeline_from_dict
 from featx.errors import FeatxError
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
 
 
 def test_every_shipped_pipeline_is_valid():

@@ -10,10 +10,9 @@ import pytest
 from featx.config import DataConfig, load_pipeline
 from featx.data import load_dataset, stratified_assignment
 from featx.errors import FeatxError
-from tests.conftest import classification_rows, write_rows
+from tests.conftest import ROOT, classification_rows, write_rows
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
-ROOT = Path(__file__).resolve().parents[1]
 
 
 # ---------------------------------------------------------------------------------------------

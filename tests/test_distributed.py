@@ -9,15 +9,20 @@ import sys
 import time
 from pathlib import Path
 
-import h5py
 import numpy as np
 
 from featx.cache import Cache
 from featx.config import load_pipeline
 from featx.distributed import deal
 from featx.extract import extract
-from tests.conftest import classification_rows, write_rows
-from tests.test_extract import ROOT, write_pipeline_toml
+from tests.conftest import (
+    ROOT,
+    assert_same_vectors,
+    classification_rows,
+    done_rows,
+    write_pipeline_toml,
+    write_rows,
+)
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
 
@@ -47,14 +52,8 @@ def assert_same_cache(a: Path, b: Path) -> None:
         where = {"data_dir", "source"}  # the two runs write to different folders, on purpose
         assert {k: v for k, v in x.meta["pipeline"].items() if k not in where} == \
                {k: v for k, v in y.meta["pipeline"].items() if k not in where}
-        for split in y.splits:
-            assert list(x.ids(split)) == list(y.ids(split))
-            assert (x.n_tokens(split) == y.n_tokens(split)).all()
-            assert (x.labels(split) == y.labels(split)).all()
-            for pooling in y.poolings:
-                np.testing.assert_allclose(x.features(split, pooling, "all"), y.features(split, pooling, "all"),
-                                           atol=1e-5, rtol=0)
         assert set(x.file[y.splits[0]]) == set(y.file[y.splits[0]])  # same datasets, no extras
+    assert_same_vectors(a, b)
 
 
 def test_deal_balances_tokens():
@@ -87,14 +86,6 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _done(partial: Path) -> int:
-    try:
-        with h5py.File(partial, "r", locking=False) as f:
-            return int(sum(f[s]["done"][...].sum() for s in f if isinstance(f[s], h5py.Group)))
-    except (OSError, KeyError):
-        return 0
-
-
 def _rank_of(pid: int) -> int | None:
     try:
         env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -114,7 +105,7 @@ def test_a_killed_rank_resumes_without_recomputing(tmp_path, tiny_bert):
     deadline, victim = time.time() + 180, None
     while time.time() < deadline and launcher.poll() is None:
         for partial in sorted(shards.glob("*.shards/rank*.partial")):
-            if 64 <= _done(partial) < 1900:
+            if 64 <= done_rows(partial) < 1900:
                 rank = int(partial.name[len("rank"):len("rank") + 3])
                 victim = next((pid for pid in _children(launcher.pid) if _rank_of(pid) == rank), None)
                 if victim:
@@ -127,7 +118,7 @@ def test_a_killed_rank_resumes_without_recomputing(tmp_path, tiny_bert):
     launcher.communicate(timeout=120)
     assert launcher.returncode != 0
     shard_files = sorted(shards.glob("*.shards/rank*.h5*"))
-    before = sum(_done(p) for p in shard_files)  # claimed by a partial or a finished shard
+    before = sum(done_rows(p) for p in shard_files)  # claimed by a partial or a finished shard
     assert 0 < before < 4000 and any(p.suffix == ".partial" for p in shard_files)
     resumed = torchrun(pipeline)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

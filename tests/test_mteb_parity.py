@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from featx.config import load_pipeline
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 
 pytestmark = pytest.mark.slow
@@ -21,7 +21,9 @@ def mteb_accuracy(cache, seed: int, samples_per_label: int, experiments: int) ->
     from datasets import Dataset, DatasetDict
     from mteb.abstasks.classification import AbsTaskClassification
     from mteb.abstasks.task_metadata import TaskMetadata
-    from mteb.models.sentence_transformer_wrapper import SentenceTransformerEncoderWrapper
+    from mteb.models.sentence_transformer_wrapper import (
+        SentenceTransformerEncoderWrapper,
+    )
     from sentence_transformers import SentenceTransformer
 
     class FeatxSplits(AbsTaskClassification):

@@ -90,7 +90,8 @@ def test_finetuned_predictions_equal_the_fine_tunes(trained, tmp_path):
 
 
 def test_export_of_a_fine_tune_loads_in_plain_transformers(trained, tmp_path):
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline as hf_pipeline
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import pipeline as hf_pipeline
 
     pipeline, cache_path, _ = trained
     run_finetune(pipeline)

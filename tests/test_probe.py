@@ -6,8 +6,11 @@ import json
 import numpy as np
 import pytest
 from sklearn import metrics as skm
+from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from featx import config, heads as H, metrics as M
+from featx import config
+from featx import heads as H
+from featx import metrics as M
 from featx.cache import Cache
 from featx.config import ProbeConfig
 from featx.errors import FeatxError
@@ -201,10 +204,12 @@ def test_featx_probe_end_to_end(make_pipeline, csv_dataset, tmp_path):
     run = tmp_path / "data" / "runs" / "test" / key[:16]
     on_disk = read_records(run)
     assert len(on_disk) == len(records)
-    record = on_disk[0]
-    for field in ("cache_key", "features", "head", "hyperparameters", "protocol", "seeds", "metrics",
-                  "primary_metric", "fit_seconds", "predict_seconds", "n_train"):
-        assert field in record
+    record = next(r for r in on_disk if r["features"] == "mean@2" and r["head"] == "logistic")
+    assert record["cache_key"] == key and record["pipeline"] == "test" and record["seeds"] == [0]
+    assert record["protocol"] == {"name": "dev", "select_on": "dev", "report_on": "test"}
+    assert record["hyperparameters"] in [c["params"] for c in record["search"]] and len(record["search"]) == 5
+    assert record["primary_metric"] == "accuracy" and 0 <= record["metrics"]["accuracy"] <= 1
+    assert record["n_train"] == 96 and record["n_eval"] == 12 and record["fit_seconds"] > 0
     sweep = json.loads((run / "probe" / "sweep-mean-logistic.json").read_text())
     assert [p["layer"] for p in sweep["curve"]] == list(stored)
     saved = sorted((run / "heads").glob("*.joblib"))
@@ -359,3 +364,8 @@ def test_mteb_sampling_reseeds_every_experiment_as_mteb_does(tmp_path):
         np.random.RandomState(42).shuffle(order)
     expected = undersample(y, order, 5)
     assert record["n_train_sampled"] == len(expected)
+
+
+@parametrize_with_checks([H.LightGBMClassifierHead(n_estimators=20), H.LightGBMRegressorHead(n_estimators=20)])
+def test_lightgbm_heads_are_scikit_learn_estimators(estimator, check):
+    check(estimator)

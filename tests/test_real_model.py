@@ -1,16 +1,13 @@
 """End to end on the real packaged all-MiniLM-L6-v2: featx's vectors are sentence-transformers'."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import featx
 from featx.backbone import resolve
-from tests.test_extract import run_featx
+from tests.conftest import ROOT, run_featx
 
-ROOT = Path(__file__).resolve().parents[1]
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 pytestmark = pytest.mark.slow

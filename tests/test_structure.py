@@ -7,9 +7,8 @@ import ast
 import subprocess
 import sys
 from collections import defaultdict
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
 
 # Lower layers first; a module may import only modules of its own layer or below.
 LAYERS = [

@@ -4,9 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from featx.cache import Cache
-from tests.conftest import classification_rows, write_rows
+from tests.conftest import (
+    classification_rows,
+    run_featx,
+    write_pipeline_toml,
+    write_rows,
+)
 from tests.faults.conftest import FIGURES, FULL
-from tests.test_extract import run_featx, write_pipeline_toml
 
 
 def test_two_writers_one_wins(tmp_path, tiny_bert):

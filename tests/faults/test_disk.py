@@ -14,9 +14,14 @@ from featx.cache import Cache
 from featx.config import load_pipeline
 from featx.errors import FeatxError
 from featx.extract import extract
-from tests.conftest import classification_rows, write_rows
+from tests.conftest import (
+    ROOT,
+    classification_rows,
+    run_featx,
+    write_pipeline_toml,
+    write_rows,
+)
 from tests.faults.conftest import FIGURES
-from tests.test_extract import ROOT, run_featx, write_pipeline_toml
 
 
 def limited(limit_bytes: int):

@@ -10,15 +10,19 @@ import time
 from pathlib import Path
 
 import h5py
-import numpy as np
 import pytest
 
 from featx.cache import Cache
 from featx.config import load_pipeline
 from featx.extract import extract
-from tests.conftest import classification_rows, write_rows
+from tests.conftest import (
+    assert_same_vectors,
+    classification_rows,
+    run_featx,
+    write_pipeline_toml,
+    write_rows,
+)
 from tests.faults.conftest import FIGURES, FULL
-from tests.test_extract import run_featx, write_pipeline_toml
 
 KILLS = 20 if FULL else 3
 ROWS = 6000
@@ -63,17 +67,6 @@ def stage_of(cache_dir: Path, name: str, total: int) -> tuple[str, int]:
     return "before any file", 0
 
 
-def assert_equal(a: Path, b: Path) -> None:
-    with Cache(a) as x, Cache(b) as y:
-        assert x.key == y.key
-        for split in y.splits:
-            assert list(x.ids(split)) == list(y.ids(split))
-            assert (x.n_tokens(split) == y.n_tokens(split)).all()
-            for pooling in y.poolings:
-                np.testing.assert_allclose(x.features(split, pooling, "all"), y.features(split, pooling, "all"),
-                                           atol=1e-5, rtol=0)
-
-
 def test_sigkill_at_random_moments(job):
     make, reference, created, total = job
     rng = random.Random(2026)
@@ -101,7 +94,7 @@ def test_sigkill_at_random_moments(job):
         rerun = run_featx("extract", str(pipeline))
         survived = rerun.returncode == 0
         assert survived, rerun.stderr
-        assert_equal(Path(rerun.stdout.strip()), reference)
+        assert_same_vectors(Path(rerun.stdout.strip()), reference)
         FIGURES["kills"].append({"kill": i, "stage": stage, "done_at_kill": done, "survived": survived,
                                  "recomputed": recomputed, "bound": BOUND})
         if recomputed is not None:
