@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import (
     ROOT,
     classification_rows,
@@ -43,6 +45,7 @@ def test_info_before_extract_says_what_to_run(tmp_path, tiny_bert):
     assert_user_error(run_featx("info", str(pipeline)), "featx extract")
 
 
+@pytest.mark.slow  # a subprocess run
 def test_extract_then_info(tmp_path, tiny_bert):
     data_file = write_rows(tmp_path / "r.csv", classification_rows(20))
     pipeline = write_pipeline_toml(tmp_path / "p.toml", data_file, tiny_bert, tmp_path / "data")

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from featx.cache import Cache
 from featx.config import load_pipeline
@@ -23,6 +24,9 @@ from tests.conftest import (
     write_pipeline_toml,
     write_rows,
 )
+
+# Subprocesses and kills: part of `make test`, not of `make test-fast`.
+pytestmark = pytest.mark.slow
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
 

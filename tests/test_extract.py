@@ -17,7 +17,14 @@ from featx.batching import plan_batches
 from featx.cache import Cache, writer_lock
 from featx.errors import FeatxError
 from featx.extract import extract
-from tests.conftest import ROOT, classification_rows, done_rows, run_featx, write_pipeline_toml, write_rows
+from tests.conftest import (
+    ROOT,
+    classification_rows,
+    done_rows,
+    run_featx,
+    write_pipeline_toml,
+    write_rows,
+)
 
 EXACT = {"store_dtype": "float32"}
 
@@ -236,6 +243,7 @@ def big_job(tmp_path, tiny_bert):
     return make
 
 
+@pytest.mark.slow  # a subprocess run
 def test_resume_after_sigkill_equals_an_uninterrupted_run(big_job, tmp_path):
     killed_dir = tmp_path / "killed"
     job = run_featx("extract", str(big_job(killed_dir)), wait=False)
@@ -267,6 +275,7 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(big_job, tmp_path):
                                            b.features(split, pooling, "all"), atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow  # a subprocess run
 def test_a_second_writer_gets_a_clear_error(big_job, tmp_path):
     data_dir = tmp_path / "shared"
     pipeline_file = big_job(data_dir)

@@ -269,6 +269,7 @@ def test_fold_probe_for_regression_predicts_standardised_targets():
     assert np.allclose(scaler.inverse(X @ weight.T + bias).ravel(), estimator.predict(X).ravel())
 
 
+@pytest.mark.slow  # a subprocess run
 def test_interrupted_training_resumes_from_the_last_epoch(tmp_path, tiny_bert):
     data = write_rows(tmp_path / "d.csv", separable_rows(600))
     toml = write_pipeline_toml(tmp_path / "p.toml", data, tiny_bert, tmp_path / "data")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from featx.cache import Cache
 from tests.conftest import (
     classification_rows,
@@ -13,6 +15,7 @@ from tests.conftest import (
 from tests.faults.conftest import FIGURES, FULL
 
 
+@pytest.mark.slow  # a subprocess run
 def test_two_writers_one_wins(tmp_path, tiny_bert):
     data = write_rows(tmp_path / "rows.csv", classification_rows(1500, seed=4))
     for attempt in range(5 if FULL else 1):

@@ -31,6 +31,7 @@ def limited(limit_bytes: int):
     return apply
 
 
+@pytest.mark.slow  # a subprocess run
 def test_disk_full_while_allocating_then_resume(tmp_path, tiny_bert):
     data = write_rows(tmp_path / "rows.csv", classification_rows(2000, seed=2))
     pipeline = write_pipeline_toml(tmp_path / "p.toml", data, tiny_bert, tmp_path / "data")

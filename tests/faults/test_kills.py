@@ -24,6 +24,9 @@ from tests.conftest import (
 )
 from tests.faults.conftest import FIGURES, FULL
 
+# Subprocesses and kills: part of `make test`, not of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 KILLS = 20 if FULL else 3
 ROWS = 6000
 SETTINGS = dict(store_dtype="float32", token_budget=128, max_batch_rows=4, flush_rows=64)
