@@ -61,7 +61,7 @@ bench: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The default run without the slow (real-model) tests, for quick iterations.
+# Without the slow tests (subprocesses, kills, torchrun, the real model): about a minute.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m 'not slow' $(PYTEST_ARGS)
 

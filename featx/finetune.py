@@ -487,7 +487,7 @@ def _train(setup: Setup, candidate: Candidate, everyone: list[Candidate], until:
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
         torch.set_rng_state(saved["torch_rng"])
-        log.info("resuming %s after epoch %d", candidate.name, candidate.epoch)
+        log.info("continuing %s after epoch %d (from its checkpoint)", candidate.name, candidate.epoch)
     y = targets(setup.task, setup.train.labels, setup.scaler)
     model.train()
     while candidate.epoch < until:

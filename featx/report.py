@@ -256,7 +256,8 @@ def _lexical(inputs: Inputs, frozen: dict, primary: str, runs_dir) -> tuple[dict
         return None, f" The TF-IDF baseline reaches {primary} = {value}."
     low, high = comparison["difference_ci"]
     if low <= 0:
-        return comparison, (f" TF-IDF + {baseline['head']} on the texts reaches {primary} = {value}, "
+        return comparison, (f" A linear head on TF-IDF of the texts' words and character n-grams reaches "
+                            f"{primary} = {value}, "
                             f"within the interval of the best frozen probe (difference "
                             f"{comparison['difference']:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}]): "
                             "the backbone adds nothing measurable over word and character n-grams here.")

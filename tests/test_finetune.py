@@ -287,7 +287,7 @@ def test_interrupted_training_resumes_from_the_last_epoch(tmp_path, tiny_bert):
     job.wait()
     resumed = run_featx("finetune", str(toml))
     assert resumed.returncode == 0, resumed.stderr
-    assert "resuming lr-" in resumed.stderr
+    assert "continuing lr-" in resumed.stderr
     record = run_finetune(load_pipeline(toml))  # finished: reused, not retrained
     # an uninterrupted run of the same configuration, elsewhere, gives the same model
     clean = tmp_path / "clean.toml"
