@@ -405,8 +405,8 @@ def _plot_heads(inputs: Inputs):
         errors = _ci_error([r or {"metrics": {primary: 0.0}} for r in found], primary)
         axis.bar(np.arange(len(poolings)) + i * width, values, width, yerr=errors, capsize=2, label=head)
     for baseline in (r for r in inputs.main if r.get("baseline")):
-        axis.axhline(baseline["metrics"][primary], linestyle=":", color="grey", linewidth=1,
-                     label=f"baseline: {baseline['head']}")
+        axis.axhline(baseline["metrics"][primary], linestyle=":" if baseline["baseline"] == "majority" else "-.",
+                     color="grey", linewidth=1, label=f"baseline: {baseline['head']}")
     _tuned_levels(inputs.main, primary, axis)
     axis.set_xticks(np.arange(len(poolings)) + width * (len(heads) - 1) / 2, poolings)
     axis.set(ylabel=f"{primary} (95% interval)", title=f"Heads x poolings (layer {last}) against fine-tuning")
@@ -427,17 +427,26 @@ def _plot_curve(inputs: Inputs):
         steps, losses = zip(*record["curve"]["loss"]) if record["curve"]["loss"] else ((), ())
         # Markers: a short run has a few points, which a bare line would not show.
         loss_axis.plot(steps, losses, marker="." if len(steps) < 50 else None, label=f"loss, {label}")
-        if record["curve"]["select"]:
-            per_step = record["steps"] / max(record["epochs"], 1)
-            epochs, values = zip(*record["curve"]["select"])
-            metric_axis.plot([e * per_step for e in epochs], values, marker="s", linestyle=":", color="black",
-                             label=f"{record['primary_metric']} per epoch (selection split), {label}")
-    loss_axis.set(xlabel="step", ylabel="training loss", title="Fine-tuning curve (the chosen learning rate)")
+        per_step = record["steps"] / max(record["epochs"], 1)
+        # Every learning rate the search tried, the chosen one solid: where each stopped, and why.
+        for candidate in record.get("search") or [{"params": {}, "curve": record["curve"]["select"]}]:
+            if not candidate.get("curve"):
+                continue
+            epochs, values = zip(*candidate["curve"])
+            chosen = candidate.get("params", {}).get("learning_rate") in (None, record.get("learning_rate"))
+            lr = candidate.get("params", {}).get("learning_rate")
+            metric_axis.plot([e * per_step for e in epochs], values, marker="s", markersize=4,
+                             linestyle="-" if chosen else ":", color="black" if chosen else "grey",
+                             label=f"{record['primary_metric']} per epoch (selection split)"
+                                   + (f", lr {lr:g}" if lr else "")
+                                   + (f", stopped by {candidate.get('stopped_by')}" if candidate.get("stopped_by") else ""))
+    loss_axis.set(xlabel="step (of the chosen learning rate)", ylabel="training loss",
+                  title="Fine-tuning: training loss and the selection score per epoch")
     metric_axis.set_ylabel("selection metric")
     handles = loss_axis.get_legend_handles_labels()
     more = metric_axis.get_legend_handles_labels()
-    loss_axis.legend(handles[0] + more[0], handles[1] + more[1], fontsize=7, loc="upper left",
-                     bbox_to_anchor=(1.12, 1.0), borderaxespad=0)
+    loss_axis.legend(handles[0] + more[0], handles[1] + more[1], fontsize=7, loc="upper center",
+                     bbox_to_anchor=(0.5, -0.15), ncol=2)
     return figure
 
 
@@ -465,10 +474,13 @@ def _plot_cost(inputs: Inputs):
     if baselines:
         axis.scatter([_cost_seconds(r) for r in baselines], [r["metrics"][primary] for r in baselines],
                      marker="v", s=50, color="grey", label="baselines (no backbone)")
+    right = max(_cost_seconds(r) for r in records)
     for r in records:
         if r is best or r["stage"] == "finetune" or r.get("baseline"):
+            on_right = _cost_seconds(r) > right / 10  # labels of the rightmost points go to their left
             axis.annotate(f"{r['features']} {r['head']}", (_cost_seconds(r), r["metrics"][primary]),
-                          textcoords="offset points", xytext=(5, 4), fontsize=7)
+                          textcoords="offset points", xytext=(-6 if on_right else 6, 4), fontsize=7,
+                          ha="right" if on_right else "left")
     axis.set_xscale("log")
     axis.set(xlabel="wall seconds (extraction + fit; fine-tune: its whole search)", ylabel=primary,
              title="Quality against cost")
