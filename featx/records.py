@@ -173,7 +173,7 @@ def read_records(directory: Path) -> list[dict]:
         if problem:
             raise FeatxError(f"run record {path} is malformed ({problem}); delete it and rerun "
                              f"featx {record.get('stage', 'probe')}")
-        out.append(record)
+        out.append(OPTIONAL | record)
     return out
 
 
@@ -181,6 +181,15 @@ def read_records(directory: Path) -> list[dict]:
 REQUIRED = {"stage": str, "pipeline": str, "cache_key": str, "task": str, "features": str, "pooling": str,
             "layers": list, "head": str, "init": str, "protocol": dict, "primary_metric": str,
             "metrics": dict, "metrics_std": dict, "created": str}
+
+
+# What a record may lack (older or baseline records, probe or fine-tune only fields), with the
+# value a reader sees: every reader gets every key, so none has to guess with .get().
+OPTIONAL = {"baseline": None, "metrics_ci": {}, "search": [], "seeds": [0], "n_eval": None,
+            "fit_seconds": None, "extract_seconds": None, "backbone_forward_passes": None,
+            "cache_bytes": None, "config_hash": None, "run_hash": None, "predictions": None,
+            "converged": None, "stopped_by": None, "wall_seconds": None, "learning_rate": None,
+            "curve": None, "threshold": None}
 
 
 def _malformed(record: dict) -> str | None:

@@ -47,7 +47,7 @@ def collect(runs_dir: str | Path, pipeline: str, current: "Pipeline | None" = No
     folders: dict[str, Path] = {}
     for directory in sorted((Path(runs_dir) / pipeline).glob("*")):
         for record in read_records(directory):
-            if record.get("pipeline") == pipeline:
+            if record["pipeline"] == pipeline:
                 groups.setdefault((record["init"], record["cache_key"]), []).append(record)
                 folders[record["cache_key"]] = directory
     if not groups:
@@ -83,10 +83,10 @@ def _current(record: dict, pipeline: "Pipeline") -> bool:
     from featx.records import finetune_run_hash, probe_config_hash
 
     if record["stage"] == "probe":
-        return record.get("config_hash") == probe_config_hash(pipeline.probe)
+        return record["config_hash"] == probe_config_hash(pipeline.probe)
     metric = primary(record["task"], pipeline.probe.metric)
     variants = (dataclasses.replace(pipeline.finetune, init_head_from_probe=lp) for lp in (False, True))
-    return record.get("run_hash") in {finetune_run_hash(v, record["cache_key"], pipeline.extract.max_length,
+    return record["run_hash"] in {finetune_run_hash(v, record["cache_key"], pipeline.extract.max_length,
                                                         metric) for v in variants}
 
 
@@ -114,33 +114,33 @@ def rows(inputs: Inputs) -> list[dict]:
     """One row per record: fine-tunes, probes (best selection score first), baselines, then
     the control's."""
     def order(r):
-        group = (0 if r["stage"] == "finetune" else 2 if r.get("baseline") else 1)
+        group = (0 if r["stage"] == "finetune" else 2 if r["baseline"] else 1)
         return (r["init"] != "pretrained", group, -selection_score(r), r["features"], r["head"])
     out = []
     for record in sorted(inputs.main + inputs.control, key=order):
         primary = record["primary_metric"]
-        ci = (record.get("metrics_ci") or {}).get(primary) or [None, None]
+        ci = (record["metrics_ci"] or {}).get(primary) or [None, None]
         selection = selection_score(record)
         out.append({
             "stage": record["stage"], "init": record["init"], "features": record["features"],
-            "head": record["head"], "baseline": record.get("baseline") or "",
+            "head": record["head"], "baseline": record["baseline"] or "",
             "protocol": record["protocol"]["name"], "primary_metric": primary,
             "primary": record["metrics"][primary], "primary_std": record["metrics_std"].get(primary, 0.0),
             "primary_ci_low": ci[0], "primary_ci_high": ci[1],
             "selection": selection if math.isfinite(selection) else None,
             **{f"metric:{k}": v for k, v in record["metrics"].items()},
-            "train_seconds": _seconds(record), "backbone_forward_passes": record.get("backbone_forward_passes"),
-            "cache_mb": round(record["cache_bytes"] / 1e6, 1) if record.get("cache_bytes") else None,
-            "seeds": len(record.get("seeds") or [1]), "n_eval": record.get("n_eval"),
-            "converged": record.get("converged"),
+            "train_seconds": _seconds(record), "backbone_forward_passes": record["backbone_forward_passes"],
+            "cache_mb": round(record["cache_bytes"] / 1e6, 1) if record["cache_bytes"] else None,
+            "seeds": len(record["seeds"] or [1]), "n_eval": record["n_eval"],
+            "converged": record["converged"],
         })
     return out
 
 
 def _seconds(record: dict) -> float | None:
     if record["stage"] == "finetune":
-        return record.get("wall_seconds")
-    return record.get("fit_seconds")
+        return record["wall_seconds"]
+    return record["fit_seconds"]
 
 
 @dataclass
@@ -175,12 +175,12 @@ def verdict(inputs: Inputs, runs_dir: str | Path | None = None) -> Verdict:
     tuned = best_tuned(inputs.main, primary)
     if tuned is None:
         return Verdict(f"{_capital(frozen_text)} reaches {primary} = {_with_ci(frozen, primary)} on "
-                       f"{frozen.get('n_eval')} {frozen['protocol']['report_on']} rows. No fine-tune "
+                       f"{frozen['n_eval']} {frozen['protocol']['report_on']} rows. No fine-tune "
                        f"record yet: run `make finetune` for the baseline this is to be compared with."
                        f"{lexical_text}", frozen, None, None, None, None, lexical)
     t = _value(tuned, primary)
-    frozen_cost = frozen.get("backbone_forward_passes") or 0
-    tuned_cost = tuned.get("backbone_forward_passes") or 0
+    frozen_cost = frozen["backbone_forward_passes"] or 0
+    tuned_cost = tuned["backbone_forward_passes"] or 0
     compute = frozen_cost / tuned_cost if frozen_cost and tuned_cost else None
     cost_text = (f" for {_fraction(compute)} of the compute ({frozen_cost:,} vs {tuned_cost:,} backbone "
                  "forward-pass equivalents: one extraction pass against the fine-tune's whole "
@@ -210,7 +210,7 @@ def _capital(text: str) -> str:
 def _comparison_text(comparison: dict | None, tuned: dict) -> str:
     if comparison is None:
         return (f" No interval: the records' predictions are missing or not on the same rows "
-                f"({tuned.get('n_eval')} test rows); rerun the probe and the fine-tune.")
+                f"({tuned['n_eval']} test rows); rerun the probe and the fine-tune.")
     low, high = comparison["difference_ci"]
     text = (f" Paired bootstrap over the same {comparison['n']:,} {comparison['split']} rows: difference "
             f"{comparison['difference']:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}]")
@@ -220,8 +220,8 @@ def _comparison_text(comparison: dict | None, tuned: dict) -> str:
 
 
 def _reading(ratio, f, t, comparison, tuned) -> str:
-    lower_bound = "" if tuned.get("converged", True) else (
-        f" The fine-tune did not converge (stopped by {tuned.get('stopped_by')} while its selection "
+    lower_bound = "" if tuned["converged"] is not False else (
+        f" The fine-tune did not converge (stopped by {tuned['stopped_by']} while its selection "
         f"score was still rising): its {tuned['primary_metric']} is a lower bound, so fine-tuning "
         "may do better than shown.")
     if comparison is not None:
@@ -246,7 +246,7 @@ def _reading(ratio, f, t, comparison, tuned) -> str:
 def _lexical(inputs: Inputs, frozen: dict, primary: str, runs_dir) -> tuple[dict | None, str]:
     """Whether the backbone adds anything over TF-IDF: the best frozen probe against the
     lexical baseline, paired on the same rows."""
-    lexical = [r for r in inputs.main if r.get("baseline") == "lexical" and r["primary_metric"] == primary]
+    lexical = [r for r in inputs.main if r["baseline"] == "lexical" and r["primary_metric"] == primary]
     if not lexical:
         return None, ""
     baseline = max(lexical, key=selection_score)
@@ -287,7 +287,7 @@ def _paired(inputs: Inputs, a: dict, b: dict, metric: str, runs_dir) -> dict | N
 
 def _with_ci(record: dict, metric: str) -> str:
     value = _value(record, metric)
-    ci = (record.get("metrics_ci") or {}).get(metric)
+    ci = (record["metrics_ci"] or {}).get(metric)
     if ci and all(v is not None and math.isfinite(v) for v in ci):
         return f"{value:.4f} [{ci[0]:.4f}, {ci[1]:.4f}]"
     return f"{value:.4f}"
@@ -303,7 +303,7 @@ def _fraction(ratio: float) -> str:
 
 
 def _wall(frozen: dict, tuned: dict) -> str:
-    extract, fit, train = frozen.get("extract_seconds"), frozen.get("fit_seconds"), tuned.get("wall_seconds")
+    extract, fit, train = frozen["extract_seconds"], frozen["fit_seconds"], tuned["wall_seconds"]
     if extract is None or fit is None or train is None:
         return ""
     return (f" Wall time: {extract:.0f} s extraction + {fit:.1f} s head fit, against {train:.0f} s "
@@ -364,7 +364,7 @@ def _ci_error(records: list[dict], primary: str):
 def _plot_layers(inputs: Inputs):
     import matplotlib.pyplot as plt
 
-    single = [r for r in inputs.main if r["stage"] == "probe" and len(r["layers"]) == 1 and not r.get("baseline")]
+    single = [r for r in inputs.main if r["stage"] == "probe" and len(r["layers"]) == 1 and not r["baseline"]]
     curves: dict[tuple[str, str], list[dict]] = {}
     for r in single:
         curves.setdefault((r["pooling"], r["head"]), []).append(r)
@@ -387,7 +387,7 @@ def _plot_heads(inputs: Inputs):
     import numpy as np
 
     probes = [r for r in inputs.main if r["stage"] == "probe" and r["protocol"]["name"] != "mteb"
-              and not r.get("baseline")]
+              and not r["baseline"]]
     if not probes:
         return None
     last = max(max(r["layers"]) for r in probes)
@@ -404,7 +404,7 @@ def _plot_heads(inputs: Inputs):
         values = [r["metrics"][primary] if r else np.nan for r in found]
         errors = _ci_error([r or {"metrics": {primary: 0.0}} for r in found], primary)
         axis.bar(np.arange(len(poolings)) + i * width, values, width, yerr=errors, capsize=2, label=head)
-    for baseline in (r for r in inputs.main if r.get("baseline")):
+    for baseline in (r for r in inputs.main if r["baseline"]):
         axis.axhline(baseline["metrics"][primary], linestyle=":" if baseline["baseline"] == "majority" else "-.",
                      color="grey", linewidth=1, label=f"baseline: {baseline['head']}")
     _tuned_levels(inputs.main, primary, axis)
@@ -417,7 +417,7 @@ def _plot_heads(inputs: Inputs):
 def _plot_curve(inputs: Inputs):
     import matplotlib.pyplot as plt
 
-    tunes = [r for r in inputs.main + inputs.control if r["stage"] == "finetune" and r.get("curve")]
+    tunes = [r for r in inputs.main + inputs.control if r["stage"] == "finetune" and r["curve"]]
     if not tunes:
         return None
     figure, loss_axis = plt.subplots(figsize=(7.5, 4))
@@ -429,11 +429,11 @@ def _plot_curve(inputs: Inputs):
         loss_axis.plot(steps, losses, marker="." if len(steps) < 50 else None, label=f"loss, {label}")
         per_step = record["steps"] / max(record["epochs"], 1)
         # Every learning rate the search tried, the chosen one solid: where each stopped, and why.
-        for candidate in record.get("search") or [{"params": {}, "curve": record["curve"]["select"]}]:
+        for candidate in record["search"] or [{"params": {}, "curve": record["curve"]["select"]}]:
             if not candidate.get("curve"):
                 continue
             epochs, values = zip(*candidate["curve"])
-            chosen = candidate.get("params", {}).get("learning_rate") in (None, record.get("learning_rate"))
+            chosen = candidate.get("params", {}).get("learning_rate") in (None, record["learning_rate"])
             lr = candidate.get("params", {}).get("learning_rate")
             metric_axis.plot([e * per_step for e in epochs], values, marker="s", markersize=4,
                              linestyle="-" if chosen else ":", color="black" if chosen else "grey",
@@ -466,17 +466,17 @@ def _plot_cost(inputs: Inputs):
     styles = (("probe", "pretrained", "o", "frozen + head"), ("finetune", "pretrained", "*", "fine-tuned"),
               ("probe", "random", "x", "frozen + head (random init)"), ("finetune", "random", "+", "fine-tuned (random init)"))
     for stage, init, marker, name in styles:
-        chosen = [r for r in records if r["stage"] == stage and r["init"] == init and not r.get("baseline")]
+        chosen = [r for r in records if r["stage"] == stage and r["init"] == init and not r["baseline"]]
         if chosen:
             axis.scatter([_cost_seconds(r) for r in chosen], [r["metrics"][primary] for r in chosen],
                          marker=marker, s=60, label=name)
-    baselines = [r for r in records if r.get("baseline")]
+    baselines = [r for r in records if r["baseline"]]
     if baselines:
         axis.scatter([_cost_seconds(r) for r in baselines], [r["metrics"][primary] for r in baselines],
                      marker="v", s=50, color="grey", label="baselines (no backbone)")
     right = max(_cost_seconds(r) for r in records)
     for r in records:
-        if r is best or r["stage"] == "finetune" or r.get("baseline"):
+        if r is best or r["stage"] == "finetune" or r["baseline"]:
             on_right = _cost_seconds(r) > right / 10  # labels of the rightmost points go to their left
             axis.annotate(f"{r['features']} {r['head']}", (_cost_seconds(r), r["metrics"][primary]),
                           textcoords="offset points", xytext=(-6 if on_right else 6, 4), fontsize=7,
@@ -490,9 +490,9 @@ def _plot_cost(inputs: Inputs):
 
 def _cost_seconds(record: dict) -> float | None:
     if record["stage"] == "finetune":
-        return record.get("wall_seconds")
-    fit = record.get("fit_seconds")
-    return None if fit is None else fit + (record.get("extract_seconds") or 0.0)
+        return record["wall_seconds"]
+    fit = record["fit_seconds"]
+    return None if fit is None else fit + (record["extract_seconds"] or 0.0)
 
 
 # ---------------------------------------------------------------------------------------------
