@@ -11,7 +11,7 @@ Two baselines under the backbone read the texts instead of its vectors:
 | baseline | binary / multiclass / multilabel | regression | grid |
 |---|---|---|---|
 | majority | class priors (the majority class) | the training mean | - |
-| tfidf | TF-IDF of word 1-2-grams and char 2-5-grams + LogisticRegression | + Ridge | C in 0.1..100, alpha in 0.1..100 (4 each) |
+| tfidf | TF-IDF of word 1-2-grams and char 2-5-grams + LogisticRegression (SAGA) | + Ridge | C in 1..100 (3), alpha in 0.1..100 (4) |
 
 Every head takes `random_state` and a thread count; nothing touches a GPU or the backbone.
 """
@@ -277,7 +277,10 @@ def _tfidf(task: str, seed: int, threads: int, C: float = 1.0, alpha: float = 1.
     # On L2-normalised TF-IDF rows, without a scaler (scaling columns would inflate rare n-grams).
     if TASKS[task].regression:
         return Ridge(alpha=alpha)
-    base = LogisticRegression(C=C, max_iter=2000, random_state=seed)
+    # SAGA: on 70,000 sparse n-gram columns and 50 classes, lbfgs took 20 s a fit (each step
+    # multiplies the whole (features x classes) matrix); SAGA 2-8 s to the same accuracy.
+    base = LogisticRegression(C=C, solver="saga", tol=1e-3, max_iter=1000, random_state=seed,
+                              warm_start=True)
     return MultiOutputClassifier(base) if TASKS[task].thresholded else base
 
 
@@ -314,9 +317,10 @@ HEADS = {
                      grid=lambda task: [{"num_leaves": n} for n in (7, 31)]),
     "majority": Head("majority", _majority, deterministic=True, grid=lambda task: [{}],
                      baseline="majority"),
-    "tfidf": Head("tfidf", _tfidf, deterministic=True, prepare=LexicalFeatures, baseline="lexical",
+    "tfidf": Head("tfidf", _tfidf, deterministic=False, path=True, prepare=LexicalFeatures,
+                  baseline="lexical",
                   grid=lambda task: ([{"alpha": a} for a in (0.1, 1.0, 10.0, 100.0)] if TASKS[task].regression
-                                     else [{"C": c} for c in (0.1, 1.0, 10.0, 100.0)])),
+                                     else [{"C": c} for c in (1.0, 10.0, 100.0)])),
 }
 
 
@@ -330,7 +334,9 @@ def step(head: str, task: str, params: dict, seed: int = 0, threads: int = 1, pr
     is a regularisation path (its fit then warm-starts), else a fresh estimator."""
     if previous is not None and HEADS[head].path:
         final = previous[-1] if hasattr(previous, "steps") else previous
-        final.set_params(**params)
+        # A multi-output wrapper takes its estimator's parameters by prefix (and refits clones).
+        prefix = "estimator__" if "estimator" in final.get_params(deep=False) else ""
+        final.set_params(**{prefix + k: v for k, v in params.items()})
         return previous
     return build(head, task, params, seed, threads)
 
