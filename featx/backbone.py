@@ -139,14 +139,19 @@ def default_poolings(path: Path, allow_pickle: bool = False) -> tuple[str, ...]:
             + (("sentence",) if (path / "modules.json").is_file() else ()))
 
 
-def fingerprint(path: Path, allow_pickle: bool = False) -> str:
-    """sha256 over the weight files, the tokenizer files, config.json and the
-    sentence-transformers files that define the `sentence` pooling (names and contents)."""
+def model_files(path: Path, allow_pickle: bool = False) -> list[Path]:
+    """Every file the model's numbers depend on: weights, config.json, tokenizer files and the
+    sentence-transformers files that define the `sentence` pooling."""
     files = weight_files(path, allow_pickle) + [path / "config.json"]
     files += [path / n for n in TOKENIZER_FILES + SENTENCE_FILES if (path / n).is_file()]
     files += sorted(path.glob("*_Pooling/config.json"))
+    return sorted(set(files))
+
+
+def fingerprint(path: Path, allow_pickle: bool = False) -> str:
+    """sha256 over `model_files` (names relative to the folder, and contents)."""
     h = hashlib.sha256()
-    for file in sorted(set(files)):
+    for file in model_files(path, allow_pickle):
         with open(file, "rb") as f:
             h.update(f"{file.relative_to(path)}:{hashlib.file_digest(f, 'sha256').hexdigest()}\n".encode())
     return h.hexdigest()

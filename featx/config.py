@@ -173,8 +173,9 @@ class ExtractConfig:
     threads: int = 0
     """CPU threads for torch; 0 keeps torch's default (one per core)."""
     compile: bool = False
-    """torch.compile the backbone (inductor, dynamic shapes). Measured on all-MiniLM-L6-v2, 2 CPU
-    cores: 9% faster after 8 s of compiling, so it pays only for passes longer than ~1.5 min."""
+    """torch.compile the backbone (inductor, dynamic shapes): opt-in. Measured on all-MiniLM-L6-v2,
+    2 CPU cores: 0.99x after 17 s of compiling (1.05-1.10x on an Intel AMX machine), so it pays
+    only for long passes, if at all (docs/benchmarks.md)."""
     flush_rows: int = 2048
     """Rows between flushes of the done mask: at most this many rows are recomputed after a crash."""
     flush_seconds: float = 30.0
@@ -224,7 +225,9 @@ class ProbeConfig:
     sweep: bool = True
     """Also probe every stored layer of `sweep_pooling` with `sweep_head` (the layer curve)."""
     sweep_pooling: str = "mean"
+    """The pooling whose every stored layer the sweep probes."""
     sweep_head: str = "logistic"
+    """The head the sweep fits on each of those layers."""
     grid: str = "staged"
     """staged: the logistic head on every feature set (poolings x layers, and the layer sweep),
     then the other heads on the feature set it scored best (selection score); full: every head
@@ -249,8 +252,11 @@ class ProbeConfig:
     """Heads fitted in parallel (processes); 0 = one per CPU core. Threads per process are
     limited so that processes x threads = cores."""
     mteb_experiments: int = 10
+    """The mteb protocol's experiments (MTEB's n_experiments)."""
     mteb_samples_per_label: int = 8
+    """Training rows kept per label in each experiment (MTEB's samples_per_label)."""
     mteb_seed: int = 42
+    """MTEB's seed: its RandomState and LogisticRegression(random_state)."""
     save_heads: bool = True
     """Save every fitted head (joblib + sha256 manifest) under the run directory."""
 
@@ -313,13 +319,17 @@ class FinetuneConfig:
     warmup_ratio: float = 0.06
     """Share of the schedule's steps with linear warmup, then linear decay to zero at max_epochs."""
     batch_size: int = 32
+    """Training rows per optimizer step (the BERT recipe's 32)."""
     max_grad_norm: float = 1.0
     """Gradient clipping (global L2 norm)."""
     seed: int = 0
+    """Seed of the head's initialisation, the dropout and the batch order (the same for every
+    learning rate)."""
     dtype: str = "auto"
     """Autocast dtype: auto = bf16 on CUDA (fp16 + loss scaling where bf16 is unsupported),
     fp32 on CPU; "bfloat16" on CPU on request."""
     device: str = "auto"
+    """"auto" (CUDA when available), "cpu", "cuda" or "cuda:N"."""
     init_head_from_probe: bool = False
     """LP-FT: start the linear head from the logistic probe of the same features (the scaler
     folded into weight and bias), then fine-tune everything."""

@@ -5,8 +5,8 @@ config's classifier_dropout, else hidden_dropout_prob) -> Linear initialised by 
 own `_init_weights` (N(0, initializer_range), zero bias; PyTorch's default Kaiming-uniform
 init is what makes hand-written heads train worse). Training: fused AdamW (no decay on biases
 and LayerNorm), 6% linear warmup then linear decay over `max_epochs`, clipping at 1.0,
-length-grouped batches of 32. The learning rate is searched on the selection split (successive
-halving over `learning_rates`), and the chosen one trains until its selection score stops
+length-grouped batches of 32. The learning rate is searched on the selection split (`search`:
+every rate to convergence on CUDA, successive halving on CPU), and the chosen one trains until its selection score stops
 improving (`patience` epochs gaining less than `min_delta`): the record says whether it
 converged or a cap stopped it. Best epoch kept (safetensors), resumable after every epoch.
 Regression is trained on standardised targets and reported on the original scale.

@@ -2,7 +2,7 @@
 
 | head | binary / multiclass | multilabel | regression | grid |
 |---|---|---|---|---|
-| logistic | StandardScaler + LogisticRegression (multinomial) | one LogisticRegression per label | StandardScaler + Ridge | C in 1e-3..10, alpha in 0.1..1000 (5 values each) |
+| logistic | StandardScaler + LogisticRegression (multinomial) | MultilabelLogistic: one per label, fitted jointly | StandardScaler + Ridge | C in 1e-3..10, alpha in 0.1..1000 (5 values each), a warm-started path |
 | mlp | StandardScaler + MLPClassifier, 1 hidden layer of 256, early stopping on 10% of train | the same (sigmoid outputs) | the same MLPRegressor, standardised targets | L2 alpha in {1e-4, 1e-2, 1} |
 | lightgbm | LGBMClassifier (max_bin 63, lr 0.1), early stopping on 10% of train | one model per label | LGBMRegressor (one per target) | num_leaves in {7, 31} |
 

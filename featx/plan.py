@@ -106,8 +106,7 @@ def remember(plan: Plan, path: Path) -> None:
     """Written by extract: where this pipeline's cache is, and what it rests on."""
     from featx.files import atomic_write
 
-    model_files = [str(p) for p in backbone.weight_files(plan.model.path, True) + [plan.model.path / "config.json"]]
-    files = list(plan.dataset.files) + model_files
+    files = list(plan.dataset.files) + [str(p) for p in backbone.model_files(plan.model.path, True)]
     record = {"cache": path.name, "files": files, "state": _state(plan.pipeline, files)}
     try:
         atomic_write(_pointer(plan.pipeline), lambda tmp: tmp.write_text(json.dumps(record)))

@@ -347,7 +347,7 @@ def manifest_for(pipeline, head: str | None, finetuned: bool) -> Manifest:
     """The chosen record of the pipeline's current cache, as a Manifest."""
     from featx.cache import Cache
     from featx.plan import make_plan
-    from featx.records import read_records, run_dir
+    from featx.records import made_by, read_records, run_dir
 
     if head is not None and finetuned:
         raise FeatxError("give --head or --finetuned, not both")
@@ -360,7 +360,8 @@ def manifest_for(pipeline, head: str | None, finetuned: bool) -> Manifest:
                          f"{plan.fingerprint[:16]}) are not the ones the cache was built from "
                          f"(fingerprint {meta['model_fingerprint'][:16]}); rerun featx extract")
     directory = run_dir(pipeline.runs_dir, pipeline.name, meta["key"])
-    records = [r for r in read_records(directory) if r.get("pipeline") in (None, pipeline.name)] \
+    # The current configuration's records only, as the report takes them.
+    records = [r for r in read_records(directory) if r["pipeline"] == pipeline.name and made_by(r, pipeline)] \
         if directory.is_dir() else []
     record = _choose(records, head, finetuned, pipeline)
     common = dict(task=meta["task"], label_names=tuple(meta["label_names"]), features=record["features"],

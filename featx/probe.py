@@ -4,9 +4,11 @@ Protocol (stated in every record):
 - dev: fit each candidate on train, choose on dev, report on test.
 - cv:  choose by k-fold cross-validation on train (out-of-fold predictions), refit on all of
        train, report on test (or on dev when there is no test split).
+- holdout: choose on one held-out part of train, refit on all of train (large train splits).
 - mteb: MTEB's classification evaluator, to check featx against leaderboard numbers.
-`auto` is dev when dev and test both exist, cv otherwise. Multilabel decisions use one
-threshold chosen with the hyperparameters (on dev, or out of fold).
+`auto` is dev when dev and test both exist, else cv, or holdout past `cv_max_rows` training
+rows. Multilabel decisions use one threshold chosen with the hyperparameters. The default grid
+is staged: the first head on every feature set, the others on the best one.
 """
 from __future__ import annotations
 

@@ -2,30 +2,10 @@
 
     data/runs/<pipeline>/<cache key[:16]>/<stage>/<features>__<head>.json
 
-A record (schema 1):
-
-    schema            1
-    stage             "probe" | "finetune"
-    pipeline          pipeline name
-    cache_key         full key of the cache the features came from (the fine-tune: the cache
-                      of the same pipeline, for the same backbone and data)
-    task              binary | multiclass | multilabel | regression
-    features          "mean@6", "cls@3+4+5+6" (pooling@layers), or "finetune:<head input>"
-    pooling, layers   the parts of `features` (layers: hidden-state indices)
-    head              logistic | mlp | lightgbm | linear (the fine-tune's classifier)
-    init              pretrained | random (the control)
-    protocol          {"name": dev | cv | mteb | finetune, "select_on": ..., "report_on": ...}
-    hyperparameters   the values chosen (and `search`: every candidate with its selection score)
-    seeds             the seeds run; metrics are their mean, metrics_std their std
-    primary_metric    the task's primary metric (higher is better)
-    metrics           {name: mean over seeds} on the report split
-    metrics_std       {name: std over seeds}
-    per_seed          [{name: value}, ...]
-    threshold         multilabel decision threshold (chosen on dev / out-of-fold)
-    n_train, n_eval   rows used to fit and to report
-    fit_seconds, predict_seconds   wall time (all seeds, selection included)
-    featx_version, created
-    finetune only: learning_rate, epochs, steps, best_epoch, wall_seconds, curve
+The fields of a record are described once, in docs/records.md; `REQUIRED` and `OPTIONAL`
+below are what a reader may rely on. Beside each record, its predictions on the report split
+(`<features>__<head>.scores.npz`, hash-checked) let the report compare two records on the same
+rows.
 
 Heads are saved with joblib beside a `<file>.sha256` manifest; `load_head` checks the hash
 before unpickling, because a joblib file is code.
@@ -65,6 +45,19 @@ def finetune_run_hash(cfg, cache_key: str, max_length: int, metric: str) -> str:
     """What made a fine-tune record (and names its checkpoint folder)."""
     return hashlib.sha256(json.dumps([dataclasses.asdict(cfg), cache_key, max_length, metric])
                           .encode()).hexdigest()
+
+
+def made_by(record: dict, pipeline) -> bool:
+    """Whether the pipeline as configured now made this record: a probe record of another probe
+    configuration, or a fine-tune of other settings, is not its result."""
+    from featx.metrics import primary
+
+    if record["stage"] == "probe":
+        return record["config_hash"] == probe_config_hash(pipeline.probe)
+    metric = primary(record["task"], pipeline.probe.metric)
+    variants = (dataclasses.replace(pipeline.finetune, init_head_from_probe=lp) for lp in (False, True))
+    return record["run_hash"] in {finetune_run_hash(v, record["cache_key"], pipeline.extract.max_length, metric)
+                                  for v in variants}
 
 
 def record_name(features: str, head: str) -> str:

@@ -1,8 +1,9 @@
 """The frozen-vs-tuned report: records -> tables, a verdict, plots. Formatting only.
 
-Reads nothing but the run records (no torch, no backbone, no cache), and writes
-`data/reports/<pipeline>/report.md`, a self-contained `report.html` (images embedded) and
-`results.csv`.
+Reads the run records and the predictions stored beside them (no torch, no backbone, no cache),
+and writes `data/reports/<pipeline>/report.md`, a self-contained `report.html` (images
+embedded), the plots as PNG files, `results.csv` and `verdict.json`. docs/verdict.md states the
+verdict rule.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from featx.config import Pipeline
 from featx.errors import FeatxError
-from featx.records import best_frozen, best_tuned, read_records, selection_score
+from featx.records import best_frozen, best_tuned, made_by, read_records, selection_score
 
 # How the verdict reads the quality ratio (best frozen / fine-tuned primary metric).
 GOOD_ENOUGH, CLOSE = 0.98, 0.90
@@ -57,7 +58,7 @@ def collect(runs_dir: str | Path, pipeline: str, current: "Pipeline | None" = No
     if current is not None:
         stale = 0
         for key, records in groups.items():
-            kept = [r for r in records if _current(r, current)]
+            kept = [r for r in records if made_by(r, current)]
             stale += len(records) - len(kept)
             groups[key] = kept
         if stale:
@@ -76,18 +77,6 @@ def collect(runs_dir: str | Path, pipeline: str, current: "Pipeline | None" = No
             notes += _interrupted(folders[records[0]["cache_key"]], current, len(
                 [r for r in records if r["stage"] == "probe"]))
     return Inputs(pipeline, main, control, ignored, notes)
-
-
-def _current(record: dict, pipeline: "Pipeline") -> bool:
-    from featx.metrics import primary
-    from featx.records import finetune_run_hash, probe_config_hash
-
-    if record["stage"] == "probe":
-        return record["config_hash"] == probe_config_hash(pipeline.probe)
-    metric = primary(record["task"], pipeline.probe.metric)
-    variants = (dataclasses.replace(pipeline.finetune, init_head_from_probe=lp) for lp in (False, True))
-    return record["run_hash"] in {finetune_run_hash(v, record["cache_key"], pipeline.extract.max_length,
-                                                        metric) for v in variants}
 
 
 def _interrupted(directory: Path, pipeline: "Pipeline", found: int) -> list[str]:
