@@ -53,7 +53,7 @@ def _summary(runs: Path) -> tuple[float, dict, int]:
     """(best selection score of the backbone probes, fit seconds per head, records)."""
     from featx.records import read_records, selection_score
 
-    records = [r for d in runs.glob("*") for r in read_records(d)]
+    records = [r for d in runs.glob("*/*") for r in read_records(d)]
     probes = [r for r in records if r["stage"] == "probe" and not r.get("baseline")]
     per_head: dict[str, float] = {}
     for r in records:

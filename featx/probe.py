@@ -122,7 +122,9 @@ def plan_jobs(cache: Cache, cfg: ProbeConfig) -> tuple[list[tuple[Features, str]
         else:
             log.info("no layer sweep: the cache has no %r pooling", cfg.sweep_pooling)
     if not mteb:
-        jobs += [(TEXT, name) for name in cfg.baselines]
+        # First: the TF-IDF fit is the longest job; started first, the short ones fill the
+        # other workers around it instead of waiting behind it at the end.
+        jobs = [(TEXT, name) for name in cfg.baselines[::-1]] + jobs
     later = [] if mteb or cfg.grid == "full" else list(heads[1:])
     outputs = len(cache.label_names)
     for head in list(later):
