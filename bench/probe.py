@@ -33,6 +33,8 @@ DATASETS = [  # (name, pipeline file, overrides, needs ../shared/data)
 PREVIOUS = ['probe.grid="full"', 'probe.poolings=["cls","mean","pooler","max"]', "probe.baselines=[]",
             "probe.cv_max_rows=1000000000"]
 PREVIOUS_CAP_S = int(os.environ.get("FEATX_BENCH_PREVIOUS_CAP", "1200"))
+# FEATX_BENCH_ONLY="GoEmotions,SST-2" runs the datasets whose names contain one of the words.
+ONLY = [w.strip().lower() for w in os.environ.get("FEATX_BENCH_ONLY", "").split(",") if w.strip()]
 TARGET = 3.0
 
 
@@ -90,6 +92,8 @@ def run() -> dict:
     results = []
     with tempfile.TemporaryDirectory(dir=ROOT / "data") as scratch:
         for name, pipeline_file, overrides, shared in DATASETS:
+            if ONLY and not any(w in name.lower() for w in ONLY):
+                continue
             if shared and not SHARED.is_dir():
                 print(f"{name}: skipped (../shared/data is not here)")
                 continue
