@@ -26,7 +26,8 @@ def cmd_extract(pipeline: Pipeline) -> None:
 
 
 def cmd_probe(pipeline: Pipeline) -> None:
-    """Train the probe grid (heads x poolings x layers, plus the layer sweep) on the cache."""
+    """Train the probe grid on the cache: the logistic head on every pooling and layer (the
+    layer sweep), the other heads on its best features, and the baselines."""
     from featx.probe import format_table, run_probe
 
     print(format_table(run_probe(pipeline)))

@@ -211,7 +211,8 @@ class ExtractConfig:
 @dataclass(frozen=True)
 class ProbeConfig:
     heads: tuple[str, ...] = HEAD_NAMES
-    """Heads trained on every feature set: logistic (Ridge for regression), mlp, lightgbm."""
+    """Heads: logistic (Ridge for regression), mlp, lightgbm. With grid = "staged" the first
+    scouts every feature set and the others run on its best; "full" runs each on every set."""
     poolings: tuple[str, ...] | None = None
     """Poolings probed (each must be in the cache). Unset: every pooling the cache holds (the
     mteb protocol: `sentence`, the model's own embedding, as MTEB evaluates it)."""
@@ -221,7 +222,7 @@ class ProbeConfig:
     same way. The verdict says when the lexical row is as good as the backbone."""
     layers: tuple[str | int | list, ...] = ("last",)
     """Feature layers: an index, "last", "last4" (concatenated), or a list of indices to
-    concatenate. Each entry is probed with every pooling and head."""
+    concatenate. Each entry is a feature set with every pooling (see `grid` for the heads)."""
     sweep: bool = True
     """Also probe every stored layer of `sweep_pooling` with `sweep_head` (the layer curve)."""
     sweep_pooling: str = "mean"
@@ -246,8 +247,9 @@ class ProbeConfig:
     """Seeds: hyperparameters are chosen with the first, every seed refits and is evaluated;
     records carry mean and std."""
     metric: str | None = None
-    """Primary metric override (must be one of the task's metrics); default per task:
-    binary mcc, multiclass accuracy, multilabel micro_f1, regression pearson."""
+    """Primary metric override, for the probe and the fine-tune alike (one of the task's
+    higher-is-better metrics: not mse or mae); default per task: binary mcc, multiclass
+    accuracy, multilabel micro_f1, regression pearson."""
     n_jobs: int = 0
     """Heads fitted in parallel (processes); 0 = one per CPU core. Threads per process are
     limited so that processes x threads = cores."""

@@ -61,6 +61,9 @@ def _regression(y: np.ndarray, scores: np.ndarray, threshold: float) -> dict[str
 METRICS = {"binary": _binary, "multiclass": _multiclass, "multilabel": _multilabel,
            "regression": _regression}
 NAMES = {name: task.metrics for name, task in TASKS.items()}
+# Errors, not scores: reported beside the others, never a selection or verdict metric (every
+# selection keeps the highest score, and a ratio of two errors reads upside down).
+LOWER_IS_BETTER = frozenset({"mse", "mae"})
 
 
 def _auc(y: np.ndarray, scores: np.ndarray) -> float:
@@ -77,10 +80,16 @@ def evaluate(task: str, y: np.ndarray, scores: np.ndarray, threshold: float = 0.
 
 
 def primary(task: str, metric: str | None = None) -> str:
-    """The task's primary metric, or `metric` if it is one of the task's metrics."""
+    """The task's primary metric, or `metric` if it is one of the task's higher-is-better
+    metrics (r2 ranks candidates as mse does on one split)."""
     if metric is None:
         return PRIMARY[task]
-    return check_choice(metric, NAMES[task], f"metric for a {task} task")
+    scores = [m for m in NAMES[task] if m not in LOWER_IS_BETTER]
+    if metric in LOWER_IS_BETTER and metric in NAMES[task]:
+        raise FeatxError(f"probe.metric = {metric!r} is an error measure (lower is better); featx "
+                         f"selects and compares by a score: choose one of {', '.join(scores)} "
+                         "(r2 ranks candidates exactly as mse does)")
+    return check_choice(metric, scores, f"metric for a {task} task")
 
 
 def choose_threshold(y: np.ndarray, scores: np.ndarray) -> float:

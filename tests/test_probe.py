@@ -95,6 +95,16 @@ def test_metrics_agree_with_scikit_learn():
     assert np.isclose(mr["pearson"], np.corrcoef(yr[:, 0], pr[:, 0])[0, 1])
 
 
+def test_selection_metrics_are_scores_never_errors():
+    # Every selection keeps the highest score: an error measure would pick the worst candidate.
+    assert M.primary("regression", "r2") == "r2" and M.primary("binary") == "mcc"
+    for metric in ("mse", "mae"):
+        with pytest.raises(FeatxError, match="lower is better.*r2"):
+            M.primary("regression", metric)
+    with pytest.raises(FeatxError, match="choose one of"):
+        M.primary("binary", "r2")
+
+
 def test_regression_metrics_are_on_the_original_scale(tmp_path):
     features, labels, names = make_task("regression", True)
     labels = {k: v * 100 + 400 for k, v in labels.items()}  # raw scale: around 400

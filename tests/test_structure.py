@@ -37,6 +37,16 @@ def imports() -> dict[str, set[str]]:
     return graph
 
 
+def test_the_documented_import_graph_is_the_real_one():
+    import re
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    documented = {m: set() if rest.strip() == "-" else {t.strip() for t in rest.split(",")}
+                  for m, rest in re.findall(r"^    (\w+)\s+-> (.*)$", text, flags=re.M)}
+    real = imports()
+    assert documented == {m: real[m] for m in set().union(*LAYERS)}
+
+
 def test_every_module_has_a_layer():
     modules = {p.stem for p in (ROOT / "featx").glob("*.py")}
     assert modules == set().union(*LAYERS)
