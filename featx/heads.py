@@ -11,7 +11,7 @@ Two baselines under the backbone read the texts instead of its vectors:
 | baseline | binary / multiclass / multilabel | regression | grid |
 |---|---|---|---|
 | majority | class priors (the majority class) | the training mean | - |
-| tfidf | TF-IDF of word 1-2-grams and char 2-5-grams + LogisticRegression (SAGA) | + Ridge | C in 1..100 (3), alpha in 0.1..100 (4) |
+| tfidf | TF-IDF of word 1-2-grams and char 2-5-grams + LogisticRegression (SAGA; liblinear per label for multilabel) | + Ridge | C in 1..100 (3), alpha in 0.1..100 (4) |
 
 Every head takes `random_state` and a thread count; nothing touches a GPU or the backbone.
 """
@@ -151,19 +151,23 @@ class MultilabelLogistic(ClassifierMixin, BaseEstimator):
     def fit(self, X, y):
         from scipy.optimize import minimize
 
-        X = np.asarray(X, dtype=np.float64)
-        Y = np.asarray(y, dtype=np.float64).reshape(len(X), -1)  # (n, L)
+        # The two (n, d) products of each step run in float32 (half the time of float64, the
+        # same dev scores within 0.03 points on GoEmotions); the loss is summed and the solver's
+        # state kept in float64, so the line search sees a smooth objective.
+        X = np.asarray(X, dtype=np.float32)
+        Y = np.asarray(y, dtype=np.float32).reshape(len(X), -1)  # (n, L)
         n, d = X.shape
         L = Y.shape[1]
         penalty = 1.0 / (self.C * n)
 
         def loss(theta):
             W, b = theta[:d * L].reshape(d, L), theta[d * L:]
-            Z = X @ W + b  # (n, L)
+            Z = X @ W.astype(np.float32) + b.astype(np.float32)  # (n, L)
             # log(1 + e^z) - y z, computed stably; its gradient is sigmoid(z) - y
-            value = (np.logaddexp(0.0, Z) - Y * Z).sum() / n + 0.5 * penalty * (W * W).sum()
+            value = (np.logaddexp(0.0, Z) - Y * Z).sum(dtype=np.float64) / n + 0.5 * penalty * (W * W).sum()
             G = (1.0 / (1.0 + np.exp(-Z)) - Y) / n  # (n, L)
-            return value, np.concatenate([(X.T @ G + penalty * W).ravel(), G.sum(axis=0)])
+            return value, np.concatenate([(X.T @ G).ravel() + penalty * W.ravel(),
+                                          G.sum(axis=0, dtype=np.float64)])
 
         start = (np.concatenate([self.coef_.T.ravel(), self.intercept_])
                  if self.warm_start and getattr(self, "coef_", None) is not None
@@ -279,9 +283,14 @@ def _tfidf(task: str, seed: int, threads: int, C: float = 1.0, alpha: float = 1.
         return Ridge(alpha=alpha)
     # SAGA: on 70,000 sparse n-gram columns and 50 classes, lbfgs took 20 s a fit (each step
     # multiplies the whole (features x classes) matrix); SAGA 2-8 s to the same accuracy.
-    base = LogisticRegression(C=C, solver="saga", tol=1e-3, max_iter=1000, random_state=seed,
+    if TASKS[task].thresholded:
+        # One binary problem per label, and MultiOutputClassifier clones its estimator for each
+        # (no warm start across C): liblinear's coordinate descent is the fastest fresh fit
+        # there (GoEmotions, 28 labels x 43,410 rows: 1.8x faster than SAGA, the same dev F1).
+        return MultiOutputClassifier(LogisticRegression(C=C, solver="liblinear", tol=1e-3,
+                                                        random_state=seed))
+    return LogisticRegression(C=C, solver="saga", tol=1e-3, max_iter=1000, random_state=seed,
                               warm_start=True)
-    return MultiOutputClassifier(base) if TASKS[task].thresholded else base
 
 
 @dataclass(frozen=True)

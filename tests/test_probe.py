@@ -241,8 +241,10 @@ def test_staged_grid_runs_the_other_heads_on_the_best_features(make_pipeline, cs
     scouts = [r for r in records if r["head"] == "logistic"]
     later = [r for r in records if r["head"] in ("mlp", "lightgbm")]
     assert {r["pooling"] for r in scouts} == {"cls", "mean", "max", "pooler"}  # every cached pooling
-    best = max(scouts, key=selection_score)
-    assert len(later) == 2 and {r["features"] for r in later} == {best["features"]}
+    chosen = {r["features"] for r in later}
+    assert len(later) == 2 and len(chosen) == 1
+    best = next(r for r in scouts if r["features"] in chosen)
+    assert selection_score(best) == max(map(selection_score, scouts))
     assert [r["head"] for r in records if r.get("baseline")] == ["majority"]
 
 
@@ -273,7 +275,7 @@ def test_warm_started_path_and_holdout_match_fresh_fits(tmp_path):
                                            cfg, "micro_f1", 1)
     held = np.sort(__import__("sklearn.model_selection", fromlist=["x"]).train_test_split(
         np.arange(len(y)), test_size=len(y) // 2, random_state=0)[1])
-    for candidate in search:  # each warm-started candidate scores as a fresh fit would
+    for candidate in (c for c in search if not c.get("skipped")):  # each scores as a fresh fit would
         fresh = H.fit(H.build("logistic", "multilabel", candidate["params"]), np.delete(X, held, 0),
                       np.delete(y, held, 0))
         scores = H.predict_scores(fresh, X[held], "multilabel", 3)
@@ -281,6 +283,42 @@ def test_warm_started_path_and_holdout_match_fresh_fits(tmp_path):
         assert value == pytest.approx(candidate["score"], abs=0.01)
     assert choose_protocol("auto", ["train", "test"], 5, 50_000).name == "holdout"
     assert choose_protocol("auto", ["train", "test"], 5, 5_000).name == "cv"
+
+
+def test_a_regularisation_path_stops_past_its_peak(monkeypatch):
+    from sklearn.base import BaseEstimator, ClassifierMixin
+
+    from featx.probe import _select
+
+    class Scripted(ClassifierMixin, BaseEstimator):
+        """Right on the first C percent of the rows, wrong on the others: accuracy C / 100."""
+        def __init__(self, C=1.0):
+            self.C = C
+
+        def fit(self, X, y):
+            self.classes_, self.fits_ = np.unique(y), getattr(self, "fits_", 0) + 1
+            return self
+
+        def predict_proba(self, X):
+            right = np.arange(len(X)) < self.C / 100 * len(X)
+            truth = X[:, 0].astype(int)
+            return np.eye(2)[np.where(right, truth, 1 - truth)]
+
+    curve = [10, 60, 40, 90, 20]  # a dip then a higher peak: the path stops at the dip
+    monkeypatch.setitem(H.HEADS, "scripted", H.Head("scripted", lambda task, seed, threads, C: Scripted(C),
+                                                    deterministic=True, path=True,
+                                                    grid=lambda task: [{"C": c} for c in curve]))
+    y = np.arange(40) % 2
+    X = y[:, None].astype(float)
+    dev = choose_protocol("dev", ["train", "dev", "test"], 5)
+    params, _, search, fitted = _select("scripted", "binary", 2, X, y, X, y, dev, ProbeConfig(), "accuracy", 1)
+    assert params == {"C": 60} and fitted.C == 60
+    assert [c.get("skipped", False) for c in search] == [False, False, False, True, True]
+    assert [round(c["score"], 2) for c in search[:3]] == [0.1, 0.6, 0.4]
+    # k-fold cross-validation walks the whole path: its scores are known only after every fold
+    cv = choose_protocol("cv", ["train", "test"], 5)
+    _, _, search, _ = _select("scripted", "binary", 2, X, y, None, None, cv, ProbeConfig(folds=2), "accuracy", 1)
+    assert not any(c.get("skipped") for c in search)
 
 
 def test_joint_multilabel_logistic_equals_one_fit_per_label():
