@@ -254,6 +254,13 @@ class _Loading:
 def load_tokenizer(path: Path):
     from transformers import AutoTokenizer
 
+    path = Path(path)
+    if path.is_dir() and not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+        # From a bare vocab.txt transformers builds a tokenizer with default settings
+        # (lower-casing, special tokens, length) that need not be the model's: silently other ids.
+        raise FeatxError(f"{path} has no tokenizer.json or tokenizer_config.json: the tokenizer "
+                         "would be rebuilt from defaults that may not be the model's. Copy the "
+                         "tokenizer files from where the model came from (save_pretrained writes them)")
     with _Loading(path, "tokenizer"):
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     if getattr(tokenizer, "backend_tokenizer", None) is None:

@@ -69,6 +69,17 @@ def test_missing_local_directory(tmp_path):
         backbone.resolve(str(tmp_path / "nowhere" / "model"))
 
 
+def test_a_folder_without_tokenizer_settings_is_refused(tmp_path, tiny_bert):
+    from featx.backbone import load_tokenizer
+
+    folder = tmp_path / "bare"
+    shutil.copytree(tiny_bert, folder)
+    for path in folder.glob("tokenizer*"):  # vocab.txt alone: defaults that need not be the model's
+        path.unlink()
+    with pytest.raises(FeatxError, match="no tokenizer.json or tokenizer_config.json"):
+        load_tokenizer(folder)
+
+
 def test_fingerprint_covers_weights_and_tokenizer(tmp_path, tiny_bert):
     copy = Path(shutil.copytree(tiny_bert, tmp_path / "copy"))
     base = backbone.fingerprint(tiny_bert)

@@ -130,6 +130,8 @@ def edit(path, **attrs):
     ({"poolings": "mean"}, "'poolings' attribute is not a list"),
     ({"splits": '["train", "dev", "test", "extra"]'}, "which the file does not hold"),
     ({"max_length": 9}, "do not hash to its key"),
+    ({"n_layers": 1}, "do not match the checksum"),  # no key covers it: layer -1 would move
+    ({"featx_version": "0.0.1"}, "do not match the checksum"),
 ])
 def test_edited_attributes_are_refused(built, attrs, message):
     _, path = built
