@@ -263,7 +263,7 @@ class CacheWriter:
         os.close(self.fd)
         self.file.attrs["complete"] = True
         self.file.attrs["completed"] = utc_now()
-        self.file.attrs["attrs_crc32"] = _attrs_crc32(self.file)
+        self.file.attrs["attrs_crc32"] = _attrs_crc32({k: _decode_attr(v) for k, v in self.file.attrs.items()})
         self.file.close()
         os.replace(partial_path(self.path), self.path)
         return self.path
@@ -287,11 +287,11 @@ def _datasets(group: h5py.Group):
 CRC_BLOCK = 1 << 24
 
 
-def _attrs_crc32(file: h5py.File) -> int:
-    """crc32 of every root attribute but itself, canonically encoded: the attributes no key or
-    dataset shape pins (`n_layers`, which decides what layer -1 is; `featx_version`, `created`)
-    cannot be edited unseen either."""
-    items = {k: _decode_attr(v) for k, v in file.attrs.items() if k != "attrs_crc32"}
+def _attrs_crc32(meta: dict) -> int:
+    """crc32 of every decoded root attribute but itself, canonically encoded: the attributes no
+    key or dataset shape pins (`n_layers`, which decides what layer -1 is; `featx_version`,
+    `created`) cannot be edited unseen either."""
+    items = {k: v for k, v in meta.items() if k != "attrs_crc32"}
     return zlib.crc32(json.dumps(items, sort_keys=True, default=repr).encode("utf-8", "surrogatepass"))
 
 
@@ -534,7 +534,7 @@ class Cache:
                 raise FeatxError(f"{self.path} is not marked complete; rerun featx extract")
             self.meta = {k: _decode_attr(v) for k, v in self.file.attrs.items()}
             _check_meta(self.file, self.meta, self.path)
-            if self.meta.get("attrs_crc32") != _attrs_crc32(self.file):  # last: the checks above name what changed
+            if self.meta.get("attrs_crc32") != _attrs_crc32(self.meta):  # last: the checks above name what changed
                 raise FeatxError(f"{self.path} is damaged or was edited: its attributes do not match "
                                  "the checksum written when it was finished. Delete it and rerun "
                                  "featx extract")

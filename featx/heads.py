@@ -281,14 +281,14 @@ def _tfidf(task: str, seed: int, threads: int, C: float = 1.0, alpha: float = 1.
     # On L2-normalised TF-IDF rows, without a scaler (scaling columns would inflate rare n-grams).
     if TASKS[task].regression:
         return Ridge(alpha=alpha)
-    # SAGA: on 70,000 sparse n-gram columns and 50 classes, lbfgs took 20 s a fit (each step
-    # multiplies the whole (features x classes) matrix); SAGA 2-8 s to the same accuracy.
     if TASKS[task].thresholded:
         # One binary problem per label, and MultiOutputClassifier clones its estimator for each
         # (no warm start across C): liblinear's coordinate descent is the fastest fresh fit
         # there (GoEmotions, 28 labels x 43,410 rows: 1.8x faster than SAGA, the same dev F1).
         return MultiOutputClassifier(LogisticRegression(C=C, solver="liblinear", tol=1e-3,
                                                         random_state=seed))
+    # SAGA: on 70,000 sparse n-gram columns and 50 classes, lbfgs took 20 s a fit (each step
+    # multiplies the whole (features x classes) matrix); SAGA 2-8 s to the same accuracy.
     return LogisticRegression(C=C, solver="saga", tol=1e-3, max_iter=1000, random_state=seed,
                               warm_start=True)
 

@@ -314,6 +314,7 @@ def _select(head, task, n_classes, X, y, X_dev, y_dev, protocol, cfg, metric, th
     splits = _selection_splits(task, y, protocol, cfg.folds, seed)
     stop_early = len(splits) == 1 and H.HEADS[head].path
     held_scores: list[np.ndarray | None] = [None] * len(grid)
+    scored: list[tuple[float, float] | None] = [None] * len(grid)  # (score, threshold) seen on the path
     best_fit = [None] * len(grid)
     for train_rows, held_rows in splits:
         X_fit, y_fit = (X, y) if train_rows is None else (X[train_rows], y[train_rows])
@@ -331,7 +332,8 @@ def _select(head, task, n_classes, X, y, X_dev, y_dev, protocol, cfg, metric, th
                     held_scores[j] = np.zeros((len(y),) + scores.shape[1:])
                 held_scores[j][held_rows] = scores
             if stop_early:
-                value = _score(task, y_dev if held_rows is None else y[held_rows], scores, metric)[0]
+                scored[j] = _score(task, y_dev if held_rows is None else y[held_rows], scores, metric)
+                value = scored[j][0]
                 if path_best is not None and value < path_best:  # past the peak (NaN never stops)
                     break
                 if path_best is None or _better(value, path_best):
@@ -344,7 +346,7 @@ def _select(head, task, n_classes, X, y, X_dev, y_dev, protocol, cfg, metric, th
             search.append({"params": params, "skipped": True})
             continue
         scores, truth = (held_scores[j], target) if rows is None else (held_scores[j][rows], y[rows])
-        value, threshold = _score(task, truth, scores, metric)
+        value, threshold = scored[j] or _score(task, truth, scores, metric)
         search.append({"params": params, "score": value, "threshold": threshold})
         if best is None or _better(value, search[best]["score"]):
             best = j
