@@ -11,6 +11,9 @@ One file per cache key, `<cache_dir>/<key[:16]>.h5`. Layout:
     /<split>/truncated      (n,)   bool
     /<split>/done           (n,)   uint8         rows whose vectors are written (resume)
     /<split>/<pooling>      (n, n_layers, hidden) float16|float32, attr `layers`
+    /<split>/pair_rows      (n, 2) int64        text pairs: the rows of /singles holding each text
+    /singles/text           (m,)   str          text pairs: every distinct text of either column
+    /singles/n_tokens, truncated, done, <pooling>   as a split's, for each text encoded alone
 
 Crash safety: a cache is built in `<name>.partial` (itself first prepared under
 `<name>.partial.init`, renamed once every dataset exists). All datasets are contiguous and
@@ -46,7 +49,10 @@ from featx.files import utc_now
 from featx.tasks import TASKS
 from featx.version import __version__
 
-SCHEMA_VERSION = 3  # 2: a crc32 per dataset, metadata checked against the key; 3: and a crc32 of the attributes
+# 2: a crc32 per dataset, metadata checked against the key; 3: and a crc32 of the attributes;
+# 4: text pairs also store each text encoded alone (/singles)
+SCHEMA_VERSION = 4
+SINGLES = "singles"  # the group of single-text vectors of a pair task (not a split)
 KEY_CHARS = 16
 FINALIZE_HEADROOM = 1 << 20  # bytes free that finalizing a cache may need, with margin
 
@@ -63,6 +69,8 @@ class CacheSpec:
     compute_dtype: str
     store_dtype: str
     dataset_fingerprint: str
+    singles: bool = False
+    """Text pairs: every distinct text is also encoded alone (the bi-encoder features)."""
 
     @property
     def poolings(self) -> tuple[str, ...]:
@@ -132,7 +140,7 @@ class CacheWriter:
         self.fd = os.open(partial_path(path), os.O_RDWR)
         poolings = json.loads(file.attrs["poolings"])
         self.layout: dict[str, dict[str, tuple[int, np.dtype, tuple]]] = {}
-        for split in _splits(file):
+        for split in _groups(file):
             names = [n for n in file[split] if n in ("n_tokens", "truncated", "done") or n in poolings]
             self.layout[split] = {n: _layout(file[split][n]) for n in names}
         self.done = {split: self._read(split, "done") for split in self.layout}
@@ -142,10 +150,12 @@ class CacheWriter:
 
     @classmethod
     def open(cls, path: Path, spec: CacheSpec, info: dict, splits: list[Split], hidden: int,
-             rows: dict[str, np.ndarray] | None = None) -> "CacheWriter":
+             rows: dict[str, np.ndarray] | None = None, singles: Split | None = None,
+             pair_rows: dict[str, np.ndarray] | None = None) -> "CacheWriter":
         """Resume the partial file for this key if there is one, else create it. `rows` (per
         split, global row indices) marks a shard of a distributed run: stored beside the
-        vectors so rank 0 can assemble them."""
+        vectors so rank 0 can assemble them. `singles` (a pair task's distinct texts) and
+        `pair_rows` (per split, (n, 2) rows of `singles`) come with `spec.singles`."""
         partial = partial_path(path)
         if partial.exists():
             try:
@@ -156,11 +166,14 @@ class CacheWriter:
                     "resuming: delete it and rerun featx extract") from None
             check_compatible(file, spec.key(), partial)
             return cls(path, file)
-        _check_disk_space(path.parent, _estimate_bytes(spec, splits, hidden))
+        if spec.singles != (singles is not None):
+            raise ValueError("a cache spec with singles needs the singles split, and only then")
+        groups = splits + ([singles] if singles is not None else [])
+        _check_disk_space(path.parent, _estimate_bytes(spec, groups, hidden))
         init = partial.with_name(partial.name + ".init")
         try:
             with h5py.File(init, "w") as file:
-                _create(file, spec, info, splits, hidden, rows)
+                _create(file, spec, info, splits, hidden, rows, singles, pair_rows)
             # Give every byte of the file its disk blocks now (reading as zeros: the done mask
             # starts empty), so no later write can fail for space or land in a sparse hole.
             fd = os.open(init, os.O_RDWR)
@@ -330,7 +343,8 @@ def partial_finished(path: Path, splits: list[str]) -> bool:
 
 
 def _create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[Split], hidden: int,
-            rows: dict[str, np.ndarray] | None):
+            rows: dict[str, np.ndarray] | None, singles: Split | None = None,
+            pair_rows: dict[str, np.ndarray] | None = None):
     # Early allocation and no timestamps: after this, writes never touch HDF5 metadata.
     dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
     dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
@@ -357,23 +371,38 @@ def _create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[Split], h
             group.create_dataset("text_pair", data=np.array(split.text_pairs, dtype=object),
                                  dtype=strings)
         group.create_dataset("labels", data=split.labels)
-        if rows is not None:
-            group.create_dataset("rows", data=np.asarray(rows[split.name], dtype=np.int64))
+        if pair_rows is not None:
+            group.create_dataset("pair_rows", data=np.asarray(pair_rows[split.name], dtype=np.int64))
         for column, values in split.columns.items():
             group.create_dataset(f"columns/{column}", data=np.array(values, dtype=object),
                                  dtype=strings)
-        for name, dtype, shape in [("n_tokens", "i4", (n,)), ("truncated", "?", (n,)),
-                                   ("done", "u1", (n,))]:
-            group.create_dataset(name, shape=shape, dtype=dtype, dcpl=dcpl, track_times=False)
-        for pooling, layers in spec.layers.items():
-            ds = group.create_dataset(pooling, shape=(n, len(layers), hidden),
-                                      dtype=np.dtype(spec.store_dtype), dcpl=dcpl, track_times=False)
-            ds.attrs["layers"] = np.array(layers, dtype=np.int32)
+        _create_vectors(group, spec, n, hidden, dcpl, None if rows is None else rows[split.name])
+    if singles is not None:
+        group = file.create_group(SINGLES)
+        group.attrs["n_rows"] = len(singles.texts)
+        group.create_dataset("text", data=np.array(singles.texts, dtype=object), dtype=strings)
+        _create_vectors(group, spec, len(singles.texts), hidden, dcpl,
+                        None if rows is None else rows[SINGLES])
     file.flush()
 
 
+def _create_vectors(group: h5py.Group, spec: CacheSpec, n: int, hidden: int, dcpl,
+                    rows: np.ndarray | None) -> None:
+    """The per-row datasets extraction writes (and, in a shard, the global rows they are)."""
+    if rows is not None:
+        group.create_dataset("rows", data=np.asarray(rows, dtype=np.int64))
+    for name, dtype, shape in [("n_tokens", "i4", (n,)), ("truncated", "?", (n,)),
+                               ("done", "u1", (n,))]:
+        group.create_dataset(name, shape=shape, dtype=dtype, dcpl=dcpl, track_times=False)
+    for pooling, layers in spec.layers.items():
+        ds = group.create_dataset(pooling, shape=(n, len(layers), hidden),
+                                  dtype=np.dtype(spec.store_dtype), dcpl=dcpl, track_times=False)
+        ds.attrs["layers"] = np.array(layers, dtype=np.int32)
+
+
 def _estimate_bytes(spec: CacheSpec, splits: list[Split], hidden: int) -> int:
-    rows = sum(len(s.ids) for s in splits)
+    """Bytes of the vectors and texts of every group (splits, singles), with some margin."""
+    rows = sum(len(s.texts) for s in splits)
     per_row = sum(len(v) for v in spec.layers.values()) * hidden * np.dtype(spec.store_dtype).itemsize
     text = sum(len(t) for s in splits for t in s.texts) * 2
     return rows * (per_row + 16) + text + (1 << 20)
@@ -420,8 +449,9 @@ def _encode_attr(value):
     return value
 
 
-def _splits(file: h5py.File) -> list[str]:
-    return json.loads(file.attrs["splits"])
+def _groups(file: h5py.File) -> list[str]:
+    """The groups of rows extraction writes: the splits, and a pair task's singles."""
+    return json.loads(file.attrs["splits"]) + ([SINGLES] if SINGLES in file else [])
 
 
 def _check_meta(file: h5py.File, meta: dict, path: Path) -> None:
@@ -452,7 +482,7 @@ def _check_meta(file: h5py.File, meta: dict, path: Path) -> None:
                          init_seed=meta.get("init_seed"), max_length=meta["max_length"],
                          layers={p: tuple(v) for p, v in layers.items()},
                          compute_dtype=meta["compute_dtype"], store_dtype=meta["store_dtype"],
-                         dataset_fingerprint=meta["dataset_fingerprint"])
+                         dataset_fingerprint=meta["dataset_fingerprint"], singles=meta["singles"])
         splits = [(s, str(file[s].attrs["fingerprint"])) for s in meta["splits"]]
         key = spec.key()
     except KeyError as exc:
@@ -463,7 +493,11 @@ def _check_meta(file: h5py.File, meta: dict, path: Path) -> None:
         raise damaged("its attributes (model, layers, dtypes, max length, dataset) do not hash to its key")
     if dataset_fingerprint(meta["task"], meta["label_names"], splits) != meta["dataset_fingerprint"]:
         raise damaged("its task, label names or split fingerprints are not the ones its key covers")
-    for split, _ in splits:
+    if meta["singles"] is not (SINGLES in file):
+        raise damaged(f"its 'singles' attribute ({meta['singles']!r}) does not say whether it holds "
+                      "the /singles group")
+    groups = [s for s, _ in splits] + ([SINGLES] if meta["singles"] else [])
+    for split in groups:
         group = file[split]
         n = group.attrs.get("n_rows")
         for name, ds in _datasets(group):
@@ -475,9 +509,13 @@ def _check_meta(file: h5py.File, meta: dict, path: Path) -> None:
             ds = group[pooling]
             if ds.shape[1:] != (len(stored), meta["hidden_size"]) or list(ds.attrs.get("layers", [])) != stored:
                 raise damaged(f"{split}/{pooling} does not hold the layers {stored} it should")
-        for name in ("ids", "text", "labels", "n_tokens", "truncated", "done"):
+        required = ("text", "n_tokens", "truncated", "done") + (
+            () if split == SINGLES else ("ids", "labels") + (("pair_rows",) if meta["singles"] else ()))
+        for name in required:
             if name not in group:
                 raise damaged(f"the split {split!r} has no {name!r} dataset")
+        if split != SINGLES and meta["singles"] and group["pair_rows"].shape[1:] != (2,):
+            raise damaged(f"{split}/pair_rows is not (rows, 2)")
 
 
 def check_compatible(file: h5py.File, key: str | None, path: Path) -> None:
@@ -562,7 +600,7 @@ class Cache:
         """Check every dataset against the crc32 written when the cache was finished; returns
         {dataset: bytes checked}. A mismatch is an error naming the dataset."""
         checked = {}
-        for split in self.splits:
+        for split in self.splits + ([SINGLES] if self.has_singles else []):
             for name, ds in _datasets(self._group(split)):
                 self._verify(split, name)
                 checked[f"{split}/{name}"] = int(ds.id.get_storage_size())
@@ -660,11 +698,40 @@ class Cache:
         `layer`: a hidden-state index (0 = embeddings, -1 = the model's last layer), a list of
         indices, or "last", "last4", "all". `dtype=None` keeps the stored dtype.
         """
+        view = self._features_view(split, pooling, layer)
+        return _copy_out(view, np.dtype(dtype or view.dtype))
+
+    @property
+    def has_singles(self) -> bool:
+        """Whether this text-pair cache also holds each text encoded alone (`pair_features`)."""
+        return bool(self.meta.get("singles"))
+
+    def pair_features(self, split: str, pooling: str = "mean", layer=-1,
+                      dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
+        """(u, v): the vectors of each pair's first and second text, each text encoded alone
+        (as a bi-encoder embeds it), (n, hidden) or (n, k * hidden) each, in the split's order.
+        `featx.pairs` combines them ([u, v, |u - v|, u * v], the cosine)."""
+        if not self.has_singles:
+            raise FeatxError(f"{self.path.name} holds no single-text vectors: "
+                             + ("it is not a text-pair cache" if self.text_pairs(self.splits[0]) is None
+                                else "it was extracted with extract.pair_singles = false; rerun "
+                                     "featx extract without it"))
+        rows = self._verify(split, "pair_rows")[...]  # (n, 2)
+        m = int(self.file[SINGLES].attrs["n_rows"])
+        if rows.ndim != 2 or rows.shape[1] != 2 or rows.size and (rows.min() < 0 or rows.max() >= m):
+            raise FeatxError(f"{self.path}: {split}/pair_rows points outside the {m} single texts: "
+                             "the cache was damaged or edited. Delete it and rerun featx extract")
+        view = self._features_view(SINGLES, pooling, layer)
+        dtype = np.dtype(dtype or view.dtype)
+        # Fancy indexing of the mapped view reads only the rows the split needs.
+        return (np.asarray(view[rows[:, 0]], dtype=dtype, order="C"),
+                np.asarray(view[rows[:, 1]], dtype=dtype, order="C"))
+
+    def _features_view(self, group: str, pooling: str, layer) -> np.ndarray:
         self._check("pooling", pooling, self.poolings)
         stored = self.layers(pooling)
         positions = [stored.index(i) for i in self.layer_indices(pooling, layer)]
-        view = self._layer_view(self._verify(split, pooling), positions)
-        return _copy_out(view, np.dtype(dtype or view.dtype))
+        return self._layer_view(self._verify(group, pooling), positions)
 
     def layer_indices(self, pooling: str, layer=-1) -> list[int]:
         """The stored hidden-state indices `layer` names for `pooling` (an error lists them)."""
@@ -705,6 +772,8 @@ class Cache:
     def _group(self, split: str) -> h5py.Group:
         if not self.file.id.valid:
             raise FeatxError(f"the cache {self.path.name} was closed; open it again (featx.open_cache)")
+        if split == SINGLES and self.has_singles:  # not a split: no labels; features() reads it
+            return self.file[SINGLES]
         self._check("split", split, self.splits)
         return self.file[split]
 

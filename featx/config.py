@@ -32,7 +32,12 @@ STORE_DTYPES = ("float16", "float32")
 INITS = ("pretrained", "random")
 HEAD_NAMES = ("logistic", "mlp", "lightgbm")  # the registry is `featx.heads.HEADS`
 BASELINES = ("majority", "tfidf")  # heads under the backbone, on the texts (also in HEADS)
+# The no-training row featx adds for pair similarity: the cosine itself (also in HEADS).
+ZERO_TRAINING = ("identity",)
 PROTOCOLS = ("auto", "dev", "cv", "holdout", "mteb")
+# Feature sets of a text-pair task: the joint encoding ([CLS] a [SEP] b [SEP]) and two built from
+# each text encoded alone (what a bi-encoder was trained for); the registry is `featx.pairs`.
+PAIR_FEATURES = ("joint", "bi", "cos")
 GRIDS = ("staged", "full")
 HEAD_INPUTS = ("pooler", "cls", "mean")
 # A backbone learning rate above this destroys pretrained weights (1e-3 is right for a head,
@@ -172,6 +177,10 @@ class ExtractConfig:
     """Upper bound on rows per batch, however short the texts."""
     threads: int = 0
     """CPU threads for torch; 0 keeps torch's default (one per core)."""
+    pair_singles: bool = True
+    """For a text-pair task, also encode every text alone (each distinct text once), beside the
+    joint encoding of the pair: the probe's bi-encoder feature sets ([u, v, |u - v|, u * v] and
+    the cosine) are built from these vectors."""
     compile: bool = False
     """torch.compile the backbone (inductor, dynamic shapes): opt-in. Measured on all-MiniLM-L6-v2,
     2 CPU cores: 0.99x after 17 s of compiling (1.05-1.10x on an Intel AMX machine), so it pays
@@ -223,6 +232,12 @@ class ProbeConfig:
     layers: tuple[str | int | list, ...] = ("last",)
     """Feature layers: an index, "last", "last4" (concatenated), or a list of indices to
     concatenate. Each entry is a feature set with every pooling (see `grid` for the heads)."""
+    pair_features: tuple[str, ...] = PAIR_FEATURES
+    """Feature sets of a text-pair task, for every pooling and layer entry: joint (the pair
+    encoded together), bi ([u, v, |u - v|, u * v] of the two texts encoded alone, as SentEval,
+    InferSent and Sentence-BERT probe pairs) and cos (their cosine similarity, one feature). A
+    regression pair task also gets the cosine of the `sentence` (else `mean`) vectors with no
+    training at all, as MTEB scores STS. bi and cos need extract.pair_singles."""
     sweep: bool = True
     """Also probe every stored layer of `sweep_pooling` with `sweep_head` (the layer curve)."""
     sweep_pooling: str = "mean"
@@ -274,6 +289,10 @@ class ProbeConfig:
             raise FeatxError("probe.poolings is empty; leave it unset to probe every cached pooling")
         check_choice(self.protocol, PROTOCOLS, "probe.protocol")
         check_choice(self.grid, GRIDS, "probe.grid")
+        if not self.pair_features:
+            raise FeatxError("probe.pair_features is empty; choose from: " + ", ".join(PAIR_FEATURES))
+        for name in self.pair_features:
+            check_choice(name, PAIR_FEATURES, "probe.pair_features entry")
         for item in self.layers:
             if isinstance(item, str):
                 check_choice(item, LAYER_SHORTHANDS, "probe.layers shorthand")

@@ -25,7 +25,7 @@ import h5py
 import numpy as np
 
 from featx import backbone
-from featx.cache import Cache, CacheWriter, partial_path, writer_lock
+from featx.cache import SINGLES, Cache, CacheWriter, partial_path, writer_lock
 from featx.config import Pipeline
 from featx.errors import FeatxError
 from featx.version import __version__
@@ -105,10 +105,14 @@ def extract_sharded(pipeline: Pipeline):
         shard = shards / f"rank{rank:03d}-of-{size:03d}.h5"
         rows = {name: deal(np.array([len(t) + (len(split.text_pairs[i]) if split.text_pairs else 0)
                                      for i, t in enumerate(split.texts)]), rank, size)
-                for name, split in plan.dataset.splits.items()}
+                for name, split in plan.groups.items()}
+        # A shard holds its rows of every group (the singles too); rank 0's assembly writes the
+        # pair rows of the whole dataset, so a shard needs none.
         shard_plan = dataclasses.replace(
             plan, dataset=dataclasses.replace(plan.dataset, splits={
                 name: split.take(rows[name]) for name, split in plan.dataset.splits.items()}),
+            singles=None if plan.singles is None else plan.singles.take(rows[SINGLES]),
+            pair_rows=None,
             pipeline=dataclasses.replace(pipeline, progress=pipeline.progress and rank == 0))
         shard_spec = dataclasses.replace(spec, dataset_fingerprint=f"{spec.dataset_fingerprint}"
                                          f":shard-{rank}-of-{size}")
@@ -155,11 +159,12 @@ def _assemble(final: Path, plan, spec, device, shards: list[Path], per_rank: lis
         known = {"pooler_untrained": bool(f.attrs["pooler_untrained"])}
     with writer_lock(final):
         writer = CacheWriter.open(final, spec, writer_info(plan, None, device) | known,
-                                  list(plan.dataset.splits.values()), plan.hidden)
+                                  list(plan.dataset.splits.values()), plan.hidden,
+                                  singles=plan.singles, pair_rows=plan.pair_rows)
         try:
             for shard in shards:
                 with h5py.File(shard, "r") as f:
-                    for split in plan.dataset.splits:
+                    for split in plan.groups:
                         group = f[split]
                         total = len(group["rows"])
                         for begin in range(0, total, ASSEMBLY_ROWS):
@@ -168,7 +173,7 @@ def _assemble(final: Path, plan, spec, device, shards: list[Path], per_rank: lis
                                          {p: group[p][cut] for p in spec.layers},
                                          group["n_tokens"][cut], group["truncated"][cut])
                             writer.flush()
-            stats = {"rows_total": sum(len(s) for s in plan.dataset.splits.values()),
+            stats = {"rows_total": sum(len(s) for s in plan.groups.values()),
                      "rows_computed": sum(s["rows_computed"] for s in per_rank),
                      "world_size": len(shards), "per_rank": per_rank,
                      "assembly_seconds": round(time.perf_counter() - start, 3)}

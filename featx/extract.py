@@ -79,12 +79,14 @@ def build(path: Path, plan: Plan, spec, device: torch.device, compute_dtype: str
     """
     model = writer = None
     try:
-        if not partial_finished(path, list(plan.dataset.splits)):
+        if not partial_finished(path, list(plan.groups)):
             model, tokenizer = _load(plan, device)
         writer = CacheWriter.open(path, spec, writer_info(plan, model, device) | (info or {}),
-                                  list(plan.dataset.splits.values()), plan.hidden, rows)
-        todo = {s: writer.pending(s) for s in plan.dataset.splits}
-        stats = {"rows_total": sum(len(s) for s in plan.dataset.splits.values()),
+                                  list(plan.dataset.splits.values()), plan.hidden, rows,
+                                  plan.singles, plan.pair_rows)
+        todo = {s: writer.pending(s) for s in plan.groups}
+        # Every sequence the backbone encodes: a pair task's pairs and its single texts.
+        stats = {"rows_total": sum(len(s) for s in plan.groups.values()),
                  "rows_computed": int(sum(len(r) for r in todo.values()))}
         if stats["rows_computed"]:
             if model is None:
@@ -238,7 +240,7 @@ def run(model, tokenizer, plan: Plan, todo: dict[str, np.ndarray], writer: Cache
         for split_name, rows in todo.items():
             if not len(rows):
                 continue
-            split = plan.dataset.splits[split_name]
+            split = plan.groups[split_name]
             batches = tokenized_batches(tokenizer, split.texts, split.text_pairs, rows,
                                         max_length=plan.max_length, token_budget=budget,
                                         max_rows=cfg.max_batch_rows)

@@ -190,6 +190,32 @@ class MultilabelLogistic(ClassifierMixin, BaseEstimator):
         return (self.predict_proba(X) >= 0.5).astype(int)
 
 
+class IncreasingScore(RegressorMixin, BaseEstimator):
+    """No training: a single feature (a text pair's cosine) is the prediction, mapped onto the
+    target's scale by an increasing affine function fitted on train. Correlations (Pearson,
+    Spearman) are the feature's own, exactly as MTEB scores STS; the map only puts errors (MSE,
+    MAE, R²) on the target's scale."""
+
+    def fit(self, X, y):
+        X, y = validate_data(self, X, y, y_numeric=True, multi_output=True)
+        if X.shape[1] != 1:
+            raise ValueError(f"IncreasingScore reads one feature, got {X.shape[1]}")
+        x, Y = X[:, 0].astype(np.float64), np.asarray(y, dtype=np.float64).reshape(len(X), -1)
+        spread = x.var()
+        slopes = ((x - x.mean()) @ (Y - Y.mean(axis=0))) / (len(x) * spread) if spread > 0 else np.zeros(Y.shape[1])
+        # Never a decreasing map: that would be training the feature's sign.
+        self.coef_ = np.maximum(slopes, 1e-12)  # (T,)
+        self.intercept_ = Y.mean(axis=0) - self.coef_ * x.mean()  # (T,)
+        self.n_targets_ = Y.shape[1]
+        return self
+
+    def predict(self, X):
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False)
+        out = X[:, :1].astype(np.float64) * self.coef_ + self.intercept_  # (n, T)
+        return out[:, 0] if self.n_targets_ == 1 else out
+
+
 class LexicalFeatures(TransformerMixin, BaseEstimator):
     """TF-IDF of word n-grams and character n-grams (within word boundaries), sublinear term
     frequencies, each block L2-normalised: the lexical baseline's features.
@@ -272,6 +298,12 @@ def _lightgbm(task: str, seed: int, threads: int, num_leaves: int = 31):
     return LightGBMClassifierHead(**params)
 
 
+def _identity(task: str, seed: int, threads: int):
+    if not TASKS[task].regression:
+        raise ValueError("the identity head scores similarity targets (regression) only")
+    return IncreasingScore()
+
+
 def _majority(task: str, seed: int, threads: int):
     # Ignores its input: the floor every other row of the report must clear.
     return DummyRegressor(strategy="mean") if TASKS[task].regression else DummyClassifier(strategy="prior")
@@ -314,15 +346,19 @@ class Head:
     baseline: str | None = None
     """What a baseline stands for ("majority", "lexical"); None for heads on backbone features.
     Baselines read the texts, not the cached vectors."""
+    complexity: int = 0
+    """Rank of simplicity for choosing among candidates within noise of the best (lower is
+    simpler): no training, then linear, then the MLP, then boosted trees."""
 
 
 HEADS = {
-    "logistic": Head("logistic", _logistic, deterministic=True, path=True, grid=lambda task: (
+    "identity": Head("identity", _identity, deterministic=True, grid=lambda task: [{}], complexity=0),
+    "logistic": Head("logistic", _logistic, deterministic=True, path=True, complexity=1, grid=lambda task: (
         [{"alpha": a} for a in (1e-1, 1.0, 10.0, 100.0, 1000.0)] if TASKS[task].regression
         else [{"C": c} for c in (1e-3, 1e-2, 1e-1, 1.0, 10.0)])),
-    "mlp": Head("mlp", _mlp, deterministic=False,
+    "mlp": Head("mlp", _mlp, deterministic=False, complexity=2,
                 grid=lambda task: [{"alpha": a} for a in (1e-4, 1e-2, 1.0)]),
-    "lightgbm": Head("lightgbm", _lightgbm, deterministic=False, max_outputs=20,
+    "lightgbm": Head("lightgbm", _lightgbm, deterministic=False, max_outputs=20, complexity=3,
                      grid=lambda task: [{"num_leaves": n} for n in (7, 31)]),
     "majority": Head("majority", _majority, deterministic=True, grid=lambda task: [{}],
                      baseline="majority"),

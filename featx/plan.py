@@ -12,10 +12,12 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from featx import backbone
-from featx.cache import CacheSpec, cache_path, partial_path
+from featx.cache import SINGLES, CacheSpec, cache_path, partial_path
 from featx.config import MODEL_POOLINGS, Pipeline, resolve_layers
-from featx.data import Dataset, load_dataset
+from featx.data import Dataset, Split, load_dataset
 from featx.errors import FeatxError
 
 log = logging.getLogger("featx")
@@ -39,6 +41,15 @@ class Plan:
     """Tokens per text after truncation: extract.max_length, or the model's positions if fewer."""
     sentence: backbone.SentenceSpec | None = None
     """The model's sentence-transformers embedding, when the `sentence` pooling is stored."""
+    singles: Split | None = None
+    """A pair task's distinct texts, each encoded alone (extract.pair_singles)."""
+    pair_rows: dict[str, np.ndarray] | None = None
+    """Per split, (n, 2): the rows of `singles` holding each pair's two texts."""
+
+    @property
+    def groups(self) -> dict[str, Split]:
+        """Every group of rows the extraction computes: the splits, then the singles."""
+        return self.dataset.splits | ({SINGLES: self.singles} if self.singles is not None else {})
 
     def spec(self, compute_dtype: str) -> CacheSpec:
         model = self.pipeline.model
@@ -47,7 +58,7 @@ class Plan:
             init_seed=model.seed if model.init == "random" else None,
             max_length=self.max_length, layers=self.layers,
             compute_dtype=compute_dtype, store_dtype=self.pipeline.extract.store_dtype,
-            dataset_fingerprint=self.dataset.fingerprint())
+            dataset_fingerprint=self.dataset.fingerprint(), singles=self.singles is not None)
 
     def cache_path(self, compute_dtype: str) -> Path:
         return cache_path(self.pipeline.cache_dir, self.spec(compute_dtype))
@@ -152,5 +163,23 @@ def make_plan(pipeline: Pipeline) -> Plan:
                     max_length, sentence.max_seq_length)
     # The model's own poolings (pooler, sentence) exist for its last layer only.
     per_pooling = {p: (n_layers,) if p in MODEL_POOLINGS else layers for p in poolings}
+    singles, pair_rows = (distinct_texts(dataset) if dataset.pairs and pipeline.extract.pair_singles
+                          else (None, None))
     return Plan(pipeline, dataset, model, fingerprint, n_layers, hidden, max_positions, per_pooling,
-                max_length, sentence)
+                max_length, sentence, singles, pair_rows)
+
+
+def distinct_texts(dataset: Dataset) -> tuple[Split, dict[str, np.ndarray]]:
+    """A pair dataset's distinct texts (either column, every split; first appearance first) as
+    a split of single texts, and per split the (n, 2) rows of it holding each pair's texts: a
+    text on both sides or in many pairs is encoded once."""
+    index: dict[str, int] = {}
+    pair_rows = {}
+    for name, split in dataset.splits.items():
+        rows = np.empty((len(split), 2), dtype=np.int64)
+        for side, texts in enumerate((split.texts, split.text_pairs)):
+            rows[:, side] = [index.setdefault(text, len(index)) for text in texts]
+        pair_rows[name] = rows
+    texts = list(index)
+    return Split(SINGLES, [f"s{i}" for i in range(len(texts))], texts, None,
+                 np.zeros((len(texts), 0), dtype=np.uint8)), pair_rows

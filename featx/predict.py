@@ -128,6 +128,8 @@ class Manifest:
     store_dtype: str
     text_pair: bool
     threshold: float
+    combine: str = "joint"
+    """A text pair's features: joint, or `featx.pairs` of its two texts encoded alone."""
     head_file: str | None = None
     """Frozen: the joblib head (sha256-checked on load)."""
     checkpoint: str | None = None
@@ -178,11 +180,16 @@ class Predictor:
         if m.kind == "finetuned":
             return self._finetuned_scores(texts, pairs)
         from featx import heads as H
+        from featx.pairs import combine
 
         head = self._load_head()
         if m.pooling == "text":  # a baseline on the texts (TF-IDF, majority)
             X = np.array(texts, dtype=object) if pairs is None else np.stack(
                 [np.array(texts, dtype=object), np.array(pairs, dtype=object)], axis=1)
+        elif m.combine != "joint":  # each text alone, as the cache's singles: one pass over both
+            vectors, self.truncated_ = self._load_backbone().vectors(texts + pairs, None, {m.pooling: m.layers})
+            both = vectors[m.pooling].astype(m.store_dtype).astype(np.float32).reshape(2 * len(texts), -1)
+            X = combine(m.combine, both[:len(texts)], both[len(texts):])
         else:
             vectors, self.truncated_ = self._load_backbone().vectors(texts, pairs, {m.pooling: m.layers})
             # Rounded to the stored dtype: the head sees what it was fitted on.
@@ -387,7 +394,7 @@ def manifest_for(pipeline, head: str | None, finetuned: bool) -> Manifest:
         raise FeatxError(f"the fitted head {head_file} is missing (probe.save_heads = false, or it "
                          "was deleted); rerun featx probe")
     return Manifest(kind="frozen", pooling=record["pooling"], layers=tuple(record["layers"]),
-                    head_file=str(head_file), **common)
+                    combine=record["combine"], head_file=str(head_file), **common)
 
 
 def _choose(records: list[dict], head: str | None, finetuned: bool, pipeline) -> dict:

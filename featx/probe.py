@@ -29,6 +29,7 @@ from featx.cache import Cache
 from featx.config import MODEL_POOLINGS, Pipeline, ProbeConfig
 from featx.errors import FeatxError
 from featx.files import writable_dir
+from featx.pairs import combine
 from featx.records import (
     Predictions,
     new_record,
@@ -49,12 +50,16 @@ log = logging.getLogger("featx")
 class Features:
     pooling: str
     layers: tuple[int, ...]
+    combine: str = "joint"
+    """A text pair's vectors: joint (the pair encoded together, or a single text's vector), or
+    a `featx.pairs` combination of its two texts encoded alone (bi, cos)."""
 
     @property
     def name(self) -> str:
         if not self.layers:
             return self.pooling  # "text": the baselines read the texts
-        return f"{self.pooling}@{'+'.join(map(str, self.layers))}"
+        vectors = f"{self.pooling}@{'+'.join(map(str, self.layers))}"
+        return vectors if self.combine == "joint" else f"{self.combine}:{vectors}"
 
 
 @dataclass(frozen=True)
@@ -108,13 +113,18 @@ def plan_jobs(cache: Cache, cfg: ProbeConfig) -> tuple[list[tuple[Features, str]
     poolings = cfg.poolings or (_mteb_poolings(cache) if mteb else tuple(cache.poolings))
     heads = ("logistic",) if mteb else cfg.heads
     scouts = heads if cfg.grid == "full" else heads[:1]
+    kinds = pair_kinds(cache, cfg)
     jobs = []
     for layer_spec in cfg.layers:
         for pooling in poolings:
             layers = tuple(cache.layer_indices(pooling, layer_spec))
             if pooling in MODEL_POOLINGS and isinstance(layer_spec, str) and layer_spec != "last":
                 continue  # the model's own poolings have only the last layer: nothing to concatenate
-            jobs += [(Features(pooling, layers), head) for head in scouts]
+            jobs += [(Features(pooling, layers, kind), head) for kind in kinds for head in scouts]
+    if "cos" in kinds and TASKS[cache.task].regression and len(cache.label_names) == 1:
+        # The zero-training row MTEB reports for STS: the cosine of the model's own embeddings.
+        pooling = "sentence" if "sentence" in cache.poolings else "mean"
+        jobs.append((Features(pooling, (cache.layers(pooling)[-1],), "cos"), "identity"))
     if cfg.sweep and not mteb:
         if cfg.sweep_pooling in cache.poolings:
             for layer in cache.layers(cfg.sweep_pooling):
@@ -136,6 +146,23 @@ def plan_jobs(cache: Cache, cfg: ProbeConfig) -> tuple[list[tuple[Features, str]
                      "probe.grid = \"full\" runs it", head, outputs,
                      "classes" if TASKS[cache.task].classes else "labels")
     return list(dict.fromkeys(jobs)), later
+
+
+def pair_kinds(cache: Cache, cfg: ProbeConfig) -> tuple[str, ...]:
+    """The feature sets of each pooling and layer: joint only for single texts (and under the
+    mteb protocol); for pairs, those of probe.pair_features the cache can build."""
+    if cfg.protocol == "mteb" or cache.text_pairs(cache.splits[0]) is None:
+        return ("joint",)
+    if cache.has_singles:
+        return cfg.pair_features
+    kinds = tuple(k for k in cfg.pair_features if k == "joint")
+    log.warning("the cache holds no single-text vectors (extract.pair_singles = false): the pair "
+                "feature sets %s are left out", [k for k in cfg.pair_features if k != "joint"])
+    if not kinds:
+        raise FeatxError("probe.pair_features asks only for bi-encoder feature sets, but the cache "
+                         "was extracted with extract.pair_singles = false; rerun featx extract "
+                         "without it, or add \"joint\" to probe.pair_features")
+    return kinds
 
 
 def _mteb_poolings(cache: Cache) -> tuple[str, ...]:
@@ -176,6 +203,8 @@ def _inputs(cache: Cache, split: str, features: Features) -> np.ndarray:
     if features == TEXT:
         texts, pairs = cache.texts(split), cache.text_pairs(split)
         return texts if pairs is None else np.stack([texts, pairs], axis=1)  # (n,) or (n, 2)
+    if features.combine != "joint":
+        return combine(features.combine, *cache.pair_features(split, features.pooling, list(features.layers)))
     return cache.features(split, features.pooling, list(features.layers))
 
 
@@ -198,7 +227,8 @@ def load_problem(cache_path: str | Path, features: Features, head: str, cfg: Pro
         baseline = H.HEADS[head].baseline
         base = dict(stage="probe", pipeline=pipeline or cache.meta.get("pipeline_name"),
                     config_hash=probe_config_hash(cfg), cache_key=cache.key, task=task, features=features.name,
-                    pooling=features.pooling, layers=list(features.layers), head=head,
+                    pooling=features.pooling, layers=list(features.layers), combine=features.combine,
+                    head=head,
                     init=cache.meta.get("init"), baseline=baseline, n_train=len(y), n_eval=len(y_report),
                     # The cost side of the comparison: every probe shares one extraction pass
                     # (a baseline on the texts costs none).
@@ -473,14 +503,15 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
     with progress(total=total, enabled=pipeline.progress, desc="probe", unit="fit") as bar:
         for stage in (first, None):
             if stage is None:  # the second stage: the other heads on the best feature set
-                scouted = [r for r in records if not r.get("baseline")]
+                # The scout head's rows (not the no-training cosine, not the baselines).
+                scouted = [r for r in records if r["head"] == cfg.heads[0]]
                 if not later or not scouted:
                     break
                 # Ties go to the earlier feature set of the plan (the last layer first), so
                 # the choice never depends on which parallel fit finished first.
                 order = {f.name: i for i, (f, _) in enumerate(first)}
                 best = max(scouted, key=lambda r: (selection_score(r), -order.get(r["features"], 0)))
-                chosen = Features(best["pooling"], tuple(best["layers"]))
+                chosen = Features(best["pooling"], tuple(best["layers"]), best["combine"])
                 log.info("second stage on %s (selection score %.4f): %s", chosen.name,
                          selection_score(best), ", ".join(later))
                 stage = [(chosen, head) for head in later]

@@ -356,7 +356,7 @@ def _plot_layers(inputs: Inputs):
     single = [r for r in inputs.main if r["stage"] == "probe" and len(r["layers"]) == 1 and not r["baseline"]]
     curves: dict[tuple[str, str], list[dict]] = {}
     for r in single:
-        curves.setdefault((r["pooling"], r["head"]), []).append(r)
+        curves.setdefault((_vectors(r), r["head"]), []).append(r)
     curves = {k: sorted(v, key=lambda r: r["layers"][0]) for k, v in curves.items() if len(v) > 1}
     if not curves:
         return None
@@ -371,6 +371,11 @@ def _plot_layers(inputs: Inputs):
     return figure
 
 
+def _vectors(record: dict) -> str:
+    """A probe's vectors without their layers: `mean`, or a pair combination `bi:mean`."""
+    return record["pooling"] if record["combine"] == "joint" else f"{record['combine']}:{record['pooling']}"
+
+
 def _plot_heads(inputs: Inputs):
     import matplotlib.pyplot as plt
     import numpy as np
@@ -383,13 +388,13 @@ def _plot_heads(inputs: Inputs):
     chosen = [r for r in probes if r["layers"] == [last]]
     if not chosen:
         return None
-    poolings = sorted({r["pooling"] for r in chosen})
+    poolings = sorted({_vectors(r) for r in chosen})
     heads = sorted({r["head"] for r in chosen})
     primary = chosen[0]["primary_metric"]
     figure, axis = plt.subplots(figsize=(7.5, 4))
     width = 0.8 / len(heads)
     for i, head in enumerate(heads):
-        found = [next((r for r in chosen if r["pooling"] == p and r["head"] == head), None) for p in poolings]
+        found = [next((r for r in chosen if _vectors(r) == p and r["head"] == head), None) for p in poolings]
         values = [r["metrics"][primary] if r else np.nan for r in found]
         errors = _ci_error([r or {"metrics": {primary: 0.0}} for r in found], primary)
         axis.bar(np.arange(len(poolings)) + i * width, values, width, yerr=errors, capsize=2, label=head)

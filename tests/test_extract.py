@@ -121,6 +121,43 @@ def test_text_pairs_use_token_types(make_pipeline, tmp_path, tiny_bert):
     np.testing.assert_allclose(mean, out.last_hidden_state[0].mean(0).numpy(), atol=1e-5)
 
 
+def test_text_pairs_also_store_each_text_alone_once(make_pipeline, tmp_path, tiny_bert):
+    rows = classification_rows(30, pairs=True)
+    rows[1]["text2"] = rows[0]["text"]  # a text on both sides, and in two pairs
+    rows[2]["text"] = rows[0]["text"]
+    data_file = write_rows(tmp_path / "p.csv", rows)
+    pipeline = make_pipeline({"path": str(data_file), "text_pair": "text2", "id": "id"}, extract=EXACT)
+    result = extract(pipeline)
+    with Cache(result.path) as cache:
+        assert cache.has_singles and cache.meta["singles"] is True
+        distinct = {t for s in cache.splits for t in list(cache.texts(s)) + list(cache.text_pairs(s))}
+        assert cache.n_rows("singles") == len(distinct) < 2 * sum(cache.n_rows(s) for s in cache.splits)
+        for split in cache.splits:
+            u, v = cache.pair_features(split, "mean")
+            assert u.shape == v.shape == (cache.n_rows(split), 32)
+            texts, pairs = cache.texts(split), cache.text_pairs(split)
+            for i in (0, len(texts) - 1):
+                alone_a, _ = direct_pooled(tiny_bert, texts[i])
+                alone_b, _ = direct_pooled(tiny_bert, pairs[i])
+                np.testing.assert_allclose(u[i], alone_a.last_hidden_state[0].mean(0).numpy(), atol=1e-5)
+                np.testing.assert_allclose(v[i], alone_b.last_hidden_state[0].mean(0).numpy(), atol=1e-5)
+        cache.verify()
+        extracted = cache.meta["extract_stats"]["rows_total"]
+    assert extracted == sum(len(s) for s in load_splits(pipeline)) + len(distinct)
+    without = make_pipeline({"path": str(data_file), "text_pair": "text2", "id": "id"},
+                            extract=EXACT | {"pair_singles": False})
+    with Cache(extract(without).path) as cache:
+        assert not cache.has_singles
+        with pytest.raises(FeatxError, match="pair_singles = false"):
+            cache.pair_features("train", "mean")
+
+
+def load_splits(pipeline):
+    from featx.data import load_dataset
+
+    return list(load_dataset(pipeline.data).splits.values())
+
+
 def test_truncation_is_counted(make_pipeline, csv_dataset):
     pipeline = make_pipeline({"path": str(csv_dataset)}, extract={"max_length": 8})
     result = extract(pipeline)

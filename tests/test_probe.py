@@ -8,6 +8,7 @@ import pytest
 from sklearn import metrics as skm
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
+import featx
 from featx import config
 from featx import heads as H
 from featx import metrics as M
@@ -16,7 +17,7 @@ from featx.config import ProbeConfig
 from featx.errors import FeatxError
 from featx.probe import Features, choose_protocol, probe_one, run_probe, undersample
 from featx.records import load_head, read_records, save_head
-from tests.conftest import write_synthetic_cache
+from tests.conftest import write_rows, write_synthetic_cache
 
 SPLITS = {"train": 300, "dev": 120, "test": 120}
 
@@ -188,7 +189,7 @@ def test_saved_heads_are_hash_checked(tmp_path):
 
 
 def test_registry_matches_config():
-    assert tuple(H.HEADS) == config.HEAD_NAMES + config.BASELINES
+    assert tuple(H.HEADS) == config.ZERO_TRAINING + config.HEAD_NAMES + config.BASELINES
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,6 +229,57 @@ def test_featx_probe_end_to_end(make_pipeline, csv_dataset, tmp_path):
     # a second run gives the same numbers (probe runs are idempotent)
     again = {(r["features"], r["head"]): r["metrics"] for r in run_probe(pipeline)}
     assert all(again[(r["features"], r["head"])] == r["metrics"] for r in records)
+
+
+def similarity_rows(n: int, seed: int = 0) -> list[dict]:
+    """Pairs whose score is the word overlap of their two texts: a similarity target."""
+    import random
+
+    from tests.conftest import sentence
+
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        a = sentence(rng, 3, 12).split()
+        b = [w if rng.random() < i % 5 / 4 else rng.choice(a + ["red", "dog"]) for w in a]
+        rows.append({"id": f"p{i}", "a": " ".join(a), "b": " ".join(b),
+                     "score": round(len(set(a) & set(b)) / len(set(a) | set(b)) * 5, 3)})
+    return rows
+
+
+def test_pairs_are_probed_jointly_and_as_two_texts_alone(make_pipeline, tmp_path):
+    from featx.extract import extract
+    from featx.pairs import combine
+    from featx.predict import load_predictor
+
+    data = write_rows(tmp_path / "sts.csv", similarity_rows(150))
+    pipeline = make_pipeline({"path": str(data), "text": "a", "text_pair": "b", "label": "score", "id": "id"},
+                             extract={"store_dtype": "float32", "poolings": ["mean", "cls"]},
+                             probe={"heads": ["logistic", "mlp"], "baselines": ["tfidf"], "sweep": False})
+    extract(pipeline)
+    records = run_probe(pipeline)
+    names = {(r["features"], r["head"]) for r in records}
+    for pooling in ("mean", "cls"):
+        assert {(f"{pooling}@2", "logistic"), (f"bi:{pooling}@2", "logistic"),
+                (f"cos:{pooling}@2", "logistic")} <= names
+    zero = next(r for r in records if r["head"] == "identity")
+    assert zero["features"] == "cos:mean@2" and zero["combine"] == "cos" and not zero["baseline"]
+    with featx.open_cache(pipeline=pipeline) as cache:
+        u, v = cache.pair_features("test", "mean")
+        y = cache.labels("test")[:, 0]
+    cosine = combine("cos", u, v)[:, 0]
+    # No training: its correlations are the cosine's own.
+    assert zero["metrics"]["spearman"] == pytest.approx(M.evaluate("regression", y[:, None], cosine[:, None])["spearman"])
+    assert zero["metrics"]["pearson"] == pytest.approx(np.corrcoef(y, cosine)[0, 1])
+    bi = next(r for r in records if r["features"] == "bi:mean@2" and r["head"] == "logistic")
+    # A predictor on a bi-encoder feature set encodes each text alone, as the cache did.
+    predictor = load_predictor(pipeline, head="bi:mean@2/logistic")
+    with featx.open_cache(pipeline=pipeline) as cache:
+        texts, pairs = list(cache.texts("test")), list(cache.text_pairs("test"))
+    scores = predictor.scores(texts, pairs)
+    assert M.evaluate("regression", y[:, None], scores)["pearson"] == pytest.approx(bi["metrics"]["pearson"], abs=1e-6)
+    zero_predictor = load_predictor(pipeline, head="cos:mean@2/identity")
+    assert np.corrcoef(zero_predictor.predict(texts, pairs), cosine)[0, 1] == pytest.approx(1.0)
 
 
 def test_staged_grid_runs_the_other_heads_on_the_best_features(make_pipeline, csv_dataset):
