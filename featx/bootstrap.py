@@ -213,6 +213,17 @@ def intervals(task: str, y: np.ndarray, stack: np.ndarray, threshold: float = 0.
     return {name: _interval(np.concatenate(parts)) for name, parts in collected.items()}
 
 
+def standard_error(task: str, metric: str, y: np.ndarray, scores: np.ndarray, threshold: float = 0.5,
+                   *, n_resamples: int = 200, seed: int = 0) -> float | None:
+    """Bootstrap standard error of one metric of `scores` (n, ...) over the rows; None when too
+    few resamples define it (a constant prediction's correlation, a single-class split)."""
+    y, stack = np.asarray(y), np.asarray(scores)[None]
+    samples = np.concatenate([metric_samples(task, W, y, stack, threshold)[metric]
+                              for W in _blocks(len(y), _width(task, stack), n_resamples, seed)])
+    finite = samples[np.isfinite(samples)]
+    return float(np.std(finite, ddof=1)) if len(finite) >= max(2, 0.9 * len(samples)) else None
+
+
 def paired(task: str, metric: str, y: np.ndarray, a: tuple[np.ndarray, float],
            b: tuple[np.ndarray, float], *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict:
     """`a` against `b` ((score stack (S, n, ...), threshold) each) on the same rows, by a paired

@@ -325,7 +325,9 @@ class FinetuneConfig:
     halving on CPU."""
     max_epochs: int = 0
     """Epoch cap of every candidate, and the length of the learning-rate schedule; 0 scales it
-    to the data: enough epochs for 1,500 optimizer steps, at least 4, at most 20."""
+    to the data: enough epochs for 1,500 optimizer steps, at least 4, at most 20. A run it
+    stopped while still improving continues from its last epoch when run again with a larger
+    cap (the schedule is stretched to the new length from there)."""
     patience: int = 2
     """Stop after this many epochs in a row that gain less than `min_delta` on the best score."""
     min_delta: float = 0.005
@@ -333,8 +335,11 @@ class FinetuneConfig:
     is converged when its last epoch gained less than this; otherwise its score is a lower
     bound (a cap stopped it while it was still improving)."""
     max_seconds: float | None = None
-    """Wall-time budget of the whole search; unset: 30 minutes on CPU, none on CUDA; 0: none.
-    A run the budget stops while still improving is recorded as not converged."""
+    """A wall-time cap on the whole search (unset or 0: none). The default budget is work
+    (`max_epochs`), so the same pipeline gives the same result on a fast, slow or busy machine;
+    a wall-time cap makes it depend on the machine, and its record says so. A run a cap stops
+    while still improving is recorded as not converged (a lower bound), and running it again
+    with a larger cap continues from its last epoch."""
     weight_decay: float = 0.01
     """AdamW weight decay, not applied to biases and LayerNorm weights."""
     warmup_ratio: float = 0.06
@@ -406,6 +411,9 @@ class Pipeline:
     """Progress bars (extraction: texts/s and tokens/s; probe: fits done)."""
     source: str | None = None
     """The pipeline file this was read from (set by `load_pipeline`)."""
+    overrides: tuple[str, ...] = ()
+    """The `key=value` overrides applied on top of the file (set by `load_pipeline`), so a
+    message can give the exact command that reproduces or continues a run."""
 
     def __post_init__(self):
         _check_finite(self)
@@ -480,10 +488,22 @@ def load_pipeline(path: str | Path, overrides: typing.Sequence[str] = ()) -> Pip
     raw.setdefault("name", path.stem)
     for item in overrides:
         _apply_override(raw, item)
-    return pipeline_from_dict(raw, source=str(path))
+    return pipeline_from_dict(raw, source=str(path), overrides=tuple(overrides))
 
 
-def pipeline_from_dict(raw: dict, source: str | None = None) -> Pipeline:
+def command(pipeline: Pipeline, stage: str, *extra: str) -> str:
+    """The shell command that runs `stage` on this pipeline as configured, plus `extra`
+    overrides (a later override of the same key wins)."""
+    import shlex
+
+    shown = [o for o in pipeline.overrides if o.partition("=")[0].strip() != "progress"]
+    keys = {e.partition("=")[0] for e in extra}
+    shown = [o for o in shown if o.partition("=")[0].strip() not in keys] + list(extra)
+    return " ".join(["featx", stage, shlex.quote(pipeline.source or "PIPELINE.toml")]
+                    + [shlex.quote(o) for o in shown])
+
+
+def pipeline_from_dict(raw: dict, source: str | None = None, overrides: tuple[str, ...] = ()) -> Pipeline:
     """Build a validated `Pipeline` from a parsed TOML table (unknown keys are errors)."""
     raw = dict(raw)
     if "data" not in raw:
@@ -493,7 +513,7 @@ def pipeline_from_dict(raw: dict, source: str | None = None) -> Pipeline:
         if not isinstance(table, dict):
             raise FeatxError(f"[{key}] must be a table, got {type(table).__name__}")
         raw[key] = _build(cls, table, key)
-    return _build(Pipeline, {**raw, "source": source}, "pipeline")
+    return _build(Pipeline, {**raw, "source": source, "overrides": tuple(overrides)}, "pipeline")
 
 
 def _apply_override(raw: dict, item: str) -> None:

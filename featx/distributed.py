@@ -53,6 +53,7 @@ def signature(pipeline: Pipeline, key: str) -> dict:
     """What every rank must agree on before computing anything."""
     config = dataclasses.asdict(pipeline)
     config.pop("source", None)  # the same content from another path is the same pipeline
+    config.pop("overrides", None)  # ... and from a file edited instead of overridden
     return {"featx": __version__, "key": key,
             "pipeline": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16],
             "name": pipeline.name}

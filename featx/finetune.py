@@ -33,12 +33,13 @@ from featx import bootstrap
 from featx import metrics as M
 from featx.batching import TORCH_DTYPES, Encoder, default_token_budget, plan_batches
 from featx.cache import Cache
-from featx.config import MAX_LR, WARN_LR, FinetuneConfig, Pipeline
+from featx.config import MAX_LR, WARN_LR, FinetuneConfig, Pipeline, command
 from featx.data import Split, stratified_assignment
 from featx.errors import FeatxError
 from featx.files import atomic_write, writable_dir
 from featx.pooling import cls_pool, mean_pool
 from featx.records import (
+    OPTIONAL,
     Predictions,
     finetune_run_hash,
     new_record,
@@ -245,7 +246,6 @@ def fold_probe(estimator, task: str, hidden: int, scaler: TargetScaler | None) -
 
 # Auto max_epochs: enough epochs for this many optimizer steps, within these bounds.
 AUTO_STEPS, AUTO_MIN_EPOCHS, AUTO_MAX_EPOCHS = 1500, 4, 20
-CPU_BUDGET_SECONDS = 1800.0
 
 
 def auto_max_epochs(n_train: int, batch_size: int) -> int:
@@ -274,6 +274,13 @@ class Setup:
     make_model: object
     """() -> a fresh SequenceClassifier with the run's initial weights (same for every candidate)."""
     progress: bool
+    report: Encoded | None = None
+    report_split: str = "test"
+    select_split: str = "dev"
+    worst_steps: int = 0
+    """Optimizer steps the search takes at most (for the time estimate)."""
+    estimated: bool = False
+    """Whether the time estimate was logged (once, after the first steps)."""
 
     @property
     def strategy(self) -> str:
@@ -315,10 +322,15 @@ class Candidate:
         return self.stale >= 1
 
 
+# Stop reasons a larger budget lifts: running again with more epochs (or seconds) continues.
+CAPS = ("max_epochs", "budget")
+
+
 def run_finetune(pipeline: Pipeline) -> dict:
     """Fine-tune the pipeline's backbone: search the learning rates, train the chosen one until
     the selection score stops improving, evaluate the best epoch; write the record and the best
-    checkpoint; return the record."""
+    checkpoint; return the record. A run a cap stopped while it was still improving continues
+    from its last epoch when run again with a larger cap."""
     from featx.plan import make_plan
 
     cfg = pipeline.finetune
@@ -330,29 +342,75 @@ def run_finetune(pipeline: Pipeline) -> dict:
         key = cache.key
         if cache.meta["model_fingerprint"] != plan.fingerprint:
             raise FeatxError(f"{cache_path} was built from other model files; rerun featx extract")
-    task, names = plan.dataset.task, plan.dataset.label_names
-    splits = plan.dataset.splits
-    M.check_trainable(task, splits["train"].labels, names)
+    task = plan.dataset.task
+    M.check_trainable(task, plan.dataset.splits["train"].labels, plan.dataset.label_names)
     metric = M.primary(task, pipeline.probe.metric)  # chosen on and reported in the same metric
     run_hash = finetune_run_hash(cfg, key, pipeline.extract.max_length, metric)  # the key covers the rest
     name = f"{cfg.head_input}{'-lpft' if cfg.init_head_from_probe else ''}-seed{cfg.seed}-{run_hash[:8]}"
     directory = writable_dir(run_dir(pipeline.runs_dir, pipeline.name, key))
-    checkpoints = directory / "finetune" / name
     features = f"finetune:{cfg.head_input}"
     head = "lp-ft" if cfg.init_head_from_probe else "linear"
     done = directory / "finetune" / record_name(features, head)
-    if done.is_file():
-        previous = json.loads(done.read_text())
-        if previous.get("run_hash") == run_hash and Path(previous.get("checkpoint", "")).is_file():
+    rows = _protocol_rows(plan.dataset, cfg)
+    max_epochs = cfg.max_epochs or auto_max_epochs(len(rows[2]), cfg.batch_size)
+    max_seconds = cfg.max_seconds or 0.0
+    previous = _previous(done, run_hash)
+    if previous is not None and not _continues(previous, max_epochs, max_seconds):
+        if previous["converged"] is False:
+            log.info("this configuration's fine-tune stopped at its cap (%s) while still improving; "
+                     "continue it with: %s", previous["stopped_by"], previous["continue_with"])
+        else:
             log.info("already fine-tuned with this configuration: %s (delete it to train again)", done)
-            return previous
-
+        return previous
     start = time.perf_counter()
+    setup = _prepare(pipeline, plan, cache_path, rows, metric=metric, run_hash=run_hash,
+                     directory=directory / "finetune" / name, max_epochs=max_epochs,
+                     max_seconds=max_seconds)
+    _announce(setup, plan)
+    candidates = search(setup)
+    record = _record(pipeline, plan, setup, candidates, key=key, features=features, head=head,
+                     seconds=time.perf_counter() - start, previous=previous)
+    write_record(directory, record, record.pop("_predictions"))
+    log.info("fine-tuned in %.0f s: learning rate %g, best epoch %d of %d (%s), %s = %.4f on %s; "
+             "record %s", record["wall_seconds"], record["learning_rate"], record["best_epoch"],
+             record["epochs"], "converged" if record["converged"] else
+             f"NOT converged: stopped by {record['stopped_by']} while still improving; continue it "
+             f"with: {record['continue_with']}", metric, record["metrics"][metric],
+             record["protocol"]["report_on"], done)
+    return record
+
+
+def _previous(done: Path, run_hash: str) -> dict | None:
+    """This configuration's finished record, if its best weights are still there."""
+    if not done.is_file():
+        return None
+    previous = json.loads(done.read_text())
+    if previous.get("run_hash") != run_hash or not Path(previous.get("checkpoint", "")).is_file():
+        return None
+    return OPTIONAL | {"continue_with": None, "continued": []} | previous
+
+
+def _continues(previous: dict, max_epochs: int, max_seconds: float) -> bool:
+    """Whether a larger cap now lets a capped, unconverged run train on."""
+    if previous["converged"] is not False or previous["stopped_by"] not in CAPS:
+        return False
+    if previous["stopped_by"] == "max_epochs":
+        return max_epochs > previous["epochs"]
+    before = previous["hyperparameters"].get("max_seconds") or 0.0
+    return max_seconds == 0 or max_seconds > before
+
+
+def _prepare(pipeline: Pipeline, plan, cache_path: Path, rows, *, metric: str, run_hash: str,
+             directory: Path, max_epochs: int, max_seconds: float) -> "Setup":
+    """Tokenise the splits, fit the target scaler, and the function that builds each candidate's
+    initial model."""
+    cfg = pipeline.finetune
+    task, names, splits = plan.dataset.task, plan.dataset.label_names, plan.dataset.splits
     device = B.pick_device(cfg.device)
     dtype = TORCH_DTYPES[B.pick_dtype(cfg.dtype, device)]
     tokenizer = B.load_tokenizer(plan.model.path)
     encoder = Encoder(tokenizer, plan.max_length)
-    select_split, report_split, train_rows, select_rows = _protocol_rows(plan.dataset, cfg)
+    select_split, report_split, train_rows, select_rows = rows
     train = encode_split(encoder, splits["train"], train_rows)
     if not len(select_rows):
         raise FeatxError("the selection split is empty (the data has no dev split and train is too "
@@ -360,7 +418,6 @@ def run_finetune(pipeline: Pipeline) -> dict:
     select = encode_split(encoder, splits[select_split], select_rows)
     report = encode_split(encoder, splits[report_split], np.arange(len(splits[report_split])))
     scaler = TargetScaler.fit(train.labels) if TASKS[task].regression else None
-
     probe_head = (_probe_head(pipeline, cache_path, cfg.head_input, plan.n_layers, task, scaler)
                   if cfg.init_head_from_probe else None)
 
@@ -376,62 +433,102 @@ def run_finetune(pipeline: Pipeline) -> dict:
                 model.classifier.bias.copy_(torch.as_tensor(probe_head[1], dtype=torch.float32))
         return model.to(device)
 
-    max_seconds = cfg.max_seconds if cfg.max_seconds is not None else (
-        0.0 if device.type == "cuda" else CPU_BUDGET_SECONDS)
-    setup = Setup(cfg, task, len(names), metric, encoder, train, select, scaler, device, dtype,
-                  default_token_budget(device, str(dtype).removeprefix("torch.")),
-                  cfg.max_epochs or auto_max_epochs(len(train.labels), cfg.batch_size),
-                  max_seconds, checkpoints, run_hash, make_model, pipeline.progress)
-    candidates = search(setup)
-    chosen = max((c for c in candidates if c.best_epoch), key=lambda c: (c.best_score, -c.learning_rate))
+    return Setup(cfg, task, len(names), metric, encoder, train, select, scaler, device, dtype,
+                 default_token_budget(device, str(dtype).removeprefix("torch.")), max_epochs,
+                 max_seconds, directory, run_hash, make_model, pipeline.progress, report=report,
+                 report_split=report_split, select_split=select_split)
 
+
+def worst_case_epochs(n_candidates: int, max_epochs: int, strategy: str) -> int:
+    """Epochs the search trains at most: full trains every candidate to the cap; halving trains
+    every alive candidate one more epoch per round, then the last one to the cap."""
+    if n_candidates == 1 or strategy == "full":
+        return n_candidates * max_epochs
+    alive, rung, epochs = n_candidates, 1, 0
+    while alive > 1:
+        epochs += alive
+        alive, rung = math.ceil(alive / 2), rung + 1
+    return epochs + max(0, max_epochs - (rung - 1))
+
+
+def _announce(setup: "Setup", plan) -> None:
+    """What the search will do, before it spends any time (the rate follows after its first steps)."""
+    cfg = setup.cfg
+    steps = math.ceil(len(setup.train.labels) / cfg.batch_size)
+    epochs = worst_case_epochs(len(cfg.learning_rates), setup.max_epochs, setup.strategy)
+    setup.worst_steps = epochs * steps
+    cap = (f"a wall-time cap of {setup.max_seconds:.0f} s (finetune.max_seconds): the result then "
+           "depends on this machine's speed and load" if setup.max_seconds else "no wall-time cap")
+    log.info("fine-tune plan: %s on %d training rows, %d learning rate(s) %s (%s), each up to %d "
+             "epochs of %d steps of %d rows, stopping after %d epochs without a gain of %g; at most "
+             "%d optimizer steps in all, %s; %s, %s", plan.model.name, len(setup.train.labels),
+             len(cfg.learning_rates), ", ".join(f"{lr:g}" for lr in cfg.learning_rates),
+             setup.strategy if len(cfg.learning_rates) > 1 else "no search",
+             setup.max_epochs, steps, cfg.batch_size, cfg.patience, cfg.min_delta,
+             setup.worst_steps, cap, setup.device, str(setup.dtype).removeprefix("torch."))
+
+
+def _record(pipeline: Pipeline, plan, setup: "Setup", candidates: list["Candidate"], *, key: str,
+            features: str, head: str, seconds: float, previous: dict | None) -> dict:
+    """Evaluate the chosen candidate's best epoch on the report split; keep its weights; the
+    record (its predictions under `_predictions`, for write_record)."""
     from safetensors.torch import load_model
-    model = make_model()
-    load_model(model, checkpoints / chosen.name / "best.safetensors", device=str(device))
+
+    cfg, task = setup.cfg, setup.task
+    chosen = max((c for c in candidates if c.best_epoch), key=lambda c: (c.best_score, -c.learning_rate))
+    model = setup.make_model()
+    load_model(model, setup.directory / chosen.name / "best.safetensors", device=str(setup.device))
+    report = setup.report
     t = time.perf_counter()
-    logits = predict_logits(model, encoder, report, device, dtype, setup.budget_tokens)
+    logits = predict_logits(model, setup.encoder, report, setup.device, setup.dtype, setup.budget_tokens)
     predict_seconds = time.perf_counter() - t
-    scores = scores_from_logits(task, logits, scaler)
+    scores = scores_from_logits(task, logits, setup.scaler)
     metric_values = M.evaluate(task, report.labels, scores, chosen.threshold)
-    best = _keep_best(checkpoints, chosen, cfg.keep_checkpoints)
-    predictions = Predictions(np.asarray(splits[report_split].ids), report.labels,
-                              scores[None].astype(TASKS[task].score_dtype()),
-                              chosen.threshold)
+    capped = not chosen.converged and chosen.stopped_by in CAPS
+    # A capped run keeps every candidate's last epoch, so running again with a larger cap continues.
+    best = _keep_best(setup.directory, chosen, cfg.keep_checkpoints or capped)
+    split = plan.dataset.splits[setup.report_split]
+    predictions = Predictions(np.asarray(split.ids), report.labels,
+                              scores[None].astype(TASKS[task].score_dtype()), chosen.threshold)
     train_rows_total = sum(c.train_rows for c in candidates)
     eval_rows_total = sum(c.eval_rows for c in candidates) + len(report.labels)
-    record = new_record(
+    raise_cap = (f"finetune.max_epochs={2 * setup.max_epochs}" if chosen.stopped_by == "max_epochs"
+                 else f"finetune.max_seconds={2 * setup.max_seconds:g}")
+    continued = (previous["continued"] + [{"after_epoch": previous["epochs"], "stopped_by": previous["stopped_by"],
+                                           "max_epochs": setup.max_epochs, "max_seconds": setup.max_seconds}]
+                 if previous is not None else [])
+    return new_record(
         stage="finetune", pipeline=pipeline.name, cache_key=key, task=task, features=features,
         pooling=cfg.head_input, layers=[plan.n_layers], head=head, init=pipeline.model.init,
         baseline=None,
-        protocol={"name": "finetune", "select_on": select_split if select_split != "train"
-                  else f"{cfg.validation_fraction:.0%} of train", "report_on": report_split},
+        protocol={"name": "finetune", "select_on": setup.select_split if setup.select_split != "train"
+                  else f"{cfg.validation_fraction:.0%} of train", "report_on": setup.report_split},
         hyperparameters=dataclasses.asdict(cfg) | {
             "learning_rate": chosen.learning_rate, "max_epochs": setup.max_epochs,
-            "max_seconds": max_seconds, "search": setup.strategy, "max_length": plan.max_length,
-            "dtype": str(dtype).removeprefix("torch.")},
-        search=[_candidate_entry(c) for c in candidates], seeds=[cfg.seed], primary_metric=metric,
+            "max_seconds": setup.max_seconds, "search": setup.strategy, "max_length": plan.max_length,
+            "dtype": str(setup.dtype).removeprefix("torch.")},
+        search=[_candidate_entry(c) for c in candidates], seeds=[cfg.seed], primary_metric=setup.metric,
         metrics=metric_values, metrics_std={k: 0.0 for k in metric_values}, per_seed=[metric_values],
         metrics_ci=bootstrap.intervals(task, report.labels, predictions.scores, chosen.threshold),
         threshold=chosen.threshold if TASKS[task].thresholded else None,
-        n_train=len(train.labels), n_eval=len(report.labels),
+        n_train=len(setup.train.labels), n_eval=len(report.labels),
         fit_seconds=round(sum(c.seconds for c in candidates), 3), predict_seconds=round(predict_seconds, 4),
         learning_rate=chosen.learning_rate, epochs=chosen.epoch, steps=chosen.step,
         best_epoch=chosen.best_epoch, converged=chosen.converged, stopped_by=chosen.stopped_by,
-        wall_seconds=round(time.perf_counter() - start, 3),
-        curve={"loss": chosen.loss, "select": chosen.select}, device=str(device), run_hash=run_hash,
-        checkpoint=str(best), checkpoint_bytes=best.stat().st_size,
-        target_scaler={"mean": scaler.mean.tolist(), "std": scaler.std.tolist()} if scaler else None,
+        # The budget is work (epochs) unless a wall-time cap was asked for: then the result
+        # depends on how fast and how busy the machine was.
+        budget={"max_epochs": setup.max_epochs, "max_seconds": setup.max_seconds or None,
+                "machine_dependent": bool(setup.max_seconds)},
+        continue_with=command(pipeline, "finetune", raise_cap) if capped else None,
+        continued=continued,
+        wall_seconds=round(seconds + (previous["wall_seconds"] or 0.0 if previous else 0.0), 3),
+        curve={"loss": chosen.loss, "select": chosen.select}, device=str(setup.device),
+        run_hash=setup.run_hash, checkpoint=str(best), checkpoint_bytes=best.stat().st_size,
+        target_scaler={"mean": setup.scaler.mean.tolist(), "std": setup.scaler.std.tolist()} if setup.scaler else None,
         # Compute in backbone forward-pass equivalents (rows), for the whole search: a training
         # step is a forward and a backward pass, about 3 forwards; evaluation passes count once.
         backbone_forward_passes=3 * train_rows_total + eval_rows_total,
-        train_rows_processed=train_rows_total, eval_rows_processed=eval_rows_total)
-    write_record(directory, record, predictions)
-    log.info("fine-tuned in %.0f s: learning rate %g, best epoch %d of %d (%s), %s = %.4f on %s; "
-             "record %s", record["wall_seconds"], chosen.learning_rate, chosen.best_epoch,
-             chosen.epoch, "converged" if chosen.converged else
-             f"NOT converged: stopped by {chosen.stopped_by} while still improving", metric,
-             metric_values[metric], report_split, done)
-    return record
+        train_rows_processed=train_rows_total, eval_rows_processed=eval_rows_total) | {"_predictions": predictions}
 
 
 def search(setup: Setup) -> list[Candidate]:
@@ -491,10 +588,12 @@ def _train(setup: Setup, candidate: Candidate, everyone: list[Candidate], until:
     y = targets(setup.task, setup.train.labels, setup.scaler)
     model.train()
     while candidate.epoch < until:
-        if setup.max_seconds and candidate.epoch and _spent(everyone) + candidate.seconds / candidate.epoch > setup.max_seconds:
+        per_epoch = candidate.seconds / candidate.epoch if candidate.epoch else 0.0
+        if setup.max_seconds and candidate.epoch and _spent(everyone) + per_epoch > setup.max_seconds:
             candidate.stopped_by = "budget"
-            log.warning("%s: the fine-tune budget (finetune.max_seconds = %.0f) is spent; stopping "
-                        "after epoch %d", candidate.name, setup.max_seconds, candidate.epoch)
+            log.warning("%s: stopping after epoch %d: another epoch (about %.0f s) would pass the "
+                        "wall-time cap finetune.max_seconds = %.0f (%.0f s spent)", candidate.name,
+                        candidate.epoch, per_epoch, setup.max_seconds, _spent(everyone))
             break
         epoch = candidate.epoch + 1
         started = time.perf_counter()
@@ -503,7 +602,7 @@ def _train(setup: Setup, candidate: Candidate, everyone: list[Candidate], until:
         running, count = 0.0, 0
         bar = progress(batches, desc=f"finetune {candidate.name} epoch {epoch}/{setup.max_epochs}",
                        unit="step", enabled=setup.progress)
-        for rows in bar:
+        for position, rows in enumerate(bar, 1):
             inputs = _to(setup.encoder.collate([setup.train.encodings[i] for i in rows]), setup.device)
             with torch.autocast(setup.device.type, dtype=setup.dtype, enabled=setup.dtype != torch.float32):
                 logits = model(**inputs)
@@ -520,6 +619,8 @@ def _train(setup: Setup, candidate: Candidate, everyone: list[Candidate], until:
             candidate.step += 1
             candidate.train_rows += len(rows)
             running, count = running + loss.item(), count + 1
+            if not setup.estimated and (position == ESTIMATE_AFTER or position == len(batches)):
+                _estimate(setup, everyone, candidate, position / (time.perf_counter() - started))
             if candidate.step % cfg.log_every == 0 or count == len(batches):
                 candidate.loss.append([candidate.step, running / count])
                 bar.set_postfix_str(f"loss {running / count:.4f}", refresh=False)
@@ -535,6 +636,28 @@ def _train(setup: Setup, candidate: Candidate, everyone: list[Candidate], until:
         if candidate.stopped_by:
             break
     _save_state(setup, candidate)
+
+
+# Optimizer steps timed before the search's duration is estimated (the first are the slowest).
+ESTIMATE_AFTER = 20
+
+
+def _estimate(setup: Setup, everyone: list[Candidate], candidate: Candidate, rate: float) -> None:
+    """Log how long the rest of the search takes at most, at the rate of its first steps."""
+    setup.estimated = True
+    done = sum(c.step for c in everyone)
+    left = max(0, setup.worst_steps - done)
+    evals = worst_case_epochs(len(everyone), setup.max_epochs, setup.strategy) * len(setup.select.labels)
+    log.info("%.1f optimizer steps/s on this machine (%s): the search takes at most about %s more "
+             "(%d steps, and %d rows scored on the selection split), less when it converges early; "
+             "a frozen-only answer needs no fine-tune (featx report after featx probe)",
+             rate, setup.device, _duration(left / rate + evals / (8 * rate * setup.cfg.batch_size)),
+             left, evals)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else (f"{seconds / 60:.0f} min" if seconds < 7200
+                                                     else f"{seconds / 3600:.1f} h")
 
 
 def _evaluate(setup: Setup, model, candidate: Candidate, epoch: int) -> None:
@@ -621,7 +744,11 @@ def _load_state(setup: Setup, candidate: Candidate) -> Candidate:
     saved = json.loads(path.read_text())
     if saved.get("run_hash") != setup.run_hash:
         return candidate
-    return Candidate(**{k: saved[k] for k in STATE_FIELDS if k in saved})
+    loaded = Candidate(**{k: saved[k] for k in STATE_FIELDS if k in saved})
+    # A larger cap than the one that stopped it: train on (the budget is checked again at once).
+    if loaded.stopped_by == "max_epochs" and loaded.epoch < setup.max_epochs or loaded.stopped_by == "budget":
+        loaded.stopped_by = None
+    return loaded
 
 
 def _candidate_entry(candidate: Candidate) -> dict:
@@ -637,7 +764,7 @@ def _keep_best(checkpoints: Path, chosen: Candidate, keep_all: bool) -> Path:
     best = checkpoints / "best.safetensors"
     source = checkpoints / chosen.name / "best.safetensors"
     if keep_all:
-        shutil.copyfile(source, best)
+        atomic_write(best, lambda tmp: shutil.copyfile(source, tmp))
         return best
     os.replace(source, best)
     for folder in checkpoints.iterdir():

@@ -267,10 +267,9 @@ def fit_selected(cache_path: str | Path, features: Features, head: str, cfg: Pro
         raise FeatxError("a head for LP-FT is selected with the dev or cv protocol, not mteb")
     transformer, X, X_dev, _ = _prepared(head, p)
     with threadpool_limits(threads):
-        chosen, _, _, fitted = _select(head, p.task, len(p.names), X, p.y, X_dev, p.y_dev,
-                                       p.protocol, cfg, M.primary(p.task, cfg.metric), threads)
-        if fitted is None:
-            fitted = H.fit(H.build(head, p.task, chosen, cfg.seeds[0], threads), X, p.y)
+        chosen = _select(head, p.task, len(p.names), X, p.y, X_dev, p.y_dev, protocol=p.protocol,
+                         cfg=cfg, metric=M.primary(p.task, cfg.metric), threads=threads)
+        fitted = chosen.fitted or H.fit(H.build(head, p.task, chosen.params, cfg.seeds[0], threads), X, p.y)
         return _saved(transformer, fitted)
 
 
@@ -292,8 +291,9 @@ def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeC
     start = time.perf_counter()
     with threadpool_limits(threads):
         transformer, X, X_dev, X_report = _prepared(head, p)
-        chosen, threshold, search, fitted = _select(head, task, len(names), X, p.y, X_dev, p.y_dev,
-                                                    protocol, cfg, metric, threads)
+        selection = _select(head, task, len(names), X, p.y, X_dev, p.y_dev, protocol=protocol,
+                            cfg=cfg, metric=metric, threads=threads)
+        chosen, threshold, fitted = selection.params, selection.threshold, selection.fitted
         per_seed, stack, predict_seconds = [], [], 0.0
         for seed in cfg.seeds:
             if seed != cfg.seeds[0] and H.HEADS[head].deterministic:
@@ -315,7 +315,11 @@ def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeC
     predictions = _predictions(p, task, np.stack(stack), threshold)
     return p.base | new_record(
         protocol=vars(protocol) | ({"folds": cfg.folds} if protocol.name == "cv" else {}),
-        hyperparameters=chosen, search=search, seeds=list(cfg.seeds), primary_metric=metric,
+        hyperparameters=chosen, search=selection.search, seeds=list(cfg.seeds), primary_metric=metric,
+        # How far apart candidates must be before the selection split can tell them apart: the
+        # report chooses among records within one standard error of the best (docs/verdict.md).
+        selection_se=bootstrap.standard_error(task, metric, selection.truth, selection.scores, threshold),
+        n_features=int(X.shape[1]) if X.ndim == 2 else None,
         **_aggregate(per_seed), metrics_ci=_intervals(task, predictions),
         threshold=threshold if TASKS[task].thresholded else None,
         fit_seconds=round(fit_seconds, 3), predict_seconds=round(predict_seconds, 4)), predictions
@@ -329,58 +333,133 @@ def _intervals(task: str, predictions: Predictions) -> dict[str, list[float]]:
     return bootstrap.intervals(task, predictions.labels, predictions.scores, predictions.threshold)
 
 
-def _select(head, task, n_classes, X, y, X_dev, y_dev, protocol, cfg, metric, threads):
-    """Try the candidates of the head's grid; return the best (on dev, out of fold, or on the
-    held-out rows): (params, threshold, search, the fitted best estimator on dev or None).
+# A path stops after this many candidates in a row score below its best: one dip can be noise.
+PATH_PATIENCE = 2
+# Candidates tried beyond a regularisation grid's edge when the edge wins (C / 10, C x 10 ...).
+EDGE_STEPS = 2
+
+
+@dataclass
+class Selection:
+    """What choosing a head's hyperparameters found."""
+    params: dict
+    threshold: float
+    search: list[dict]
+    """Every candidate with its selection score (or `skipped: true`), in grid order."""
+    fitted: object | None
+    """The chosen candidate fitted on all of train when the protocol fitted it so (dev)."""
+    scores: np.ndarray
+    """The chosen candidate's predictions on the selection rows (dev, out of fold, held out)."""
+    truth: np.ndarray
+    """Those rows' labels."""
+
+
+def _select(head: str, task: str, n_classes: int, X, y: np.ndarray, X_dev, y_dev, *,
+            protocol: Protocol, cfg: ProbeConfig, metric: str, threads: int) -> Selection:
+    """Try the candidates of the head's grid; the best on dev, out of fold, or on the held-out
+    rows wins.
 
     A convex head walks its grid as a regularisation path: each fit starts from the previous
     candidate's solution (scikit-learn's warm start), which costs a fraction of fresh fits.
-    On one selection split (dev or held-out) the path stops at the first candidate that scores
-    below the best so far: along C the selection score rises to one peak and falls, and the
+    On one selection split (dev or held-out) the path stops once PATH_PATIENCE candidates in a
+    row score below its best: along C the selection score rises to one peak and falls, and the
     weakly regularised end is the costliest to fit (C = 100 was half the TF-IDF cost on
-    GoEmotions). The candidates it skipped are listed with `skipped: true`."""
+    GoEmotions). The candidates it skipped are listed with `skipped: true`. When an edge of a
+    path's grid wins, the path goes on past it (EDGE_STEPS candidates at most, while they
+    improve): a winning edge says the grid stopped too early."""
     seed = cfg.seeds[0]
-    grid = H.HEADS[head].grid(task)
     splits = _selection_splits(task, y, protocol, cfg.folds, seed)
-    stop_early = len(splits) == 1 and H.HEADS[head].path
-    held_scores: list[np.ndarray | None] = [None] * len(grid)
-    scored: list[tuple[float, float] | None] = [None] * len(grid)  # (score, threshold) seen on the path
-    best_fit = [None] * len(grid)
+    rows = None if protocol.name != "holdout" else splits[0][1]
+    truth = y_dev if splits[0][1] is None else (y if rows is None else y[rows])
+
+    def walk(grid: list[dict]) -> list[dict]:
+        tried = _walk(head, task, n_classes, grid, X, y, X_dev, splits, seed=seed, threads=threads,
+                      stop_early=len(splits) == 1 and H.HEADS[head].path, metric=metric, y_dev=y_dev)
+        for candidate in tried:
+            if candidate["held"] is not None:
+                if rows is not None:
+                    candidate["held"] = candidate["held"][rows]
+                candidate["scored"] = candidate["scored"] or _score(task, truth, candidate["held"], metric)
+        return tried
+
+    tried = walk(list(H.HEADS[head].grid(task)))
+    for side in ((0, -1) if H.HEADS[head].path else ()):
+        for step in range(1, EDGE_STEPS + 1):
+            best = _best(tried)
+            beyond = _beyond([c["params"] for c in tried], side)
+            if best != (0 if side == 0 else len(tried) - 1) or beyond is None:
+                break
+            extra = walk([beyond])
+            for candidate in extra:
+                candidate["extension"] = step  # chosen only if strictly better than those nearer the grid
+            tried = extra + tried if side == 0 else tried + extra
+            if _best(tried) == best + (side == 0):  # no better past the edge: the grid was enough
+                break
+    best = tried[_best(tried)]
+    search = [{"params": c["params"], "skipped": True} if c["held"] is None else
+              {"params": c["params"], "score": c["scored"][0], "threshold": c["scored"][1]} for c in tried]
+    return Selection(best["params"], best["scored"][1], search, best["fitted"], best["held"], truth)
+
+
+def _walk(head: str, task: str, n_classes: int, grid: list[dict], X, y, X_dev, splits, *, seed: int,
+          threads: int, stop_early: bool, metric: str, y_dev) -> list[dict]:
+    """Fit `grid` along each selection split: per candidate its params, its predictions on the
+    held rows (all of train for folds; None when the path stopped before it), its fit on all
+    of train (the dev protocol) and its score when the path stop had to compute it."""
+    tried = [{"params": params, "held": None, "fitted": None, "scored": None} for params in grid]
     for train_rows, held_rows in splits:
         X_fit, y_fit = (X, y) if train_rows is None else (X[train_rows], y[train_rows])
         X_held = X_dev if held_rows is None else X[held_rows]
-        estimator, path_best = None, None
-        for j, params in enumerate(grid):
-            estimator = H.step(head, task, params, seed, threads, previous=estimator)
+        estimator, path_best, below = None, None, 0
+        for candidate in tried:
+            estimator = H.step(head, task, candidate["params"], seed, threads, previous=estimator)
             H.fit(estimator, X_fit, y_fit)
             scores = H.predict_scores(estimator, X_held, task, n_classes)
             if held_rows is None:  # the dev protocol: keep the fit, it may be the chosen one
-                held_scores[j] = scores
-                best_fit[j] = copy.deepcopy(estimator) if H.HEADS[head].path else estimator
+                candidate["held"] = scores
+                candidate["fitted"] = copy.deepcopy(estimator) if H.HEADS[head].path else estimator
             else:
-                if held_scores[j] is None:
-                    held_scores[j] = np.zeros((len(y),) + scores.shape[1:])
-                held_scores[j][held_rows] = scores
+                if candidate["held"] is None:
+                    candidate["held"] = np.zeros((len(y),) + scores.shape[1:])
+                candidate["held"][held_rows] = scores
             if stop_early:
-                scored[j] = _score(task, y_dev if held_rows is None else y[held_rows], scores, metric)
-                value = scored[j][0]
-                if path_best is not None and value < path_best:  # past the peak (NaN never stops)
-                    break
+                candidate["scored"] = _score(task, y_dev if held_rows is None else y[held_rows], scores, metric)
+                value = candidate["scored"][0]
                 if path_best is None or _better(value, path_best):
-                    path_best = value
-    target = y_dev if splits[0][1] is None else y
-    rows = None if protocol.name != "holdout" else splits[0][1]
-    search, best = [], None
-    for j, params in enumerate(grid):
-        if held_scores[j] is None:
-            search.append({"params": params, "skipped": True})
+                    path_best, below = value, 0
+                elif value < path_best:  # past the peak (NaN never stops the path)
+                    below += 1
+                    if below >= PATH_PATIENCE:
+                        break
+    return tried
+
+
+def _best(tried: list[dict]) -> int:
+    """The position of the best scored candidate: among equals, the one nearest the grid (a
+    candidate past its edge counts only when strictly better), then the first."""
+    best = None
+    for j, candidate in enumerate(tried):
+        if candidate["scored"] is None:
             continue
-        scores, truth = (held_scores[j], target) if rows is None else (held_scores[j][rows], y[rows])
-        value, threshold = scored[j] or _score(task, truth, scores, metric)
-        search.append({"params": params, "score": value, "threshold": threshold})
-        if best is None or _better(value, search[best]["score"]):
+        if best is None or _better(candidate["scored"][0], tried[best]["scored"][0]) or (
+                candidate["scored"][0] == tried[best]["scored"][0]
+                and candidate.get("extension", 0) < tried[best].get("extension", 0)):
             best = j
-    return search[best]["params"], search[best]["threshold"], search, best_fit[best]
+    return best
+
+
+def _beyond(grid: list[dict], side: int) -> dict | None:
+    """The candidate one step past the grid's low (side 0) or high (side -1) end, for a grid of
+    one numeric hyperparameter in constant ratio (C in 1e-3 .. 10: 1e-4 or 100)."""
+    keys = {tuple(params) for params in grid}
+    if len(grid) < 2 or len(keys) != 1 or len(next(iter(keys))) != 1:
+        return None
+    (key,) = next(iter(keys))
+    values = [params[key] for params in grid]
+    if not all(isinstance(v, (int, float)) and v > 0 for v in values):
+        return None
+    ratio = values[1] / values[0]
+    return {key: float(values[0] / ratio if side == 0 else values[-1] * ratio)}
 
 
 def _score(task: str, truth: np.ndarray, scores: np.ndarray, metric: str) -> tuple[float, float]:

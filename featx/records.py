@@ -41,10 +41,15 @@ def probe_config_hash(cfg) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+# Fine-tune settings that say how long to train, not how: a run stopped by one continues under
+# a larger one (same run, same checkpoints), so they are not part of the run's hash.
+BUDGET_FIELDS = ("max_epochs", "max_seconds", "keep_checkpoints", "log_every")
+
+
 def finetune_run_hash(cfg, cache_key: str, max_length: int, metric: str) -> str:
-    """What made a fine-tune record (and names its checkpoint folder)."""
-    return hashlib.sha256(json.dumps([dataclasses.asdict(cfg), cache_key, max_length, metric])
-                          .encode()).hexdigest()
+    """What made a fine-tune record (and names its checkpoint folder), its budget aside."""
+    fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in BUDGET_FIELDS}
+    return hashlib.sha256(json.dumps([fields, cache_key, max_length, metric]).encode()).hexdigest()
 
 
 def made_by(record: dict, pipeline) -> bool:
@@ -85,17 +90,48 @@ def selection_score(record: dict) -> float:
     return max(scores) if scores else float("-inf")
 
 
-def best_frozen(records: list[dict]) -> dict | None:
-    """The frozen configuration the verdict stands for: the backbone probe (no baseline, not
-    the mteb check) with the best selection score, among records of the newest metric (a
-    verdict never compares an accuracy with an MCC). Ties: the cheaper fit."""
+@dataclass(frozen=True)
+class FrozenChoice:
+    """How the verdict's frozen configuration was chosen among the backbone probes."""
+    record: dict
+    """The chosen probe."""
+    top: dict
+    """The probe with the highest selection score."""
+    se: float
+    """The standard error of the top selection score (bootstrap over the selection rows)."""
+    within: int
+    """How many probes score within one standard error of the top."""
+
+
+def frozen_choice(records: list[dict]) -> FrozenChoice | None:
+    """The frozen configuration the verdict stands for, by the one-standard-error rule: among
+    the backbone probes (no baseline, not the mteb check) of the newest metric (a verdict never
+    compares an accuracy with an MCC) whose selection score is within one standard error of
+    the best, the simplest head (no training, linear, MLP, trees), then the fewest features,
+    then the higher score. Many candidates within noise of each other make the maximum an
+    optimistic, unstable pick; the simplest of them is as good as the selection split can
+    tell, and steadier."""
+    from featx.heads import HEADS
+
     backbone = [r for r in records if r["stage"] == "probe" and r["protocol"]["name"] != "mteb"
                 and not r.get("baseline")]
     if not backbone:
         return None
     primary = max(backbone, key=lambda r: r["created"])["primary_metric"]
     probes = [r for r in backbone if r["primary_metric"] == primary]
-    return max(probes, key=lambda r: (selection_score(r), -(r.get("fit_seconds") or 0)))
+    top = max(probes, key=lambda r: (selection_score(r), -(r.get("fit_seconds") or 0)))
+    se = top.get("selection_se") or 0.0
+    within = [r for r in probes if selection_score(r) >= selection_score(top) - se]
+    simplest = lambda r: (HEADS[r["head"]].complexity if r["head"] in HEADS else len(HEADS),  # noqa: E731
+                          r.get("n_features") or float("inf"), -selection_score(r),
+                          r.get("fit_seconds") or 0)
+    return FrozenChoice(min(within, key=simplest), top, se, len(within))
+
+
+def best_frozen(records: list[dict]) -> dict | None:
+    """The chosen frozen probe (`frozen_choice`), or None when there is none."""
+    choice = frozen_choice(records)
+    return None if choice is None else choice.record
 
 
 def best_tuned(records: list[dict], metric: str) -> dict | None:
@@ -182,7 +218,8 @@ OPTIONAL = {"baseline": None, "metrics_ci": {}, "search": [], "seeds": [0], "n_e
             "fit_seconds": None, "extract_seconds": None, "backbone_forward_passes": None,
             "cache_bytes": None, "config_hash": None, "run_hash": None, "predictions": None,
             "converged": None, "stopped_by": None, "wall_seconds": None, "learning_rate": None,
-            "curve": None, "threshold": None, "combine": "joint"}
+            "curve": None, "threshold": None, "combine": "joint", "selection_se": None,
+            "n_features": None, "continue_with": None, "continued": [], "budget": None}
 
 
 def _malformed(record: dict) -> str | None:

@@ -199,6 +199,53 @@ def test_tiny_dataset_is_overfitted(make_pipeline, tmp_path):
     assert again["created"] == record["created"]
 
 
+def test_a_capped_run_continues_from_its_last_epoch_under_a_larger_cap(make_pipeline, tmp_path, caplog):
+    import dataclasses
+
+    from featx.config import command
+
+    data = write_rows(tmp_path / "d.csv", separable_rows(48))
+    settings = {"learning_rates": [1e-4, 3e-4], "batch_size": 8, "patience": 3, "min_delta": 0.0,
+                "head_input": "mean"}
+    capped = make_pipeline({"path": str(data)}, finetune=settings | {"max_epochs": 2})
+    capped = dataclasses.replace(capped, source="p.toml", overrides=("finetune.max_epochs=2",))
+    extract(capped)
+    first = run_finetune(capped)
+    assert first["stopped_by"] == "max_epochs" and first["epochs"] == 2
+    assert first["budget"] == {"max_epochs": 2, "max_seconds": None, "machine_dependent": False}
+    if first["converged"]:
+        pytest.skip("the tiny model's dev score flattened within 2 epochs: nothing to continue")
+    assert first["continue_with"] == command(capped, "finetune", "finetune.max_epochs=4")
+    assert first["continue_with"] == "featx finetune p.toml finetune.max_epochs=4"
+    assert run_finetune(capped)["created"] == first["created"]  # the same cap: nothing more to do
+    larger = dataclasses.replace(capped, finetune=dataclasses.replace(capped.finetune, max_epochs=4))
+    with caplog.at_level(logging.INFO, logger="featx"):
+        second = run_finetune(larger)
+    assert f"continuing lr-{first['learning_rate']:g} after epoch 2" in caplog.text
+    assert second["run_hash"] == first["run_hash"] and second["epochs"] > 2
+    assert second["steps"] == first["steps"] + (second["epochs"] - 2) * 5  # trained on, not again
+    assert second["curve"]["select"][:2] == first["curve"]["select"]
+    assert second["continued"] == [{"after_epoch": 2, "stopped_by": "max_epochs", "max_epochs": 4,
+                                    "max_seconds": 0.0}]
+    assert second["wall_seconds"] > first["wall_seconds"]
+
+
+def test_the_plan_and_an_estimate_are_said_before_training(make_pipeline, tmp_path, caplog):
+    from featx.finetune import worst_case_epochs
+
+    assert worst_case_epochs(2, 10, "halving") == 2 + 9  # both one epoch, the better one to 10
+    assert worst_case_epochs(4, 10, "halving") == 4 + 2 + 8 and worst_case_epochs(3, 5, "full") == 15
+    data = write_rows(tmp_path / "d.csv", separable_rows(400))
+    pipeline = make_pipeline({"path": str(data)}, finetune={"learning_rates": [1e-4], "max_epochs": 1,
+                                                            "batch_size": 8, "head_input": "mean"})
+    extract(pipeline)
+    with caplog.at_level(logging.INFO, logger="featx"):
+        run_finetune(pipeline)
+    assert "fine-tune plan:" in caplog.text and "at most 40 optimizer steps" in caplog.text
+    assert "no wall-time cap" in caplog.text
+    assert "optimizer steps/s on this machine" in caplog.text and "at most about" in caplog.text
+
+
 def test_regression_on_a_raw_scale(make_pipeline, tmp_path):
     rng = np.random.default_rng(0)
     rows = [{"text": " ".join(rng.choice(WORDS, 5)), "score": float(rng.uniform(0, 400))}

@@ -218,7 +218,7 @@ def test_featx_probe_end_to_end(make_pipeline, csv_dataset, tmp_path):
     record = next(r for r in on_disk if r["features"] == "mean@2" and r["head"] == "logistic")
     assert record["cache_key"] == key and record["pipeline"] == "test" and record["seeds"] == [0]
     assert record["protocol"] == {"name": "dev", "select_on": "dev", "report_on": "test"}
-    assert record["hyperparameters"] in [c["params"] for c in record["search"]] and len(record["search"]) == 5
+    assert record["hyperparameters"] in [c["params"] for c in record["search"]] and len(record["search"]) >= 5
     assert record["primary_metric"] == "accuracy" and 0 <= record["metrics"]["accuracy"] <= 1
     assert record["n_train"] == 96 and record["n_eval"] == 12 and record["fit_seconds"] > 0
     sweep = json.loads((run / "probe" / "sweep-mean-logistic.json").read_text())
@@ -323,8 +323,8 @@ def test_warm_started_path_and_holdout_match_fresh_fits(tmp_path):
     cfg = ProbeConfig()
     protocol = choose_protocol("holdout", ["train", "test"], 5, len(y))
     assert protocol.name == "holdout" and "held out" in protocol.select_on
-    params, threshold, search, _ = _select("logistic", "multilabel", 3, X, y, None, None, protocol,
-                                           cfg, "micro_f1", 1)
+    search = _select("logistic", "multilabel", 3, X, y, None, None, protocol=protocol, cfg=cfg,
+                     metric="micro_f1", threads=1).search
     held = np.sort(__import__("sklearn.model_selection", fromlist=["x"]).train_test_split(
         np.arange(len(y)), test_size=len(y) // 2, random_state=0)[1])
     for candidate in (c for c in search if not c.get("skipped")):  # each scores as a fresh fit would
@@ -337,18 +337,16 @@ def test_warm_started_path_and_holdout_match_fresh_fits(tmp_path):
     assert choose_protocol("auto", ["train", "test"], 5, 5_000).name == "cv"
 
 
-def test_a_regularisation_path_stops_past_its_peak(monkeypatch):
+def _scripted_head(monkeypatch, curve):
+    """A head whose accuracy is C / 100 exactly: right on the first C percent of the rows."""
     from sklearn.base import BaseEstimator, ClassifierMixin
 
-    from featx.probe import _select
-
     class Scripted(ClassifierMixin, BaseEstimator):
-        """Right on the first C percent of the rows, wrong on the others: accuracy C / 100."""
         def __init__(self, C=1.0):
             self.C = C
 
         def fit(self, X, y):
-            self.classes_, self.fits_ = np.unique(y), getattr(self, "fits_", 0) + 1
+            self.classes_ = np.unique(y)
             return self
 
         def predict_proba(self, X):
@@ -356,21 +354,51 @@ def test_a_regularisation_path_stops_past_its_peak(monkeypatch):
             truth = X[:, 0].astype(int)
             return np.eye(2)[np.where(right, truth, 1 - truth)]
 
-    curve = [10, 60, 40, 90, 20]  # a dip then a higher peak: the path stops at the dip
     monkeypatch.setitem(H.HEADS, "scripted", H.Head("scripted", lambda task, seed, threads, C: Scripted(C),
                                                     deterministic=True, path=True,
                                                     grid=lambda task: [{"C": c} for c in curve]))
+
+
+def _select_scripted(protocol, **cfg):
+    from featx.probe import _select
+
     y = np.arange(40) % 2
     X = y[:, None].astype(float)
+    dev = (X, y) if protocol.name == "dev" else (None, None)
+    return _select("scripted", "binary", 2, X, y, *dev, protocol=protocol, cfg=ProbeConfig(**cfg),
+                   metric="accuracy", threads=1)
+
+
+def test_a_regularisation_path_stops_past_its_peak(monkeypatch):
     dev = choose_protocol("dev", ["train", "dev", "test"], 5)
-    params, _, search, fitted = _select("scripted", "binary", 2, X, y, X, y, dev, ProbeConfig(), "accuracy", 1)
-    assert params == {"C": 60} and fitted.C == 60
-    assert [c.get("skipped", False) for c in search] == [False, False, False, True, True]
-    assert [round(c["score"], 2) for c in search[:3]] == [0.1, 0.6, 0.4]
+    _scripted_head(monkeypatch, [10, 60, 40, 30, 90])  # a peak, two below it: the path stops there
+    chosen = _select_scripted(dev)
+    assert chosen.params == {"C": 60} and chosen.fitted.C == 60
+    assert [c.get("skipped", False) for c in chosen.search] == [False, False, False, False, True]
+    assert [round(c["score"], 2) for c in chosen.search[:4]] == [0.1, 0.6, 0.4, 0.3]
+    assert len(chosen.scores) == len(chosen.truth) == 40
+    _scripted_head(monkeypatch, [10, 60, 40, 90, 20])  # one dip is not the end of the path
+    assert _select_scripted(dev).params == {"C": 90}
     # k-fold cross-validation walks the whole path: its scores are known only after every fold
+    _scripted_head(monkeypatch, [10, 60, 40, 30, 90])
     cv = choose_protocol("cv", ["train", "test"], 5)
-    _, _, search, _ = _select("scripted", "binary", 2, X, y, None, None, cv, ProbeConfig(folds=2), "accuracy", 1)
-    assert not any(c.get("skipped") for c in search)
+    assert not any(c.get("skipped") for c in _select_scripted(cv, folds=2).search)
+
+
+def test_a_grid_whose_edge_wins_goes_on_past_it(monkeypatch):
+    from featx.probe import EDGE_STEPS, _beyond
+
+    assert _beyond([{"C": 1e-3}, {"C": 1e-2}, {"C": 1e-1}], 0) == {"C": pytest.approx(1e-4)}
+    assert _beyond([{"C": 1e-3}, {"C": 1e-2}], -1) == {"C": pytest.approx(0.1)}
+    assert _beyond([{"num_leaves": 7, "x": 1}, {"num_leaves": 31, "x": 1}], 0) is None
+    _scripted_head(monkeypatch, [5, 10, 20, 40, 80])  # accuracy C / 100: the high edge wins
+    chosen = _select_scripted(choose_protocol("dev", ["train", "dev", "test"], 5))
+    # 160 scores 1.0 (better: go on), 320 scores 1.0 too (no better: stop)
+    assert [c["params"]["C"] for c in chosen.search] == [5, 10, 20, 40, 80, 160, 320][:5 + EDGE_STEPS]
+    assert chosen.params == {"C": 160}
+    _scripted_head(monkeypatch, [80, 40, 20])  # the low edge wins: nothing beyond it is better
+    chosen = _select_scripted(choose_protocol("cv", ["train", "test"], 5), folds=2)
+    assert [c["params"]["C"] for c in chosen.search] == [320, 160, 80, 40, 20] and chosen.params == {"C": 160}
 
 
 def test_joint_multilabel_logistic_equals_one_fit_per_label():
