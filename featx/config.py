@@ -491,16 +491,18 @@ def load_pipeline(path: str | Path, overrides: typing.Sequence[str] = ()) -> Pip
     return pipeline_from_dict(raw, source=str(path), overrides=tuple(overrides))
 
 
-def command(pipeline: Pipeline, stage: str, *extra: str) -> str:
-    """The shell command that runs `stage` on this pipeline as configured, plus `extra`
-    overrides (a later override of the same key wins)."""
+def command(pipeline: Pipeline | None, stage: str, *extra: str, args: tuple[str, ...] = ()) -> str:
+    """The shell command that runs `stage` on this pipeline as configured: the command's own
+    arguments `args` after the pipeline file, then its overrides and `extra` ones (an extra
+    override of the same key replaces the pipeline's)."""
     import shlex
 
-    shown = [o for o in pipeline.overrides if o.partition("=")[0].strip() != "progress"]
+    overrides = pipeline.overrides if pipeline is not None else ()
+    shown = [o for o in overrides if o.partition("=")[0].strip() != "progress"]
     keys = {e.partition("=")[0] for e in extra}
     shown = [o for o in shown if o.partition("=")[0].strip() not in keys] + list(extra)
-    return " ".join(["featx", stage, shlex.quote(pipeline.source or "PIPELINE.toml")]
-                    + [shlex.quote(o) for o in shown])
+    source = pipeline.source if pipeline is not None and pipeline.source else "PIPELINE.toml"
+    return " ".join(["featx", stage, shlex.quote(source), *args] + [shlex.quote(o) for o in shown])
 
 
 def pipeline_from_dict(raw: dict, source: str | None = None, overrides: tuple[str, ...] = ()) -> Pipeline:

@@ -352,6 +352,11 @@ def run_finetune(pipeline: Pipeline) -> dict:
     head = "lp-ft" if cfg.init_head_from_probe else "linear"
     done = directory / "finetune" / record_name(features, head)
     rows = _protocol_rows(plan.dataset, cfg)
+    select_split, report_split, _, select_rows = rows
+    M.check_defined(task, metric, {
+        ("dev" if select_split == "dev" else "held-out part of train"):
+            plan.dataset.splits[select_split].labels[select_rows],
+        report_split: plan.dataset.splits[report_split].labels}, plan.dataset.label_names)
     max_epochs = cfg.max_epochs or auto_max_epochs(len(rows[2]), cfg.batch_size)
     max_seconds = cfg.max_seconds or 0.0
     previous = _previous(done, run_hash)

@@ -99,6 +99,40 @@ def choose_threshold(y: np.ndarray, scores: np.ndarray) -> float:
     return float(best)
 
 
+def undefined(task: str, metric: str, y: np.ndarray, label_names) -> str | None:
+    """Why `metric` cannot be computed on rows labelled `y`, or None when it can: a score that
+    is 0 by convention there (scikit-learn's MCC of a single class) would read as a result."""
+    if len(y) == 0:
+        return None  # an empty split is refused where it is made, with its own fix
+    if TASKS[task].classes:
+        present = np.unique(y)
+        if len(present) < 2 and metric in ("mcc", "roc_auc", "f1", "macro_f1"):
+            return f"holds a single class ({label_names[int(present[0])]!r})"
+        return None
+    if TASKS[task].thresholded:
+        return "has no row with any label" if not np.asarray(y).any() else None
+    flat = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
+    constant = [label_names[j] for j in range(flat.shape[1]) if np.ptp(flat[:, j]) == 0]
+    if constant and metric in ("pearson", "spearman", "r2"):
+        return f"has a constant target {constant[0]!r} ({flat[0, label_names.index(constant[0])]:g})"
+    return None
+
+
+def check_defined(task: str, metric: str, splits: dict[str, np.ndarray], label_names) -> None:
+    """Refuse, before any fit, a selection or report split on which the primary metric is
+    undefined: every candidate would score the same convention, and the verdict rest on it."""
+    for name, y in splits.items():
+        reason = undefined(task, metric, y, list(label_names))
+        if reason:
+            other = [m for m in NAMES[task] if m not in LOWER_IS_BETTER and m != metric
+                     and undefined(task, m, y, list(label_names)) is None]
+            raise FeatxError(
+                f"the {name} split {reason}: {metric} is undefined on it, so no configuration can be "
+                f"chosen or compared by it. Give that split rows of every class (more rows, or "
+                f"data.dev_fraction / data.test_fraction), or choose a metric defined there"
+                + (f" (probe.metric = {other[0]!r})" if other else ""))
+
+
 def check_trainable(task: str, y: np.ndarray, label_names) -> None:
     """A single-class training split or a constant target is a clear error, not a crash deep
     in scikit-learn."""

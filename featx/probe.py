@@ -567,8 +567,13 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
     path = find_cache(pipeline)
     with Cache(path) as cache:
         first, later = plan_jobs(cache, cfg)
-        choose_protocol(cfg.protocol, cache.splits, cfg.folds)  # fail before forking workers
+        # Fail before forking workers: an unusable protocol, training split or selection split.
+        protocol = choose_protocol(cfg.protocol, cache.splits, cfg.folds, cache.n_rows("train"),
+                                   cfg.cv_max_rows)
         M.check_trainable(cache.task, cache.labels("train"), cache.label_names)
+        metric = "accuracy" if protocol.name == "mteb" else M.primary(cache.task, cfg.metric)
+        M.check_defined(cache.task, metric, {s: cache.labels(s) for s in dict.fromkeys(
+            [protocol.report_on] + (["dev"] if protocol.name == "dev" else []))}, cache.label_names)
         directory = writable_dir(run_dir(pipeline.runs_dir, pipeline.name, cache.key))
     heads_dir = directory / "heads" if cfg.save_heads else None
     total = len(first) + len(later)

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from featx.config import Pipeline
+from featx.config import Pipeline, command
 from featx.errors import FeatxError
-from featx.records import best_frozen, best_tuned, made_by, read_records, selection_score
+from featx.records import best_frozen, best_tuned, frozen_choice, made_by, read_records, selection_score
 
 # How the verdict reads the quality ratio (best frozen / fine-tuned primary metric).
 GOOD_ENOUGH, CLOSE = 0.98, 0.90
@@ -145,55 +145,98 @@ class Verdict:
     """The paired bootstrap of the best frozen probe against the TF-IDF baseline."""
 
 
-def verdict(inputs: Inputs, runs_dir: str | Path | None = None) -> Verdict:
-    """Best frozen probe against the best fine-tune (pretrained backbone), with the numbers.
+def verdict(inputs: Inputs, runs_dir: str | Path | None = None, pipeline: "Pipeline | None" = None) -> Verdict:
+    """The frozen choice against the best fine-tune (pretrained backbone), in one paragraph.
 
     Both sides are chosen by their selection score (dev or cross-validation), never by the test
     score they report. With their predictions (`runs_dir`), the two are compared by a paired
-    bootstrap over the same test rows: the difference, its 95% interval and the ratio."""
-    frozen = best_frozen(inputs.main)
-    if frozen is None:
-        return Verdict("No probe records yet: run `make probe` to train heads on the cache.",
+    bootstrap over the same test rows: the difference, its 95% interval and the ratio. An
+    unconverged fine-tune is a lower bound: the paragraph leads with that and with the command
+    that continues it. With `pipeline`, each verdict ends with the command that acts on it."""
+    choice = frozen_choice(inputs.main)
+    run = lambda stage, *extra, args=(): f"`{command(pipeline, stage, *extra, args=args)}`"  # noqa: E731
+    if choice is None:
+        return Verdict(f"No probe records yet: run {run('probe')} to train heads on the cache.",
                        None, None, None, None)
+    frozen = choice.record
     primary = frozen["primary_metric"]
-    frozen_text = (f"best frozen ({frozen['pooling']}, layer{'s' if len(frozen['layers']) > 1 else ''} "
-                   f"{'+'.join(map(str, frozen['layers']))}, {frozen['head']}; chosen on "
-                   f"{frozen['protocol']['select_on']})")
+    described = _frozen_text(choice)
     f = _value(frozen, primary)
     lexical, lexical_text = _lexical(inputs, frozen, primary, runs_dir)
     tuned = best_tuned(inputs.main, primary)
     if tuned is None:
-        return Verdict(f"{_capital(frozen_text)} reaches {primary} = {_with_ci(frozen, primary)} on "
-                       f"{frozen['n_eval']} {frozen['protocol']['report_on']} rows. No fine-tune "
-                       f"record yet: run `make finetune` for the baseline this is to be compared with."
+        return Verdict(f"{described} reach {primary} = {_with_ci(frozen, primary)} on "
+                       f"{frozen['n_eval']:,} {frozen['protocol']['report_on']} rows. No fine-tune record "
+                       f"yet: run {run('finetune')} for the baseline this is to be compared with."
                        f"{lexical_text}", frozen, None, None, None, None, lexical)
     t = _value(tuned, primary)
-    frozen_cost = frozen["backbone_forward_passes"] or 0
-    tuned_cost = tuned["backbone_forward_passes"] or 0
-    compute = frozen_cost / tuned_cost if frozen_cost and tuned_cost else None
-    cost_text = (f" for {_fraction(compute)} of the compute ({frozen_cost:,} vs {tuned_cost:,} backbone "
-                 "forward-pass equivalents: one extraction pass against the fine-tune's whole "
-                 "learning-rate search, training steps at ~3 forwards each plus evaluation)") if compute else ""
-    wall = _wall(frozen, tuned)
     if not (math.isfinite(f) and math.isfinite(t)):
         undefined = " and ".join(n for n, v in (("the frozen probe", f), ("the fine-tune", t)) if not math.isfinite(v))
         return Verdict(f"No verdict: {primary} is undefined for {undefined} (a constant prediction or "
-                       "a single-class test split); see the table.", frozen, tuned, None, compute)
+                       "a single-class test split); see the table.", frozen, tuned, None, None)
+    frozen_cost, tuned_cost = frozen["backbone_forward_passes"] or 0, tuned["backbone_forward_passes"] or 0
+    compute = frozen_cost / tuned_cost if frozen_cost and tuned_cost else None
     comparison = _paired(inputs, frozen, tuned, primary, runs_dir)
     ratio = f / t if t > 0 and f >= 0 else None
+    if tuned["converged"] is False:
+        text = _unfinished(described, frozen, tuned, primary, comparison, run)
+        return Verdict(text + lexical_text, frozen, tuned, ratio, compute, comparison, lexical)
+    cost_text = (f" for {_fraction(compute)} of the compute ({frozen_cost:,} vs {tuned_cost:,} backbone "
+                 "forward-pass equivalents: one extraction pass against the fine-tune's whole "
+                 "learning-rate search, training steps at ~3 forwards each plus evaluation)") if compute else ""
     if ratio is not None:
-        head = (f"{_capital(frozen_text)} reaches {ratio:.1%} of the fine-tuned {primary} "
-                f"({f:.4f} vs {t:.4f}){cost_text}.")
+        head = f"{described} reach {ratio:.1%} of the fine-tuned {primary} ({f:.4f} vs {t:.4f}){cost_text}."
     else:  # a ratio of a negative or zero score means nothing; give the difference
-        head = (f"{_capital(frozen_text)}: {primary} {f:.4f} against {t:.4f} fine-tuned "
-                f"(difference {f - t:+.4f}){cost_text}.")
-    reading = _reading(ratio, f, t, comparison, tuned)
-    text = f"{head}{_comparison_text(comparison, tuned)}{wall} {reading}{lexical_text}"
-    return Verdict(text, frozen, tuned, ratio, compute, comparison, lexical)
+        head = (f"{described}: {primary} {f:.4f} against {t:.4f} fine-tuned (difference "
+                f"{f - t:+.4f}){cost_text}.")
+    reading, act = _reading(ratio, f, t, comparison)
+    text = f"{head}{_comparison_text(comparison, tuned)}{_wall(frozen, tuned)} {reading}{lexical_text}"
+    next_step = {"frozen": f" Next: predict with the frozen choice, {run('predict', args=('new.csv',))}.",
+                 "tuned": " Next: use the fine-tuned model, "
+                          f"{run('export', args=('exported', '--finetuned'))}."}.get(act, "")
+    return Verdict(text + next_step, frozen, tuned, ratio, compute, comparison, lexical)
 
 
-def _capital(text: str) -> str:
-    return text[0].upper() + text[1:]
+def _frozen_text(choice) -> str:
+    """"Frozen features (mean, layer 5, mlp; chosen on dev ...)", with how the choice was made."""
+    frozen = choice.record
+    layers = f"layer{'s' if len(frozen['layers']) > 1 else ''} {'+'.join(map(str, frozen['layers']))}"
+    vectors = {"bi": f"[u, v, |u - v|, u * v] of the two texts' {frozen['pooling']} vectors",
+               "cos": f"the cosine of the two texts' {frozen['pooling']} vectors"}.get(frozen["combine"], frozen["pooling"])
+    head = "no training" if frozen["head"] == "identity" else frozen["head"]
+    rule = ""
+    if choice.record is not choice.top:
+        rule = (f", the simplest of the {choice.within} configurations within one standard error "
+                f"({choice.se:.4f}) of the best selection score, {selection_score(choice.top):.4f} "
+                f"({choice.top['features']} {choice.top['head']})")
+    return f"Frozen features ({vectors}, {layers}, {head}; chosen on {frozen['protocol']['select_on']}{rule})"
+
+
+def _unfinished(described: str, frozen: dict, tuned: dict, primary: str, comparison, run) -> str:
+    """The verdict against a fine-tune a cap stopped while it was still improving: that comes
+    first, with the command that continues it; no ratio headline against it."""
+    cap = (f"its epoch cap (finetune.max_epochs = {tuned['epochs']})" if tuned["stopped_by"] == "max_epochs"
+           else "its wall-time cap (finetune.max_seconds)" if tuned["stopped_by"] == "budget"
+           else f"{tuned['stopped_by']}")
+    go_on = (f"`{tuned['continue_with']}`" if tuned["continue_with"]
+             else run("finetune", "finetune.max_epochs=" + str(2 * max(tuned["epochs"] or 1, 1))))
+    text = (f"The fine-tune did not converge: {cap} stopped it after {tuned['epochs']} epochs while its "
+            f"{primary} on {tuned['protocol']['select_on']} was still rising, so its {primary} "
+            f"({_with_ci(tuned, primary)}) is only a lower bound; continue it with {go_on} (it resumes "
+            f"from its last epoch). So far, {described[0].lower() + described[1:]} score "
+            f"{_value(frozen, primary):.4f} against it")
+    if comparison is None:
+        return text + (f"; no interval: the records' predictions are missing or not on the same rows. "
+                       "Whether fine-tuning pays is not settled until it converges.")
+    low, high = comparison["difference_ci"]
+    text += (f" (paired bootstrap over the same {comparison['n']:,} {comparison['split']} rows: difference "
+             f"{comparison['difference']:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}]).")
+    if low > 0:
+        return text + (" Frozen features lead the unfinished fine-tune, which does not show that "
+                       "fine-tuning cannot do better: that is settled only once it converges.")
+    if high < 0:
+        return text + " Even unfinished, the fine-tune is measurably better: fine-tuning pays on this task."
+    return text + " No measurable difference so far; the finished fine-tune may still pull ahead."
 
 
 def _comparison_text(comparison: dict | None, tuned: dict) -> str:
@@ -208,33 +251,29 @@ def _comparison_text(comparison: dict | None, tuned: dict) -> str:
     return text + "."
 
 
-def _reading(ratio, f, t, comparison, tuned) -> str:
-    lower_bound = "" if tuned["converged"] is not False else (
-        f" The fine-tune did not converge (stopped by {tuned['stopped_by']} while its selection "
-        f"score was still rising): its {tuned['primary_metric']} is a lower bound, so fine-tuning "
-        "may do better than shown.")
+def _reading(ratio, f, t, comparison) -> tuple[str, str]:
+    """(the reading of a converged comparison, which side to act on: frozen, tuned or none)."""
     if comparison is not None:
         low, high = comparison["difference_ci"]
         if low <= 0 <= high:
             wide = high - low > 0.05
             return ("No measurable difference: frozen features are as good as this test set can tell"
                     + (" (the interval is wide: more test rows would tell smaller differences apart)."
-                       if wide else ".") + lower_bound)
+                       if wide else "."), "frozen")
         if low > 0:
-            if lower_bound:
-                return ("Frozen features score higher, but" + lower_bound[0].lower() + lower_bound[1:]
-                        + " This does not show that fine-tuning cannot do better.")
-            return "Frozen features beat the fine-tune here: keep them."
+            return "Frozen features beat the fine-tune here: keep them.", "frozen"
     if ratio is None:
-        return ("Frozen features are good enough here." if f >= t else "Fine-tuning pays on this task.") + lower_bound
-    return ("Frozen features are good enough here." if ratio >= GOOD_ENOUGH else
-            "Frozen features come close: use them to iterate, fine-tune for the last points."
-            if ratio >= CLOSE else "Fine-tuning pays on this task.") + lower_bound
+        return ("Frozen features are good enough here.", "frozen") if f >= t else ("Fine-tuning pays on this task.", "tuned")
+    if ratio >= GOOD_ENOUGH:
+        return "Frozen features are good enough here.", "frozen"
+    if ratio >= CLOSE:
+        return "Frozen features come close: use them to iterate, fine-tune for the last points.", "none"
+    return "Fine-tuning pays on this task.", "tuned"
 
 
 def _lexical(inputs: Inputs, frozen: dict, primary: str, runs_dir) -> tuple[dict | None, str]:
-    """Whether the backbone adds anything over TF-IDF: the best frozen probe against the
-    lexical baseline, paired on the same rows."""
+    """Whether the backbone adds anything over TF-IDF: the frozen choice against the lexical
+    baseline, paired on the same rows."""
     lexical = [r for r in inputs.main if r["baseline"] == "lexical" and r["primary_metric"] == primary]
     if not lexical:
         return None, ""
@@ -244,11 +283,15 @@ def _lexical(inputs: Inputs, frozen: dict, primary: str, runs_dir) -> tuple[dict
     if comparison is None:
         return None, f" The TF-IDF baseline reaches {primary} = {value}."
     low, high = comparison["difference_ci"]
+    interval = (f"(difference {comparison['difference']:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}])")
+    if high < 0:
+        return comparison, (f" A linear head on TF-IDF of the texts' words and character n-grams does "
+                            f"measurably better ({primary} = {value}) than the frozen choice {interval}: "
+                            "on this task the backbone's frozen features lose to word and character "
+                            "n-grams.")
     if low <= 0:
         return comparison, (f" A linear head on TF-IDF of the texts' words and character n-grams reaches "
-                            f"{primary} = {value}, "
-                            f"within the interval of the best frozen probe (difference "
-                            f"{comparison['difference']:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}]): "
+                            f"{primary} = {value}, within the interval of the frozen choice {interval}: "
                             "the backbone adds nothing measurable over word and character n-grams here.")
     return comparison, (f" The backbone adds {comparison['difference']:+.4f} {primary} over TF-IDF on the "
                         f"texts ({value}; 95% interval of the gain [{low:+.4f}, {high:+.4f}]).")
@@ -535,7 +578,7 @@ def write_report(runs_dir: str | Path, reports_dir: str | Path, pipeline: str,
     out_dir = writable_dir(Path(reports_dir) / pipeline, "the report directory")
     all_rows = rows(inputs)
     header, cells = table_rows(all_rows)
-    judged = verdict(inputs, runs_dir)
+    judged = verdict(inputs, runs_dir, current)
     images = plots(inputs, Path(reports_dir) / ".matplotlib")
     notes = _notes(inputs)
     for name, data in images.items():

@@ -199,8 +199,11 @@ def test_a_fine_tune_that_did_not_converge_is_a_lower_bound(tmp_path):
                              | {"converged": False, "stopped_by": "budget"}, predictions_for(y, 0.50, 2))
     write_pairs(tmp_path / "runs", [frozen, tuned])
     text = verdict(collect(tmp_path / "runs", "fx"), tmp_path / "runs").text
-    assert "did not converge" in text and "lower bound" in text and "stopped by budget" in text
-    assert "beat the fine-tune" not in text
+    # It leads with the fine-tune being unfinished and the command that continues it; no ratio.
+    assert text.startswith("The fine-tune did not converge: its wall-time cap") and "lower bound" in text
+    assert "continue it with `featx finetune" in text and "of the fine-tuned" not in text
+    assert "beat the fine-tune" not in text and "Frozen features lead the unfinished fine-tune" in text
+    assert "  " not in text and ". ." not in text and ", but The" not in text
 
 
 def test_lexical_baseline_within_the_interval_is_said(tmp_path):
@@ -239,3 +242,63 @@ def test_tampered_predictions_are_refused(tmp_path):
     stored = __import__("json").loads(path.read_text())
     with pytest.raises(FeatxError, match="does not match the hash"):
         read_predictions(run_dir(tmp_path, "fx", KEY), stored)
+
+
+def test_lexical_baseline_measurably_better_is_said(tmp_path):
+    y = labels(800)
+    frozen = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0), predictions_for(y, 0.60, 1))
+    lexical = with_predictions(fake("probe", "multiclass", "text", "tfidf", 0) | {"baseline": "lexical"},
+                               predictions_for(y, 0.90, 3))
+    write_pairs(tmp_path / "runs", [frozen, lexical])
+    judged = verdict(collect(tmp_path / "runs", "fx"), tmp_path / "runs")
+    assert judged.lexical["difference_ci"][1] < 0
+    assert "does measurably better" in judged.text and "lose to word and character n-grams" in judged.text
+    assert "within the interval" not in judged.text and "adds nothing measurable" not in judged.text
+
+
+def test_the_frozen_side_is_the_simplest_within_one_standard_error(tmp_path):
+    from featx.records import frozen_choice
+
+    y = labels(300)
+    logistic = fake("probe", "multiclass", "mean@4", "logistic", 0, selection=0.428) | {"selection_se": 0.015,
+                                                                                      "n_features": 384}
+    lightgbm = fake("probe", "multiclass", "sentence@6", "lightgbm", 0, selection=0.433) | {"selection_se": 0.015,
+                                                                                          "n_features": 384}
+    wide = fake("probe", "multiclass", "mean@3+4+5+6", "logistic", 0, selection=0.431) | {"selection_se": 0.015,
+                                                                                        "n_features": 1536}
+    far = fake("probe", "multiclass", "mean@1", "logistic", 0, selection=0.40) | {"selection_se": 0.015,
+                                                                                "n_features": 384}
+    pairs = [with_predictions(r, predictions_for(y, 0.8, i)) for i, r in enumerate([logistic, lightgbm, wide, far])]
+    write_pairs(tmp_path / "runs", pairs)
+    inputs = collect(tmp_path / "runs", "fx")
+    choice = frozen_choice(inputs.main)
+    # lightgbm has the top score, but three are within 0.015 of it: the simplest head, then the
+    # fewest features
+    assert choice.top["head"] == "lightgbm" and choice.within == 3
+    assert (choice.record["features"], choice.record["head"]) == ("mean@4", "logistic")
+    text = verdict(inputs, tmp_path / "runs").text
+    assert "the simplest of the 3 configurations within one standard error (0.0150)" in text
+    assert "0.4330 (sentence@6 lightgbm)" in text
+    # without a standard error (older records) the top score wins, as before
+    assert frozen_choice([r | {"selection_se": None} for r in inputs.main]).record["head"] == "lightgbm"
+
+
+def test_each_verdict_ends_with_the_command_that_acts_on_it(tmp_path):
+    import dataclasses
+
+    from featx.config import pipeline_from_dict
+
+    pipeline = dataclasses.replace(pipeline_from_dict({"name": "fx", "data": {"builtin": "trec"}}),
+                                   source="pipelines/fx.toml", overrides=("model.name=./m",))
+    y = labels(600)
+    frozen = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0), predictions_for(y, 0.60, 1))
+    tuned = with_predictions(fake("finetune", "multiclass", "finetune:pooler", "linear", 0) | {"converged": True},
+                             predictions_for(y, 0.95, 2))
+    write_pairs(tmp_path / "runs", [frozen, tuned])
+    text = verdict(collect(tmp_path / "runs", "fx"), tmp_path / "runs", pipeline).text
+    assert text.endswith("Next: use the fine-tuned model, "
+                         "`featx export pipelines/fx.toml exported --finetuned model.name=./m`.")
+    write_pairs(tmp_path / "runs", [with_predictions(tuned[0], predictions_for(y, 0.60, 1))])
+    text = verdict(collect(tmp_path / "runs", "fx"), tmp_path / "runs", pipeline).text
+    assert text.endswith("Next: predict with the frozen choice, "
+                         "`featx predict pipelines/fx.toml new.csv model.name=./m`.")

@@ -369,3 +369,26 @@ def test_report_keeps_matplotlib_caches_in_the_data_directory(tmp_path):
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=Path(__file__).resolve().parents[2])
     assert not (home / ".cache" / "matplotlib").exists() and not (home / ".config" / "matplotlib").exists()
     assert (tmp_path / "reports" / ".matplotlib").is_dir()
+
+
+@pytest.mark.parametrize("single, task, metric", [("test", "binary", None), ("dev", "binary", None),
+                                                  ("test", "multiclass", "mcc")])
+def test_a_split_where_the_metric_is_undefined_gives_no_verdict(tmp_path, make_pipeline, single, task, metric):
+    """A single-class dev or test split: MCC would be 0 by convention for every candidate (a
+    flat 0, "converged"), and the verdict would rest on it."""
+    rows = classification_rows(90)
+    if task == "binary":
+        rows = [r | {"label": "animal" if r["label"] == "animal" else "other"} for r in rows]
+    split = ["train"] * 60 + ["dev"] * 15 + ["test"] * 15
+    rows = [r | {"split": s} for r, s in zip(rows, split)]
+    for r in rows:
+        if r["split"] == single:
+            r["label"] = "animal"
+    pipeline = make_pipeline({"path": str(write_rows(tmp_path / "one.csv", rows)), "split_column": "split"},
+                             probe={"metric": metric} if metric else {},
+                             finetune={"max_epochs": 1, "learning_rates": [1e-4]})
+    extract(pipeline)
+    refused(f"the {single} split holds a single class \\('animal'\\): mcc is undefined", run_probe, pipeline)
+    refused(f"the {single} split holds a single class \\('animal'\\): mcc is undefined", run_finetune, pipeline)
+    with pytest.raises(FeatxError, match="probe.metric = 'accuracy'"):
+        run_probe(pipeline)
