@@ -427,7 +427,7 @@ def _walk(head: str, task: str, n_classes: int, grid: list[dict], X, y, X_dev, s
                 value = candidate["scored"][0]
                 if path_best is None or _better(value, path_best):
                     path_best, below = value, 0
-                elif value < path_best:  # past the peak (NaN never stops the path)
+                elif value < path_best - TIE:  # past the peak (NaN never stops the path)
                     below += 1
                     if below >= PATH_PATIENCE:
                         break
@@ -442,7 +442,7 @@ def _best(tried: list[dict]) -> int:
         if candidate["scored"] is None:
             continue
         if best is None or _better(candidate["scored"][0], tried[best]["scored"][0]) or (
-                candidate["scored"][0] == tried[best]["scored"][0]
+                not _better(tried[best]["scored"][0], candidate["scored"][0])
                 and candidate.get("extension", 0) < tried[best].get("extension", 0)):
             best = j
     return best
@@ -468,8 +468,13 @@ def _score(task: str, truth: np.ndarray, scores: np.ndarray, metric: str) -> tup
     return M.evaluate(task, truth, scores, threshold)[metric], threshold
 
 
+# Scores closer than this are a tie (a correlation is invariant to a ridge's shrinkage, and its
+# value then differs between candidates only in rounding): the earlier candidate keeps it.
+TIE = 1e-9
+
+
 def _better(value: float, than: float) -> bool:
-    return not np.isnan(value) and (np.isnan(than) or value > than)
+    return not np.isnan(value) and (np.isnan(than) or value > than + TIE)
 
 
 def _selection_splits(task, y, protocol: Protocol, folds: int, seed: int) -> list[tuple]:
