@@ -8,7 +8,14 @@ time cap (it can take hours on large label sets); when the cap stops it, its tim
 bound and its best score is the best of the fits it finished.
 
 Datasets: built-in TREC coarse (6 classes) and fine (47), and when ../shared/data is present,
-GoEmotions (43,410 train, 28 labels, multilabel) and SST-2's full train (67,349, binary).
+GoEmotions (43,410 train, 28 labels, multilabel), SST-2's full train (67,349, binary), CoLA
+(binary, MCC) and STS-B (pairs, regression).
+
+Selection: the default probe runs once per seed (`FEATX_BENCH_SEEDS`, default 0,1,2; the seed
+moves the MLP's and LightGBM's fits and the folds), and on each seed's records the verdict's
+frozen side is chosen twice, by the highest selection score (the rule before) and by the
+one-standard-error rule (featx's): the chosen configuration's test score, averaged over seeds,
+and how often the pick changed between seeds.
 """
 from __future__ import annotations
 
@@ -29,7 +36,10 @@ DATASETS = [  # (name, pipeline file, overrides, needs ../shared/data)
     ("TREC fine", "pipelines/trec-fine.toml", [], False),
     ("GoEmotions", "pipelines/goemotions.toml", [], True),
     ("SST-2 full train", "pipelines/sst2.toml", [], True),
+    ("CoLA", "pipelines/cola.toml", [], True),
+    ("STS-B", "pipelines/stsb.toml", [], True),
 ]
+SEEDS = [int(s) for s in os.environ.get("FEATX_BENCH_SEEDS", "0,1,2").split(",") if s.strip()]
 PREVIOUS = ['probe.grid="full"', 'probe.poolings=["cls","mean","pooler","max"]', "probe.baselines=[]",
             "probe.cv_max_rows=1000000000"]
 PREVIOUS_CAP_S = int(os.environ.get("FEATX_BENCH_PREVIOUS_CAP", "1200"))
@@ -81,11 +91,44 @@ def one(name: str, pipeline_file: str, overrides: list[str], scratch: Path) -> d
     old_seconds, finished = _probe_child(pipeline_file, [f"data_dir={old_dir}", "progress=false",
                                                          *overrides, *PREVIOUS], cap=PREVIOUS_CAP_S)
     old_best, old_per_head, old_fits = _summary(old_dir / "runs")
+    picks = {SEEDS[0]: _picks(new_dir / "runs")} if SEEDS else {}
+    for seed in SEEDS[1:]:  # the same cache, hard-linked into a data_dir per seed
+        seed_dir = scratch / f"{name.replace(' ', '-')}-seed{seed}"
+        (seed_dir / "cache").mkdir(parents=True)
+        os.link(result.path, seed_dir / "cache" / result.path.name)
+        _probe_child(pipeline_file, [f"data_dir={seed_dir}", "progress=false", *overrides,
+                                     f"probe.seeds=[{seed}]"], cap=10 ** 6)
+        picks[seed] = _picks(seed_dir / "runs")
     return {"dataset": name, "rows": result.stats["rows_total"], "backbone_pass_s": forward,
             "probe_s": seconds, "ratio": seconds / forward, "fits": fits, "per_head_fit_s": per_head,
             "best_selection": best, "previous_s": old_seconds, "previous_finished": finished,
             "previous_fits": old_fits, "previous_per_head_fit_s": old_per_head,
-            "previous_best_selection": old_best}
+            "previous_best_selection": old_best, "picks": picks}
+
+
+def _picks(runs: Path) -> dict:
+    """The frozen side each rule picks from one probe run's records, with its test score."""
+    from featx.records import frozen_choice, read_records
+
+    records = [r for d in runs.glob("*/*") for r in read_records(d)]
+    choice = frozen_choice(records)
+    describe = lambda r: {"config": f"{r['features']} {r['head']}",  # noqa: E731
+                          "test": r["metrics"][r["primary_metric"]]}
+    return {"max": describe(choice.top), "one_se": describe(choice.record)}
+
+
+def stability(result: dict) -> dict:
+    """Per rule: mean test score of the pick over seeds, its spread, and distinct picks."""
+    import numpy as np
+
+    out = {}
+    for rule in ("max", "one_se"):
+        picks = [p[rule] for p in result["picks"].values()]
+        tests = np.array([p["test"] for p in picks])
+        out[rule] = {"mean_test": float(tests.mean()), "std_test": float(tests.std()),
+                     "distinct": len({p["config"] for p in picks}), "seeds": len(picks),
+                     "configs": [p["config"] for p in picks]}
+    return out
 
 
 def run() -> dict:
@@ -111,6 +154,15 @@ def run() -> dict:
     print(table(rows, ["dataset", "backbone pass s", "probe s", "x pass", f"<= {TARGET:g}x",
                        "previous grid s", "best selection", "previous best", "loss <= 0.5 pt",
                        "fit s per head (summed over fits)"]))
+    rows = []
+    for r in results:
+        r["stability"] = stability(r)
+        before, after = r["stability"]["max"], r["stability"]["one_se"]
+        rows.append([r["dataset"], before["mean_test"], before["std_test"], f"{before['distinct']}/{before['seeds']}",
+                     after["mean_test"], after["std_test"], f"{after['distinct']}/{after['seeds']}",
+                     after["mean_test"] - before["mean_test"]])
+    print(table(rows, ["dataset", "max rule: test (mean)", "std", "distinct picks", "1-SE rule: test (mean)",
+                       "std", "distinct picks", "1-SE - max"]))
     out = {"machine": machine(), "target_ratio": TARGET, "previous_cap_s": PREVIOUS_CAP_S,
            "datasets": results}
     print(f"written to {save('probe', out)}")

@@ -308,6 +308,8 @@ class Candidate:
     eval_rows: int = 0
     loss: list = dataclasses.field(default_factory=list)
     select: list = dataclasses.field(default_factory=list)
+    epoch_seconds: list = dataclasses.field(default_factory=list)
+    """Training seconds (evaluation included) spent when each epoch ended, cumulative."""
     weights_file: str | None = None
     optimizer_file: str | None = None
     """The last committed epoch's files (what a resumed run starts from)."""
@@ -633,6 +635,7 @@ def _train(setup: Setup, candidate: Candidate, everyone: list[Candidate], until:
         bar.close()
         _evaluate(setup, model, candidate, epoch)
         candidate.seconds += time.perf_counter() - started
+        candidate.epoch_seconds.append(round(candidate.seconds, 3))
         if candidate.stale >= cfg.patience:
             candidate.stopped_by = "patience"
         elif epoch >= setup.max_epochs:
@@ -760,7 +763,8 @@ def _candidate_entry(candidate: Candidate) -> dict:
     return {"params": {"learning_rate": candidate.learning_rate}, "score": candidate.best_score
             if candidate.best_epoch else None, "epochs": candidate.epoch, "best_epoch": candidate.best_epoch,
             "stopped_by": candidate.stopped_by, "converged": candidate.converged,
-            "seconds": round(candidate.seconds, 3), "curve": candidate.select}
+            "seconds": round(candidate.seconds, 3), "curve": candidate.select,
+            "epoch_seconds": candidate.epoch_seconds}
 
 
 def _keep_best(checkpoints: Path, chosen: Candidate, keep_all: bool) -> Path:
