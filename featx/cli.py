@@ -105,6 +105,14 @@ def cmd_predict(pipeline: Pipeline, args) -> None:
     print(result["out"])
 
 
+def cmd_keys(section: str | None = None) -> int:
+    """List every key a pipeline file takes, with its default and what it does (docs/keys.md)."""
+    from featx.config import keys_reference
+
+    print(keys_reference(section))
+    return 0
+
+
 def cmd_export(pipeline: Pipeline, args) -> None:
     """Export the fine-tuned model as a Hugging Face folder, or a frozen head with its backbone."""
     from featx.predict import export
@@ -118,6 +126,12 @@ COMMANDS = {"extract": cmd_extract, "probe": cmd_probe, "finetune": cmd_finetune
 USE = {"predict": cmd_predict, "export": cmd_export}
 
 
+def _summary(doc: str) -> str:
+    """A docstring's first sentence, however many lines it spans (the command list's line)."""
+    text = " ".join(doc.split())
+    return text.split(". ")[0].rstrip(".") + "."
+
+
 def build_parser() -> argparse.ArgumentParser:
     from featx.version import __version__
 
@@ -128,8 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="no progress bars (the one-line summaries stay)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug messages too")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    keys = commands.add_parser("keys", help=_summary(cmd_keys.__doc__), description=cmd_keys.__doc__)
+    keys.add_argument("section", nargs="?", help="data, model, extract, probe, finetune or pipeline")
     for name, fn in (COMMANDS | USE).items():
-        sub = commands.add_parser(name, help=fn.__doc__.splitlines()[0], description=fn.__doc__)
+        sub = commands.add_parser(name, help=_summary(fn.__doc__), description=fn.__doc__)
         sub.add_argument("pipeline", help="pipeline TOML file, e.g. pipelines/trec.toml")
         if name == "predict":
             sub.add_argument("input", help="file of texts (CSV, TSV, JSONL, Parquet; labels optional), "
@@ -154,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     level = logging.DEBUG if args.verbose else logging.INFO
     logging.basicConfig(level=level,
                         format="featx: %(message)s", stream=sys.stderr)
-    overrides = list(args.overrides) + (["progress=false"] if args.quiet else [])
     try:
+        if args.command == "keys":
+            return cmd_keys(args.section)
+        overrides = list(args.overrides) + (["progress=false"] if args.quiet else [])
         pipeline = load_pipeline(args.pipeline, overrides)
         if args.command in USE:
             USE[args.command](pipeline, args)

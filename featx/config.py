@@ -475,6 +475,59 @@ SECTIONS = {"data": DataConfig, "model": ModelConfig, "extract": ExtractConfig,
             "probe": ProbeConfig, "finetune": FinetuneConfig}
 
 
+def field_docs(cls) -> dict[str, str]:
+    """Each field's docstring (the string literal under it in the class body), read from the
+    source: the one place a key is described."""
+    import ast
+    import inspect
+
+    body = ast.parse(inspect.getsource(cls)).body[0].body
+    docs = {}
+    for node, after in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def keys_reference(section: str | None = None) -> str:
+    """Every key of a pipeline file with its type, default and docstring, as markdown (docs/keys.md
+    is this text; `featx keys [section]` prints it)."""
+    tables = {"pipeline": Pipeline, **SECTIONS}
+    if section is not None:
+        check_choice(section, tables, "section")
+    lines = ["# Pipeline keys", "",
+             "Every key of a pipeline file (`pipelines/<name>.toml`), with its default; generated from the "
+             "dataclasses in `featx/config.py` (`featx keys [section]` prints the same). Override any on "
+             "the command line as `section.key=value`.", ""]
+    for name, cls in tables.items():
+        if section is not None and name != section:
+            continue
+        hints, docs = typing.get_type_hints(cls), field_docs(cls)
+        lines += [f"## [{name}]" if name != "pipeline" else "## top level", "", "| key | type | default | meaning |",
+                  "|---|---|---|---|"]
+        for f in dataclasses.fields(cls):
+            if f.name in SECTIONS or f.name in ("source", "overrides"):
+                continue  # the sections themselves; set by featx, not by a file
+            default = (f.default if f.default is not dataclasses.MISSING else
+                       "(required)" if f.default_factory is dataclasses.MISSING else f.default_factory())
+            shown = "(required)" if default == "(required)" else "unset" if default is None else _toml(default)
+            kind = str(hints[f.name]).replace("typing.", "").replace("NoneType", "None").replace(" | ", " or ")
+            lines.append(f"| `{f.name}` | `{kind}` | `{shown}` | {docs.get(f.name, '').replace('|', '/')} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return repr(value)
+
+
 def load_pipeline(path: str | Path, overrides: typing.Sequence[str] = ()) -> Pipeline:
     """Read a pipeline TOML file, apply `key=value` overrides, validate, return the config."""
     path = Path(path)

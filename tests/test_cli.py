@@ -60,3 +60,18 @@ def test_extract_then_info(tmp_path, tiny_bert):
     probe = run_featx("probe", str(pipeline), 'probe.heads=["logistic"]', "probe.n_jobs=1")
     assert probe.returncode == 0, probe.stderr
     assert "mean@2" in probe.stdout and "*" in probe.stdout and "primary metric: accuracy" in probe.stdout
+
+
+def test_version_keys_and_help_read_right():
+    import importlib.metadata
+
+    import featx
+
+    assert importlib.metadata.version("featx") == featx.__version__  # one source of truth
+    from featx.cli import build_parser, main
+
+    usage = build_parser().format_help()
+    # Every command's line is its whole first sentence, never cut mid-sentence.
+    assert "best features, and the baselines." in " ".join(usage.split())
+    assert main(["keys", "finetune"]) == 0
+    assert main(["keys", "nope"]) == 2

@@ -60,3 +60,19 @@ def test_missing_pipeline_file_lists_pipelines(monkeypatch):
 def test_bad_override_shape():
     with pytest.raises(FeatxError, match="section.key=value"):
         load_pipeline(ROOT / "pipelines" / "trec.toml", ["max_rows"])
+
+
+def test_the_key_reference_is_generated_from_the_dataclasses():
+    """docs/keys.md is `featx keys`: every key with its default and its docstring, kept true."""
+    import dataclasses
+
+    from featx.config import SECTIONS, field_docs, keys_reference
+    from tests.conftest import ROOT
+
+    assert (ROOT / "docs" / "keys.md").read_text() == keys_reference() + "\n", \
+        "docs/keys.md is stale: run `featx keys > docs/keys.md`"
+    for name, cls in SECTIONS.items():
+        documented = field_docs(cls)
+        for f in dataclasses.fields(cls):
+            assert documented.get(f.name), f"{name}.{f.name} has no docstring"
+            assert f"| `{f.name}` |" in keys_reference(name)
