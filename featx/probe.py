@@ -639,13 +639,16 @@ def _write_sweep(directory: Path, records: list[dict], cfg: ProbeConfig) -> None
 
 
 def format_table(records: list[dict]) -> str:
-    """Records -> a fixed-width text table: features x head, primary metric mean ± std and its
-    95% bootstrap interval."""
+    """Records -> a fixed-width text table: features x head, every metric (mean ± std over
+    seeds), the primary one's 95% bootstrap interval; `*` marks the frozen choice's row."""
+    from featx.records import frozen_choice
+
     if not records:
         return "(no records)"
     task = records[0]["task"]
     names = list(M.NAMES[task])
-    rows = [["features", "head", "protocol", *names, "95% interval", "fit s"]]
+    choice = frozen_choice(records)
+    rows = [["", "features", "head", "protocol", *names, "95% interval", "fit s"]]
     for r in sorted(records, key=lambda r: (r["stage"] != "probe", bool(r.get("baseline")),
                                             r["features"], r["head"])):
         primary = r["primary_metric"]
@@ -653,12 +656,16 @@ def format_table(records: list[dict]) -> str:
         for k in names:
             value = r["metrics"].get(k, float("nan"))
             std = r["metrics_std"].get(k, 0.0)
-            text = f"{value:.4f}" + (f"±{std:.4f}" if std else "")
-            cells.append(f"*{text}" if k == primary else text)
+            cells.append(f"{value:.4f}" + (f"±{std:.4f}" if std else ""))
         low, high = (r.get("metrics_ci") or {}).get(primary) or (float("nan"), float("nan"))
-        rows.append([r["features"], r["head"], r["protocol"]["name"], *cells,
-                     f"[{low:.4f}, {high:.4f}]", f"{r.get('fit_seconds') or 0:.1f}"])
+        rows.append(["*" if choice is not None and r is choice.record else "", r["features"], r["head"],
+                     r["protocol"]["name"], *cells, f"[{low:.4f}, {high:.4f}]", f"{r.get('fit_seconds') or 0:.1f}"])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines) + f"\n(* primary metric: {records[0]['primary_metric']}, on {records[0]['n_eval']} rows)"
+    first = records[0]
+    footer = (f"(primary metric: {first['primary_metric']}, the interval's, on {first['n_eval']} "
+              f"{first['protocol']['report_on']} rows"
+              + (f"; * the frozen choice, {choice.record['features']} {choice.record['head']}, chosen on "
+                 f"{choice.record['protocol']['select_on']})" if choice is not None else ")"))
+    return "\n".join(lines) + "\n" + footer

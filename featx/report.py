@@ -111,7 +111,9 @@ def rows(inputs: Inputs) -> list[dict]:
         ci = (record["metrics_ci"] or {}).get(primary) or [None, None]
         selection = selection_score(record)
         out.append({
-            "stage": record["stage"], "init": record["init"], "features": record["features"],
+            # A baseline reads the texts: no backbone, so no init and no cache of its own.
+            "stage": record["stage"], "init": "" if record["baseline"] else record["init"],
+            "features": record["features"],
             "head": record["head"], "baseline": record["baseline"] or "",
             "protocol": record["protocol"]["name"], "primary_metric": primary,
             "primary": record["metrics"][primary], "primary_std": record["metrics_std"].get(primary, 0.0),
@@ -119,7 +121,7 @@ def rows(inputs: Inputs) -> list[dict]:
             "selection": selection if math.isfinite(selection) else None,
             **{f"metric:{k}": v for k, v in record["metrics"].items()},
             "train_seconds": _seconds(record), "backbone_forward_passes": record["backbone_forward_passes"],
-            "cache_mb": round(record["cache_bytes"] / 1e6, 1) if record["cache_bytes"] else None,
+            "cache_mb": round(record["cache_bytes"] / 1e6, 1) if record["cache_bytes"] and not record["baseline"] else None,
             "seeds": len(record["seeds"] or [1]), "n_eval": record["n_eval"],
             "converged": record["converged"],
         })
@@ -420,34 +422,56 @@ def _vectors(record: dict) -> str:
 
 
 def _plot_heads(inputs: Inputs):
+    """Each head's best probe and each feature set's best, the frozen choice marked, with their
+    95% intervals on an axis fitted to the values (differences of a point must show), against
+    the fine-tune and the baselines."""
     import matplotlib.pyplot as plt
     import numpy as np
 
     probes = [r for r in inputs.main if r["stage"] == "probe" and r["protocol"]["name"] != "mteb"
               and not r["baseline"]]
-    if not probes:
+    choice = frozen_choice(inputs.main)
+    if not probes or choice is None:
         return None
-    last = max(max(r["layers"]) for r in probes)
-    chosen = [r for r in probes if r["layers"] == [last]]
-    if not chosen:
-        return None
-    poolings = sorted({_vectors(r) for r in chosen})
-    heads = sorted({r["head"] for r in chosen})
-    primary = chosen[0]["primary_metric"]
-    figure, axis = plt.subplots(figsize=(7.5, 4))
-    width = 0.8 / len(heads)
-    for i, head in enumerate(heads):
-        found = [next((r for r in chosen if _vectors(r) == p and r["head"] == head), None) for p in poolings]
-        values = [r["metrics"][primary] if r else np.nan for r in found]
-        errors = _ci_error([r or {"metrics": {primary: 0.0}} for r in found], primary)
-        axis.bar(np.arange(len(poolings)) + i * width, values, width, yerr=errors, capsize=2, label=head)
-    for baseline in (r for r in inputs.main if r["baseline"]):
-        axis.axhline(baseline["metrics"][primary], linestyle=":" if baseline["baseline"] == "majority" else "-.",
-                     color="grey", linewidth=1, label=f"baseline: {baseline['head']}")
-    _tuned_levels(inputs.main, primary, axis)
-    axis.set_xticks(np.arange(len(poolings)) + width * (len(heads) - 1) / 2, poolings)
-    axis.set(ylabel=f"{primary} (95% interval)", title=f"Heads x poolings (layer {last}) against fine-tuning")
-    _legend_outside(axis)
+    primary = choice.record["primary_metric"]
+    probes = [r for r in probes if r["primary_metric"] == primary]
+    best = lambda group: max(group, key=selection_score)  # noqa: E731
+    shown = {id(choice.record): choice.record}
+    for key in ({r["head"] for r in probes}):
+        r = best([p for p in probes if p["head"] == key])
+        shown.setdefault(id(r), r)
+    for key in ({_vectors(r) for r in probes}):
+        r = best([p for p in probes if _vectors(p) == key])
+        shown.setdefault(id(r), r)
+    rows = sorted(shown.values(), key=lambda r: r["metrics"][primary])
+    figure, axis = plt.subplots(figsize=(7.5, 0.9 + 0.32 * len(rows)))
+    y = np.arange(len(rows))
+    errors = _ci_error(rows, primary)
+    colours = ["#d62728" if r is choice.record else "#1f77b4" for r in rows]
+    axis.errorbar([r["metrics"][primary] for r in rows], y, xerr=errors, fmt="none", ecolor="grey", capsize=2)
+    axis.scatter([r["metrics"][primary] for r in rows], y, c=colours, zorder=3, s=25)
+    axis.set_yticks(y, [f"{r['features']} {r['head']}" + ("  (the frozen choice)" if r is choice.record else "")
+                        for r in rows], fontsize=7)
+    levels = [r["metrics"][primary] - e for r, e in zip(rows, errors[0])] + \
+             [r["metrics"][primary] + e for r, e in zip(rows, errors[1])]
+    for record in inputs.main:
+        if record["stage"] == "finetune" and record["primary_metric"] == primary:
+            axis.axvline(record["metrics"][primary], linestyle="--", color="black", linewidth=1,
+                         label=f"fine-tuned ({record['head']})" + (", a lower bound" if record["converged"] is False else ""))
+            levels.append(record["metrics"][primary])
+        elif record["baseline"] and record["primary_metric"] == primary and math.isfinite(record["metrics"][primary]):
+            axis.axvline(record["metrics"][primary], linestyle=":" if record["baseline"] == "majority" else "-.",
+                         color="grey", linewidth=1, label=f"baseline: {record['head']}")
+            levels.append(record["metrics"][primary])
+    finite = [v for v in levels if math.isfinite(v)]
+    if finite:  # the axis spans the values, not 0 to 1: a point's difference must be visible
+        low, high = min(finite), max(finite)
+        margin = max(0.01, 0.08 * (high - low))
+        axis.set_xlim(low - margin, high + margin)
+    axis.set(xlabel=f"{primary} on {choice.record['protocol']['report_on']} (95% interval)",
+             title="Each head's and each feature set's best probe, against fine-tuning")
+    if axis.get_legend_handles_labels()[0]:
+        _legend_outside(axis)
     return figure
 
 
@@ -554,7 +578,7 @@ def table_rows(all_rows: list[dict]) -> tuple[list[str], list[list[str]]]:
                       f"{_num(row['primary'])}{std}{interval}", _num(row["selection"]),
                       *[_num(row.get(f"metric:{k}")) for k in task_metrics if k != primary],
                       _num(row["train_seconds"], 1), f"{row['backbone_forward_passes'] or 0:,}",
-                      _num(row["cache_mb"], 1), note])
+                      "" if row["baseline"] else _num(row["cache_mb"], 1), note])
     return header, cells
 
 
