@@ -155,3 +155,48 @@ def test_ranks_with_different_configs_are_refused(tmp_path, tiny_bert):
         assert process.returncode == 2, err[-2000:]
         assert "the ranks disagree" in err and "Traceback" not in err
     assert not list((tmp_path / "a" / "cache").glob("*.shards"))
+
+
+def nodes(pipeline: Path, port: int, *overrides: str):
+    """Two hosts simulated on this one: two torchrun launchers (one process each) meeting at a
+    c10d rendezvous on localhost, writing their shards into the same data_dir."""
+    common = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+              "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "featx-test"]
+    return [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *common, "-m", "featx",
+                              "extract", str(pipeline), *overrides],
+                             env=ENV | {"LOCAL_WORLD_SIZE": "1"}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)  # a "host" each
+            for _ in range(2)]
+
+
+def test_two_nodes_write_the_single_process_cache_and_a_killed_node_resumes(tmp_path, tiny_bert):
+    pipeline = job(tmp_path, tiny_bert, "nodes", rows=3000, token_budget=128, max_batch_rows=4,
+                   flush_rows=32)
+    launchers = nodes(pipeline, _free_port())
+    shards = tmp_path / "nodes" / "cache"
+    deadline, killed = time.time() + 240, False
+    while time.time() < deadline and all(p.poll() is None for p in launchers):
+        if any(64 <= done_rows(p) < 1400 for p in shards.glob("*.shards/rank*.partial")):
+            os.killpg(launchers[1].pid, signal.SIGKILL)  # one whole host: its launcher and its rank
+            killed = True
+            break
+        time.sleep(0.02)
+    assert killed, "could not interrupt a node mid-run"
+    for launcher in launchers:
+        try:
+            launcher.communicate(timeout=120)
+        except subprocess.TimeoutExpired:  # the survivor may wait on its dead peer: stop its host too
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.communicate()
+    before = sum(done_rows(p) for p in shards.glob("*.shards/rank*.h5*"))
+    assert 0 < before < 3000, sorted(str(p) for p in shards.rglob("*"))
+    resumed = nodes(pipeline, _free_port())
+    outputs = [p.communicate(timeout=300) for p in resumed]
+    assert all(p.returncode == 0 for p in resumed), [err[-2000:] for _, err in outputs]
+    path = Path(next(out for out, _ in outputs if out.strip()).strip().splitlines()[-1])
+    with Cache(path) as cache:
+        stats = cache.meta["extract_stats"]
+        assert stats["world_size"] == 2 and stats["rows_computed"] <= 3000 - before
+    single = extract(load_pipeline(job(tmp_path, tiny_bert, "single", rows=3000, token_budget=128,
+                                       max_batch_rows=4, flush_rows=32)))
+    assert_same_cache(path, single.path)
