@@ -23,7 +23,15 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json", "spiece.model",
                    "sentencepiece.bpe.model")
 # sentence-transformers' description of the model's own sentence embedding (the `sentence` pooling).
-SENTENCE_FILES = ("modules.json", "sentence_bert_config.json")
+SENTENCE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+# Architectures whose base model (AutoModel) has a pooler over token 0; the others (DistilBERT,
+# DeBERTa, ELECTRA, ModernBERT, ...) have none, whatever a task checkpoint's head is called.
+POOLER_TYPES = {"bert": "bert", "roberta": "roberta", "xlm-roberta": "roberta", "camembert": "roberta",
+                "albert": "albert", "mpnet": "mpnet", "megatron-bert": "bert", "nezha": "bert"}
+# Architectures whose position ids start after the padding index: they allow
+# max_position_embeddings - (pad_token_id + 1) tokens (514 -> 512 for RoBERTa).
+OFFSET_POSITION_TYPES = ("roberta", "xlm-roberta", "camembert", "mpnet", "longformer", "data2vec-text",
+                         "xlm-roberta-xl")
 # Its Pooling module's modes that featx computes (right-padded batches), by their config names.
 SENTENCE_MODES = {"cls": "cls", "cls_token": "cls", "mean": "mean", "mean_tokens": "mean",
                   "max": "max", "max_tokens": "max", "mean_sqrt_len_tokens": "mean_sqrt_len",
@@ -131,20 +139,67 @@ def weight_names(path: Path, allow_pickle: bool = False) -> set[str] | None:
 
 
 def default_poolings(path: Path, allow_pickle: bool = False) -> tuple[str, ...]:
-    """cls, mean and max always; pooler when the checkpoint has pooler weights; sentence when
-    the folder describes a sentence-transformers embedding."""
-    names = weight_names(path, allow_pickle)
-    has_pooler = names is None or any(n.startswith("pooler.") or ".pooler." in n for n in names)
-    return (("cls", "mean", "max") + (("pooler",) if has_pooler else ())
+    """cls, mean and max always; pooler when the architecture's base model has one and the
+    checkpoint holds its weights (RoBERTa checkpoints usually do not: it would be random);
+    sentence when the folder describes a sentence-transformers embedding."""
+    return (("cls", "mean", "max") + (("pooler",) if has_pooler_weights(path, allow_pickle) else ())
             + (("sentence",) if (path / "modules.json").is_file() else ()))
 
 
+def has_pooler_weights(path: Path, allow_pickle: bool = False) -> bool:
+    """Whether the base model has a pooler and the checkpoint holds it (a base checkpoint's
+    `pooler.*`, or `<prefix>.pooler.*` in a task checkpoint; ALBERT's is a bare Linear)."""
+    prefix = POOLER_TYPES.get(model_config(path).get("model_type"))
+    if prefix is None:
+        return False
+    names = weight_names(path, allow_pickle)
+    if names is None:  # pickled weights: unreadable without unpickling; loading will tell
+        return True
+    return any(n.startswith(("pooler.", f"{prefix}.pooler.")) for n in names)
+
+
+def max_positions(config: dict) -> int | None:
+    """Tokens the model can take, from its config: max_position_embeddings, less the padding
+    offset of RoBERTa-style position ids; None when the config names no limit."""
+    positions = config.get("max_position_embeddings")
+    if not isinstance(positions, int):
+        return None
+    if config.get("model_type") in OFFSET_POSITION_TYPES and isinstance(config.get("pad_token_id"), int):
+        return positions - config["pad_token_id"] - 1
+    return positions
+
+
+def check_remote_code(config: dict, name: str, trusted: bool) -> None:
+    """A model that ships its own modeling code (config.json `auto_map`) runs it on load: refused
+    unless the user said to trust it."""
+    if config.get("auto_map") and not trusted:
+        raise FeatxError(f"{name} ships its own modeling code (config.json auto_map: "
+                         f"{sorted(config['auto_map'])}), which runs when the model loads; featx loads "
+                         "it only with model.trust_remote_code = true: set it if you trust the repository")
+
+
+def library_versions(sentence: bool) -> dict[str, str | None]:
+    """The versions a cache's numbers depend on beside the model files: transformers (the model
+    code; 5.x changed hidden_states[-1] for some architectures), tokenizers (the ids), and
+    sentence-transformers when its embedding definition is used. Read without importing them."""
+    import importlib.metadata as metadata
+
+    def version(dist: str) -> str | None:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+    return {"transformers": version("transformers"), "tokenizers": version("tokenizers"),
+            "sentence_transformers": version("sentence-transformers") if sentence else None}
+
+
 def model_files(path: Path, allow_pickle: bool = False) -> list[Path]:
-    """Every file the model's numbers depend on: weights, config.json, tokenizer files and the
-    sentence-transformers files that define the `sentence` pooling."""
+    """Every file the model's numbers depend on: weights, config.json, tokenizer files, the
+    sentence-transformers files that define the `sentence` pooling, and any modeling code the
+    repository ships (`trust_remote_code`)."""
     files = weight_files(path, allow_pickle) + [path / "config.json"]
     files += [path / n for n in TOKENIZER_FILES + SENTENCE_FILES if (path / n).is_file()]
-    files += sorted(path.glob("*_Pooling/config.json"))
+    files += sorted(path.glob("*_Pooling/config.json")) + sorted(path.glob("*.py"))
     return sorted(set(files))
 
 
@@ -166,6 +221,8 @@ class SentenceSpec:
     """Whether a Normalize module follows (L2-normalised vectors)."""
     max_seq_length: int | None
     """The truncation length sentence-transformers applies (sentence_bert_config.json)."""
+    include_prompt: bool = True
+    """Whether the prompt's tokens are pooled too (the Pooling module's include_prompt)."""
 
 
 def sentence_spec(path: Path) -> SentenceSpec | None:
@@ -198,7 +255,24 @@ def sentence_spec(path: Path) -> SentenceSpec | None:
     settings = _json_file(path / "sentence_bert_config.json") if (path / "sentence_bert_config.json").is_file() else {}
     max_seq = settings.get("max_seq_length")
     return SentenceSpec(SENTENCE_MODES[modes[0]], kinds[-1] == "Normalize",
-                        max_seq if isinstance(max_seq, int) else None)
+                        max_seq if isinstance(max_seq, int) else None,
+                        include_prompt=config.get("include_prompt", True) is not False)
+
+
+def default_prompt(path: Path) -> str | None:
+    """The prompt sentence-transformers' `encode` applies by default: the one its
+    config_sentence_transformers.json names as `default_prompt_name` (None when it names none)."""
+    file = path / "config_sentence_transformers.json"
+    if not file.is_file():
+        return None
+    settings = _json_file(file)
+    name, prompts = settings.get("default_prompt_name"), settings.get("prompts") or {}
+    if name is None:
+        return None
+    if not isinstance(prompts, dict) or not isinstance(prompts.get(name), str):
+        raise FeatxError(f"{file}: default_prompt_name {name!r} names no prompt in its prompts "
+                         f"({sorted(prompts) if isinstance(prompts, dict) else prompts!r}); fix the file")
+    return prompts[name] or None
 
 
 def _json_file(path: Path) -> dict:
@@ -251,7 +325,7 @@ class _Loading:
                          "damaged, incomplete or of another architecture") from None
 
 
-def load_tokenizer(path: Path):
+def load_tokenizer(path: Path, trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 
     path = Path(path)
@@ -262,56 +336,89 @@ def load_tokenizer(path: Path):
                          "would be rebuilt from defaults that may not be the model's. Copy the "
                          "tokenizer files from where the model came from (save_pretrained writes them)")
     with _Loading(path, "tokenizer"):
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     if getattr(tokenizer, "backend_tokenizer", None) is None:
         raise FeatxError(f"the tokenizer in {path} has no fast (Rust) backend; featx needs one to "
                          "tokenise off the compute thread (add a tokenizer.json)")
     return tokenizer
 
 
+@dataclass(frozen=True)
+class Head:
+    """A sequence-classification head on the backbone: the architecture's own class
+    (AutoModelForSequenceClassification) with this many outputs and Hugging Face problem type."""
+    n_outputs: int
+    problem_type: str
+
+
 def load_model(resolved: Resolved, *, init: str, seed: int = 0, allow_pickle: bool = False,
-               pooler: bool = True):
+               pooler: bool = True, trust_remote_code: bool = False, attention: str = "auto",
+               head: Head | None = None):
     """The backbone with its pretrained weights, in eval mode; or the random-init control.
+    With `head`, the architecture's own sequence-classification model around it.
 
     Pretrained: `from_pretrained` with its loading info; any backbone weight it had to initialise
-    is an error naming the keys (`from_config` would silently give random weights). The pooler
-    may be absent from a checkpoint only when the pooler pooling is not asked for.
+    is an error naming the keys (`from_config` would silently give random weights); a head's own
+    weights are new by design (and a BERT pooler the checkpoint lacks becomes part of the head,
+    as its sequence-classification class does). The pooler may be absent from a checkpoint only
+    when the pooler pooling is not asked for.
     """
     import torch
-    from transformers import AutoConfig, AutoModel
+    from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # featx reports what was loaded itself
+    options = {"trust_remote_code": trust_remote_code}
+    if attention != "auto":
+        options["attn_implementation"] = attention
+    task = ({} if head is None else {"num_labels": head.n_outputs, "problem_type": head.problem_type})
+    cls = AutoModel if head is None else AutoModelForSequenceClassification
     if init == "random":
         with _Loading(resolved.path, "model"):
-            config = AutoConfig.from_pretrained(resolved.path, trust_remote_code=False)
+            config = AutoConfig.from_pretrained(resolved.path, trust_remote_code=trust_remote_code, **task)
             with torch.random.fork_rng(devices=[]):  # seeded, without touching the caller's RNG
                 torch.manual_seed(seed)
-                model = AutoModel.from_config(config)
+                model = cls.from_config(config, **options)
         return model.eval()
 
     weight_files(resolved.path, allow_pickle)  # refuses pickles unless allowed, with the reason
     with _Loading(resolved.path, "model"):
-        model, info = AutoModel.from_pretrained(
-            resolved.path, output_loading_info=True, trust_remote_code=False,
-            use_safetensors=None if allow_pickle else True)
-    missing = sorted(info.get("missing_keys", ()))
-    mismatched = sorted(str(k) for k in info.get("mismatched_keys", ()))
+        model, info = cls.from_pretrained(
+            resolved.path, output_loading_info=True, use_safetensors=None if allow_pickle else True,
+            **options, **task)
+    prefix = getattr(model, "base_model_prefix", "")
+    base = getattr(model, prefix, model) if head is not None else model
+    _check_loaded(resolved, model, base, prefix, info, pooler=pooler, head=head is not None)
+    if head is None and not pooler and getattr(model, "pooler", None) is not None and any(
+            k.startswith("pooler.") for k in info.get("missing_keys", ())):
+        model.pooler = None  # never compute with a randomly initialised pooler
+    return model.eval()
+
+
+def _check_loaded(resolved: Resolved, model, base, prefix: str, info: dict, *, pooler: bool,
+                  head: bool) -> None:
+    """Refuse what `from_pretrained` could not load: newly initialised backbone weights, and
+    checkpoint weights of the backbone the model has no place for."""
     # Checkpoint weights the model has no place for: a task head (BERT's `cls.*` pretraining
-    # heads) is expected; a backbone weight means the config describes a smaller model than
-    # the file holds (3 layers in config.json, 6 in the weights), which would load silently.
-    parts = {name.split(".")[0] for name in model.state_dict()}
-    prefix = getattr(model, "base_model_prefix", "") + "."
-    unused = sorted(k for k in info.get("unexpected_keys", ()) if k.removeprefix(prefix).split(".")[0] in parts)
+    # heads, a RoBERTa pooler its classifier drops) is expected; a backbone weight means the
+    # config describes a smaller model than the file holds (3 layers in config.json, 6 in the
+    # weights), which would load silently.
+    parts = {name.split(".")[0] for name in base.state_dict()}
+    unused = sorted(k for k in info.get("unexpected_keys", ())
+                    if k.removeprefix(prefix + ".").split(".")[0] in parts and k.split(".")[0] in (prefix, *parts))
     if unused:
         raise FeatxError(
             f"{resolved.path}: {len(unused)} weight(s) in the checkpoint belong to no layer of the model "
             f"its config.json describes: {', '.join(unused[:8])}{' ...' if len(unused) > 8 else ''}. "
             "The config and the weights disagree (e.g. fewer layers in config.json): fix config.json")
+    missing = sorted(info.get("missing_keys", ()))
+    mismatched = sorted(str(k) for k in info.get("mismatched_keys", ()))
+    if head:  # the head is new by design; a base pooler the checkpoint lacks trains with it
+        missing = [k for k in missing if k.startswith(prefix + ".")
+                   and not k.removeprefix(prefix + ".").startswith("pooler.")]
     pooler_keys = [k for k in missing if k.startswith("pooler.")]
     if pooler_keys and not pooler:
         missing = [k for k in missing if k not in pooler_keys]
-        model.pooler = None  # never compute with a randomly initialised pooler
     if missing or mismatched:
         keys = missing + mismatched
         hint = (" (the checkpoint has no trained pooler: drop 'pooler' from extract.poolings)"
@@ -320,7 +427,6 @@ def load_model(resolved: Resolved, *, init: str, seed: int = 0, allow_pickle: bo
             f"{resolved.path}: {len(keys)} backbone weight(s) were newly initialised, not loaded: "
             f"{', '.join(keys[:12])}{' ...' if len(keys) > 12 else ''}{hint}. A random backbone "
             "is only allowed as the explicit control (model.init = \"random\")")
-    return model.eval()
 
 
 def check_vocabulary(tokenizer, model, path: Path) -> None:

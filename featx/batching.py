@@ -38,6 +38,7 @@ class Batch:
     token_type_ids: torch.Tensor | None  # (B, T)
     n_tokens: np.ndarray      # (B,) real tokens per row
     truncated: np.ndarray     # (B,) bool
+    prompt_length: int = 0    # leading prompt tokens of every row (sentence-transformers' count)
 
 
 def plan_batches(lengths: np.ndarray, token_budget: int, max_rows: int) -> list[slice]:
@@ -56,7 +57,7 @@ class Encoder:
     """Tokenises texts (or pairs) with truncation on a private copy of the fast tokenizer, and
     pads batches of encodings into model inputs."""
 
-    def __init__(self, tokenizer, max_length: int):
+    def __init__(self, tokenizer, max_length: int, prompt: str | None = None):
         from tokenizers import Tokenizer
 
         # A private copy: truncation/padding settings must not leak into the caller's tokenizer.
@@ -64,11 +65,19 @@ class Encoder:
         self.backend.no_padding()
         self.backend.enable_truncation(max_length=max_length, strategy="longest_first")
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        # Token types only where the tokenizer emits them: RoBERTa's embeddings crash on a
+        # non-zero type, DistilBERT and ModernBERT take none.
         self.with_types = "token_type_ids" in tokenizer.model_input_names
         self.max_length = max_length
+        self.prompt = prompt or ""
         processor = self.backend.post_processor
         self.specials = {pair: processor.num_special_tokens_to_add(pair) if processor else 0
                          for pair in (False, True)}
+        specials = set(tokenizer.all_special_ids)
+        # sentence-transformers' prompt length: the prompt's tokens with the special ones before
+        # them, not the closing one (what a Pooling module with include_prompt = false leaves out).
+        ids = self.backend.encode(self.prompt).ids if self.prompt else []
+        self.prompt_length = len(ids) - (1 if ids and ids[-1] in specials else 0) if self.prompt else 0
 
     def check(self, pairs: bool) -> None:
         """The tokenizer cannot truncate below its special tokens: it would silently keep the
@@ -82,7 +91,8 @@ class Encoder:
 
     def encode(self, texts: list[str], pairs: list[str] | None, rows) -> list:
         self.check(pairs is not None)
-        inputs = [(texts[i], pairs[i]) for i in rows] if pairs else [texts[i] for i in rows]
+        p = self.prompt  # before the text, as sentence-transformers' encode(prompt=...) puts it
+        inputs = [(p + texts[i], pairs[i]) for i in rows] if pairs else [p + texts[i] for i in rows]
         return self.backend.encode_batch(inputs)
 
     def collate(self, encodings: list) -> dict[str, torch.Tensor]:
@@ -103,14 +113,14 @@ class Encoder:
 
 def tokenized_batches(tokenizer, texts: list[str], pairs: list[str] | None, rows: np.ndarray, *,
                       max_length: int, token_budget: int, max_rows: int,
-                      chunk: int = TOKENIZE_CHUNK):
+                      chunk: int = TOKENIZE_CHUNK, prompt: str | None = None):
     """Yield `Batch`es covering `rows`, longest first.
 
     Rows are pre-sorted by character length (free), tokenised a chunk at a time, sorted exactly
     by token length within the chunk and cut by the token budget. The caller restores the
     original order by writing each row at its position.
     """
-    encoder = Encoder(tokenizer, max_length)
+    encoder = Encoder(tokenizer, max_length, prompt)
     chars = np.array([len(texts[i]) + (len(pairs[i]) if pairs else 0) for i in rows])
     ordered = rows[np.argsort(-chars, kind="stable")]
     for begin in range(0, len(ordered), chunk):
@@ -123,4 +133,4 @@ def tokenized_batches(tokenizer, texts: list[str], pairs: list[str] | None, rows
             inputs = encoder.collate([encodings[j] for j in picked])
             yield Batch(part[picked], inputs["input_ids"], inputs["attention_mask"],
                         inputs.get("token_type_ids"), lengths[picked],
-                        np.array([bool(encodings[j].overflowing) for j in picked]))
+                        np.array([bool(encodings[j].overflowing) for j in picked]), encoder.prompt_length)

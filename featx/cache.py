@@ -71,6 +71,15 @@ class CacheSpec:
     dataset_fingerprint: str
     singles: bool = False
     """Text pairs: every distinct text is also encoded alone (the bi-encoder features)."""
+    prompt: str | None = None
+    """The text put before every text encoded (sentence-transformers' prompt), if any."""
+    model_revision: str | None = None
+    """The hub revision asked for (model.revision)."""
+    attention: str = "auto"
+    """The attention implementation asked for (extract.attention)."""
+    libraries: dict | None = None
+    """Versions the numbers depend on beside the files: transformers, tokenizers (and
+    sentence-transformers for its embedding)."""
 
     @property
     def poolings(self) -> tuple[str, ...]:
@@ -482,7 +491,9 @@ def _check_meta(file: h5py.File, meta: dict, path: Path) -> None:
                          init_seed=meta.get("init_seed"), max_length=meta["max_length"],
                          layers={p: tuple(v) for p, v in layers.items()},
                          compute_dtype=meta["compute_dtype"], store_dtype=meta["store_dtype"],
-                         dataset_fingerprint=meta["dataset_fingerprint"], singles=meta["singles"])
+                         dataset_fingerprint=meta["dataset_fingerprint"], singles=meta["singles"],
+                         prompt=meta.get("prompt"), model_revision=meta.get("model_revision"),
+                         attention=meta["attention"], libraries=meta.get("libraries"))
         splits = [(s, str(file[s].attrs["fingerprint"])) for s in meta["splits"]]
         key = spec.key()
     except KeyError as exc:

@@ -39,11 +39,14 @@ PROTOCOLS = ("auto", "dev", "cv", "holdout", "mteb")
 # each text encoded alone (what a bi-encoder was trained for); the registry is `featx.pairs`.
 PAIR_FEATURES = ("joint", "bi", "cos")
 GRIDS = ("staged", "full")
-HEAD_INPUTS = ("pooler", "cls", "mean")
+# What the fine-tune's head reads: the architecture's own sequence-classification head ("model"),
+# or a linear head on the model's pooler, its cls or mean vector (the frozen probes' counterparts).
+HEAD_INPUTS = ("model", "pooler", "cls", "mean")
 # A backbone learning rate above this destroys pretrained weights (1e-3 is right for a head,
 # not for BERT: 2e-5..5e-5 is); above WARN_LR is unusual enough to say so.
 MAX_LR, WARN_LR = 1e-3, 1e-4
 QUOTING = ("minimal", "none")
+ATTENTIONS = ("auto", "sdpa", "eager")
 FORMATS = ("csv", "tsv", "jsonl", "parquet", "label-text")
 
 
@@ -145,6 +148,9 @@ class ModelConfig:
     """Hub revision (branch, tag or commit) when the model comes from the hub."""
     allow_pickle: bool = False
     """Allow pickled `.bin` weights when no safetensors file exists (a pickle can run code)."""
+    trust_remote_code: bool = False
+    """Run a model repository's own modeling code (config.json `auto_map`). It executes on load:
+    set this only for a repository you trust; without it such a model is refused."""
 
     def __post_init__(self):
         _check_finite(self)
@@ -177,6 +183,17 @@ class ExtractConfig:
     """Upper bound on rows per batch, however short the texts."""
     threads: int = 0
     """CPU threads for torch; 0 keeps torch's default (one per core)."""
+    prompt: str | None = None
+    """Text put before every text encoded (and before the first text of a jointly encoded pair),
+    as sentence-transformers' `encode(prompt=...)`: E5's "query: ", a BGE instruction, nomic's
+    "classification: ". Unset: the model's own default prompt (config_sentence_transformers.json
+    `default_prompt_name`), else none. It applies to every pooling of the pass, is part of the
+    cache key, and predict uses it too."""
+    attention: str = "auto"
+    """Attention implementation: auto (transformers' choice for the architecture: sdpa where
+    supported, eager for DeBERTa-v2 and MPNet), sdpa or eager. Part of the cache key, with the
+    transformers and tokenizers versions: an upgrade that changes hidden states never reuses
+    old vectors."""
     pair_singles: bool = True
     """For a text-pair task, also encode every text alone (each distinct text once), beside the
     joint encoding of the pair: the probe's bi-encoder feature sets ([u, v, |u - v|, u * v] and
@@ -205,6 +222,7 @@ class ExtractConfig:
             raise FeatxError("extract.layers is an empty list")
         check_choice(self.dtype, COMPUTE_DTYPES, "extract.dtype")
         check_choice(self.store_dtype, STORE_DTYPES, "extract.store_dtype")
+        check_choice(self.attention, ATTENTIONS, "extract.attention")
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
             raise FeatxError(f"unknown extract.device {self.device!r}; "
                              "choose one of: 'auto', 'cpu', 'cuda', 'cuda:N'")
@@ -309,10 +327,13 @@ SEARCHES = ("auto", "halving", "full")
 
 @dataclass(frozen=True)
 class FinetuneConfig:
-    head_input: str = "pooler"
-    """What the linear head reads: "pooler" (BertForSequenceClassification's choice), "cls" or
-    "mean" of the last layer, so a frozen probe and its fine-tuned counterpart use the same
-    features."""
+    head_input: str = "model"
+    """The head: "model" is the architecture's own AutoModelForSequenceClassification head
+    (BERT's dropout + Linear on the pooler, RoBERTa's dense-tanh-out_proj on <s>, DistilBERT's
+    pre_classifier, DeBERTa's ContextPooler, ELECTRA's GELU head, ModernBERT's pooling by
+    `classifier_pooling`), initialised by the model's own `_init_weights`; "pooler", "cls" or
+    "mean" is a dropout + Linear on that vector of the last layer, so a frozen probe and its
+    fine-tuned counterpart read the same features."""
     learning_rates: tuple[float, ...] = (3e-5, 1e-4)
     """AdamW learning rates tried (one value: no search), chosen on the selection split as the
     probe chooses its hyperparameters. BERT-base wants 2e-5..5e-5, small models such as MiniLM
@@ -358,7 +379,8 @@ class FinetuneConfig:
     """"auto" (CUDA when available), "cpu", "cuda" or "cuda:N"."""
     init_head_from_probe: bool = False
     """LP-FT: start the linear head from the logistic probe of the same features (the scaler
-    folded into weight and bias), then fine-tune everything."""
+    folded into weight and bias), then fine-tune everything. Needs a linear head: head_input
+    "pooler", "cls" or "mean"."""
     validation_fraction: float = 0.1
     """Share of train held out to pick the best epoch when the data has no separate dev split
     beside its test split."""
@@ -371,6 +393,10 @@ class FinetuneConfig:
     def __post_init__(self):
         _check_finite(self)
         check_choice(self.head_input, HEAD_INPUTS, "finetune.head_input")
+        if self.init_head_from_probe and self.head_input == "model":
+            raise FeatxError("finetune.init_head_from_probe (LP-FT) starts a linear head from the "
+                             "logistic probe; the model's own head is not one linear layer: set "
+                             "finetune.head_input = \"pooler\", \"cls\" or \"mean\"")
         check_choice(self.dtype, COMPUTE_DTYPES, "finetune.dtype")
         check_choice(self.search, SEARCHES, "finetune.search")
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):

@@ -114,14 +114,16 @@ def _load(plan: Plan, device: torch.device):
     cfg = plan.pipeline
     pooler = "pooler" in plan.layers
     model = backbone.load_model(plan.model, init=cfg.model.init, seed=cfg.model.seed,
-                                allow_pickle=cfg.model.allow_pickle, pooler=pooler)
+                                allow_pickle=cfg.model.allow_pickle, pooler=pooler,
+                                trust_remote_code=cfg.model.trust_remote_code,
+                                attention=cfg.extract.attention)
     if pooler and getattr(model, "pooler", None) is None:
         raise FeatxError(f"{plan.model.name} has no pooler; drop 'pooler' from extract.poolings")
     if pooler and backbone.pooler_untrained(model):
         log.warning("the pooler of %s looks untrained (its dense bias is all zeros); 'pooler' "
                     "vectors are stored and reported separately, expect them to be poor",
                     plan.model.name)
-    tokenizer = backbone.load_tokenizer(plan.model.path)
+    tokenizer = backbone.load_tokenizer(plan.model.path, cfg.model.trust_remote_code)
     backbone.check_vocabulary(tokenizer, model, plan.model.path)
     model = backbone.freeze(model).to(device)
     if cfg.extract.compile:
@@ -134,6 +136,8 @@ def writer_info(plan: Plan, model, device: torch.device) -> dict:
     return plan.info() | {
         "device": str(device), "torch_version": torch.__version__,
         "pooler_untrained": bool(model is not None and backbone.pooler_untrained(model)),
+        # What "auto" resolved to for this architecture (the key holds what was asked).
+        "attention_implementation": getattr(getattr(model, "config", None), "_attn_implementation", None),
     }
 
 
@@ -205,8 +209,10 @@ def _in_background(iterable, maxsize: int = 4):
 
 @torch.inference_mode()
 def forward_pooled(model, batch: Batch, layers: dict[str, tuple[int, ...]], device: torch.device,
-                   compute_dtype: str, sentence=None) -> dict[str, torch.Tensor]:
-    """One forward pass -> {pooling: (B, len(layers), H) float32} for every requested pooling."""
+                   compute_dtype: str, sentence=None, prompt_length: int = 0) -> dict[str, torch.Tensor]:
+    """One forward pass -> {pooling: (B, len(layers), H) float32} for every requested pooling.
+    `prompt_length`: the prompt's leading tokens, which a `sentence` pooling whose Pooling
+    module excludes the prompt leaves out."""
     non_blocking = device.type == "cuda"
     inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
     if batch.token_type_ids is not None:
@@ -217,7 +223,8 @@ def forward_pooled(model, batch: Batch, layers: dict[str, tuple[int, ...]], devi
     with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
         output = model(**inputs, output_hidden_states=True, return_dict=True)
     mask = inputs["attention_mask"]
-    return {p: pool(p, output.hidden_states, mask, lay, output, sentence) for p, lay in layers.items()}
+    return {p: pool(p, output.hidden_states, mask, lay, output, sentence, prompt_length)
+            for p, lay in layers.items()}
 
 
 def run(model, tokenizer, plan: Plan, todo: dict[str, np.ndarray], writer: CacheWriter,
@@ -243,9 +250,10 @@ def run(model, tokenizer, plan: Plan, todo: dict[str, np.ndarray], writer: Cache
             split = plan.groups[split_name]
             batches = tokenized_batches(tokenizer, split.texts, split.text_pairs, rows,
                                         max_length=plan.max_length, token_budget=budget,
-                                        max_rows=cfg.max_batch_rows)
+                                        max_rows=cfg.max_batch_rows, prompt=plan.prompt)
             for batch, waited in _in_background(batches):
-                pooled = forward_pooled(model, batch, plan.layers, device, compute_dtype, plan.sentence)
+                pooled = forward_pooled(model, batch, plan.layers, device, compute_dtype, plan.sentence,
+                                        batch.prompt_length)
                 arrays = {p: v.to(TORCH_DTYPES[cfg.store_dtype]).cpu().numpy().astype(store, copy=False)
                           for p, v in pooled.items()}
                 _check_finite(arrays, batch, split, cfg.store_dtype)
@@ -294,6 +302,7 @@ def _check_finite(arrays: dict[str, np.ndarray], batch: Batch, split, store_dtyp
 def embed_rows(model, tokenizer, texts: list[str], pairs: list[str] | None,
                layers: dict[str, tuple[int, ...]], *, max_length: int, device: torch.device,
                compute_dtype: str, token_budget: int = 0, max_rows: int = 1024, sentence=None,
+               prompt: str | None = None,
                show_progress: bool = False) -> tuple[dict[str, np.ndarray], int]:
     """The extraction loop in memory: {pooling: (n, len(layers), H) float32} in the texts'
     order, and how many texts were truncated. Same batching, same forward pass as the cache."""
@@ -302,10 +311,10 @@ def embed_rows(model, tokenizer, texts: list[str], pairs: list[str] | None,
     out: dict[str, np.ndarray] = {}
     truncated = 0
     batches = tokenized_batches(tokenizer, texts, pairs, rows, max_length=max_length,
-                                token_budget=budget, max_rows=max_rows)
+                                token_budget=budget, max_rows=max_rows, prompt=prompt)
     with progress(total=len(texts), unit="text", enabled=show_progress, desc="embed") as bar:
         for batch, _ in _in_background(batches):
-            pooled = forward_pooled(model, batch, layers, device, compute_dtype, sentence)
+            pooled = forward_pooled(model, batch, layers, device, compute_dtype, sentence, batch.prompt_length)
             for name, values in pooled.items():
                 if name not in out:
                     out[name] = np.zeros((len(texts),) + tuple(values.shape[1:]), dtype=np.float32)

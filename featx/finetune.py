@@ -1,11 +1,11 @@
 """The fine-tune baseline, done right by default: the number frozen features are compared with.
 
-The model is BertForSequenceClassification's, for any backbone: pooled input -> dropout (the
-config's classifier_dropout, else hidden_dropout_prob) -> Linear initialised by the backbone's
-own `_init_weights` (N(0, initializer_range), zero bias; PyTorch's default Kaiming-uniform
-init is what makes hand-written heads train worse). Training: fused AdamW (no decay on biases
-and LayerNorm), 6% linear warmup then linear decay over `max_epochs`, clipping at 1.0,
-length-grouped batches of 32. The learning rate is searched on the selection split (`search`:
+The model (featx.modeling) is the architecture's own sequence-classification class by default,
+its head initialised by the model's own `_init_weights` (PyTorch's default Kaiming-uniform init
+is what makes hand-written heads train worse). Training: fused AdamW (no decay on biases and
+LayerNorm), 6% linear warmup then linear decay over `max_epochs` (transformers'
+get_linear_schedule_with_warmup), clipping at 1.0, length-grouped batches of 32. The learning
+rate is searched on the selection split (`search`:
 every rate to convergence on CUDA, successive halving on CPU), and the chosen one trains until its selection score stops
 improving (`patience` epochs gaining less than `min_delta`): the record says whether it
 converged or a cap stopped it. Best epoch kept (safetensors), resumable after every epoch.
@@ -25,19 +25,33 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from featx import backbone as B
 from featx import bootstrap
 from featx import metrics as M
-from featx.batching import TORCH_DTYPES, Encoder, default_token_budget, plan_batches
+from featx.batching import TORCH_DTYPES, Encoder, default_token_budget
 from featx.cache import Cache
 from featx.config import MAX_LR, WARN_LR, FinetuneConfig, Pipeline, command
 from featx.data import Split, stratified_assignment
 from featx.errors import FeatxError
 from featx.files import atomic_write, writable_dir
-from featx.pooling import cls_pool, mean_pool
+from featx.modeling import (
+    MODEL_HEAD,
+    Encoded,
+    ModelSpec,
+    TargetScaler,
+    build_classifier,
+    encode_rows,
+    fold_probe,
+    loss,
+    output_layer,
+    predict_logits,
+    reference_class_name,
+    scores_from_logits,
+    targets,
+    to_device,
+)
 from featx.records import (
     OPTIONAL,
     Predictions,
@@ -51,90 +65,6 @@ from featx.records import (
 from featx.tasks import TASKS
 
 log = logging.getLogger("featx")
-
-# What the head reads from the backbone output: (output, (B, T) mask) -> (B, H).
-HEAD_INPUTS = {
-    "pooler": lambda output, mask: output.pooler_output,
-    "cls": lambda output, mask: cls_pool(output.last_hidden_state, mask),
-    "mean": lambda output, mask: mean_pool(output.last_hidden_state, mask),
-}
-
-
-class SequenceClassifier(nn.Module):
-    """backbone -> pooled (B, H) -> dropout -> Linear -> logits (B, n_outputs).
-
-    With head_input="pooler" this is BertForSequenceClassification, parameter for parameter.
-    """
-
-    def __init__(self, backbone, n_outputs: int, head_input: str = "pooler"):
-        super().__init__()
-        config = backbone.config
-        if head_input == "pooler" and getattr(backbone, "pooler", None) is None:
-            raise FeatxError("this backbone has no pooler; use finetune.head_input = \"cls\" or \"mean\"")
-        self.backbone = backbone
-        self.head_input = head_input
-        dropout = getattr(config, "classifier_dropout", None)
-        self.dropout = nn.Dropout(dropout if dropout is not None else config.hidden_dropout_prob)
-        self.classifier = nn.Linear(config.hidden_size, n_outputs)
-        backbone._init_weights(self.classifier)  # the model's own init, not PyTorch's default
-
-    def pooled(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
-        output = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
-                               token_type_ids=token_type_ids, return_dict=True)
-        return HEAD_INPUTS[self.head_input](output, attention_mask)  # (B, H)
-
-    def forward(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
-        return self.classifier(self.dropout(self.pooled(input_ids, attention_mask, token_type_ids)))
-
-
-# ---------------------------------------------------------------------------------------------
-# Task types (featx.tasks): outputs, targets, loss, and scores for featx.metrics
-
-
-def n_outputs(task: str, n_labels: int) -> int:
-    return TASKS[task].n_outputs(n_labels)
-
-
-@dataclass(frozen=True)
-class TargetScaler:
-    """Regression targets are standardised for training (a raw 0..400 scale makes MSE explode
-    and the head's init meaningless) and mapped back for metrics."""
-    mean: np.ndarray
-    std: np.ndarray
-
-    @classmethod
-    def fit(cls, y: np.ndarray) -> "TargetScaler":
-        return cls(y.mean(axis=0), np.where(y.std(axis=0) > 0, y.std(axis=0), 1.0))
-
-    def transform(self, y: np.ndarray) -> np.ndarray:
-        return (y - self.mean) / self.std
-
-    def inverse(self, y: np.ndarray) -> np.ndarray:
-        return y * self.std + self.mean
-
-
-# The training target each loss takes: class indices (n,), 0/1 rows (n, L), standardised (n, T).
-TARGETS = {"cross_entropy": torch.long, "binary_cross_entropy": torch.float32, "mse": torch.float32}
-
-
-def targets(task: str, labels: np.ndarray, scaler: TargetScaler | None) -> torch.Tensor:
-    kind = TASKS[task].loss
-    return torch.tensor(scaler.transform(labels) if scaler else labels, dtype=TARGETS[kind])
-
-
-LOSSES = {
-    "binary": F.cross_entropy,
-    "multiclass": F.cross_entropy,
-    "multilabel": F.binary_cross_entropy_with_logits,
-    "regression": F.mse_loss,  # on standardised targets
-}
-
-
-def scores_from_logits(task: str, logits: np.ndarray, scaler: TargetScaler | None) -> np.ndarray:
-    """Logits -> what featx.metrics.evaluate takes (probabilities, or values on the original scale)."""
-    scores = TASKS[task].from_logits(logits)
-    return scaler.inverse(scores) if scaler else scores
-
 
 # ---------------------------------------------------------------------------------------------
 # Optimisation
@@ -163,14 +93,6 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
             {"params": [p for p in params if id(p) in no_decay], "weight_decay": 0.0}]
 
 
-def warmup_then_linear_decay(optimizer, warmup_steps: int, total_steps: int):
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
 def check_learning_rate(lr: float) -> None:
     if lr > MAX_LR:  # the config refuses this already; a library caller gets the same answer
         raise FeatxError(f"learning rate {lr:g} is above {MAX_LR:g}: it destroys a pretrained "
@@ -185,60 +107,8 @@ def check_learning_rate(lr: float) -> None:
 # Data
 
 
-@dataclass
-class Encoded:
-    encodings: list
-    lengths: np.ndarray
-    labels: np.ndarray
-
-
 def encode_split(encoder: Encoder, split: Split, rows: np.ndarray) -> Encoded:
-    encodings = encoder.encode(split.texts, split.text_pairs, rows)
-    return Encoded(encodings, np.array([len(e.ids) for e in encodings]), split.labels[rows])
-
-
-def _to(inputs: dict, device: torch.device) -> dict:
-    return {k: v.to(device, non_blocking=True) for k, v in inputs.items()}
-
-
-@torch.no_grad()
-def predict_logits(model: SequenceClassifier, encoder: Encoder, data: Encoded, device,
-                   dtype: torch.dtype, token_budget: int) -> np.ndarray:
-    """Logits in the rows' order; batches sorted by length, cut by a token budget."""
-    was_training = model.training
-    model.eval()
-    order = np.argsort(-data.lengths, kind="stable")
-    out = None
-    for cut in plan_batches(data.lengths[order], token_budget, 1024):
-        rows = order[cut]
-        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-            logits = model(**_to(encoder.collate([data.encodings[i] for i in rows]), device))
-        logits = logits.float().cpu().numpy()
-        if out is None:
-            out = np.zeros((len(data.lengths), logits.shape[1]), dtype=np.float32)
-        out[rows] = logits
-    model.train(was_training)
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# LP-FT: the linear probe folded into the head
-
-
-def fold_probe(estimator, task: str, hidden: int, scaler: TargetScaler | None) -> tuple[np.ndarray, np.ndarray]:
-    """(weight (n_outputs, H), bias) such that the head computes the probe's decision function
-    on raw features: W (x - mu) / sigma + b = (W / sigma) x + (b - (W / sigma) . mu)."""
-    standardise, model = estimator[0], estimator[-1]
-    W, b = np.atleast_2d(model.coef_), np.atleast_1d(model.intercept_)  # (outputs, H), (outputs,)
-    W = W / standardise.scale_
-    b = b - W @ standardise.mean_
-    if TASKS[task].regression:  # the head predicts standardised targets
-        return W / scaler.std[:, None], (b - scaler.mean) / scaler.std
-    if task == "binary":  # two logits whose difference is the probe's decision function
-        return np.vstack([np.zeros(hidden), W]), np.array([0.0, b[0]])
-    if task == "multiclass" and len(model.classes_) != W.shape[0]:
-        raise FeatxError("the probe saw fewer classes than the task has; LP-FT needs them all in train")
-    return W, b
+    return encode_rows(encoder, split.texts, split.text_pairs, rows, split.labels[rows])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,7 +142,8 @@ class Setup:
     directory: Path
     run_hash: str
     make_model: object
-    """() -> a fresh SequenceClassifier with the run's initial weights (same for every candidate)."""
+    """() -> a fresh classifier (featx.modeling) with the run's initial weights (the same for
+    every candidate)."""
     progress: bool
     report: Encoded | None = None
     report_split: str = "test"
@@ -351,7 +222,8 @@ def run_finetune(pipeline: Pipeline) -> dict:
     name = f"{cfg.head_input}{'-lpft' if cfg.init_head_from_probe else ''}-seed{cfg.seed}-{run_hash[:8]}"
     directory = writable_dir(run_dir(pipeline.runs_dir, pipeline.name, key))
     features = f"finetune:{cfg.head_input}"
-    head = "lp-ft" if cfg.init_head_from_probe else "linear"
+    head = (reference_class_name(plan.model, pipeline.model.trust_remote_code) if cfg.head_input == MODEL_HEAD
+            else "lp-ft" if cfg.init_head_from_probe else "linear")
     done = directory / "finetune" / record_name(features, head)
     rows = _protocol_rows(plan.dataset, cfg)
     select_split, report_split, _, select_rows = rows
@@ -415,8 +287,8 @@ def _prepare(pipeline: Pipeline, plan, cache_path: Path, rows, *, metric: str, r
     task, names, splits = plan.dataset.task, plan.dataset.label_names, plan.dataset.splits
     device = B.pick_device(cfg.device)
     dtype = TORCH_DTYPES[B.pick_dtype(cfg.dtype, device)]
-    tokenizer = B.load_tokenizer(plan.model.path)
-    encoder = Encoder(tokenizer, plan.max_length)
+    tokenizer = B.load_tokenizer(plan.model.path, pipeline.model.trust_remote_code)
+    encoder = Encoder(tokenizer, plan.max_length, plan.prompt)  # the texts as the cache saw them
     select_split, report_split, train_rows, select_rows = rows
     train = encode_split(encoder, splits["train"], train_rows)
     if not len(select_rows):
@@ -428,16 +300,15 @@ def _prepare(pipeline: Pipeline, plan, cache_path: Path, rows, *, metric: str, r
     probe_head = (_probe_head(pipeline, cache_path, cfg.head_input, plan.n_layers, task, scaler)
                   if cfg.init_head_from_probe else None)
 
-    def make_model() -> SequenceClassifier:
-        torch.manual_seed(cfg.seed)
-        backbone = B.load_model(plan.model, init=pipeline.model.init, seed=pipeline.model.seed,
-                                allow_pickle=pipeline.model.allow_pickle, pooler=cfg.head_input == "pooler")
-        B.check_vocabulary(tokenizer, backbone, plan.model.path)
-        model = SequenceClassifier(backbone, n_outputs(task, len(names)), cfg.head_input)
+    spec = model_spec(pipeline, plan)
+
+    def make_model() -> nn.Module:
+        model = build_classifier(spec)
+        B.check_vocabulary(tokenizer, getattr(model, "backbone", None) or model.model, plan.model.path)
         if probe_head is not None:  # LP-FT: the linear probe folded into the head
             with torch.no_grad():
-                model.classifier.weight.copy_(torch.as_tensor(probe_head[0], dtype=torch.float32))
-                model.classifier.bias.copy_(torch.as_tensor(probe_head[1], dtype=torch.float32))
+                output_layer(model).weight.copy_(torch.as_tensor(probe_head[0], dtype=torch.float32))
+                output_layer(model).bias.copy_(torch.as_tensor(probe_head[1], dtype=torch.float32))
         return model.to(device)
 
     return Setup(cfg, task, len(names), metric, encoder, train, select, scaler, device, dtype,
@@ -583,7 +454,9 @@ def _train(setup: Setup, candidate: Candidate, everyone: list[Candidate], until:
     optimizer = _optimizer(model, cfg, candidate.learning_rate, setup.device)
     steps_per_epoch = math.ceil(len(setup.train.labels) / cfg.batch_size)
     total = steps_per_epoch * setup.max_epochs
-    scheduler = warmup_then_linear_decay(optimizer, math.ceil(cfg.warmup_ratio * total), total)
+    from transformers import get_linear_schedule_with_warmup
+
+    scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * total), total)
     scaler_fp16 = torch.amp.GradScaler(setup.device.type, enabled=setup.dtype == torch.float16)
     if candidate.epoch:  # resume: weights, optimizer, schedule and RNG as the last epoch left them
         saved = torch.load(folder / candidate.optimizer_file, weights_only=True)
@@ -610,14 +483,14 @@ def _train(setup: Setup, candidate: Candidate, everyone: list[Candidate], until:
         bar = progress(batches, desc=f"finetune {candidate.name} epoch {epoch}/{setup.max_epochs}",
                        unit="step", enabled=setup.progress)
         for position, rows in enumerate(bar, 1):
-            inputs = _to(setup.encoder.collate([setup.train.encodings[i] for i in rows]), setup.device)
+            inputs = to_device(setup.encoder.collate([setup.train.encodings[i] for i in rows]), setup.device)
             with torch.autocast(setup.device.type, dtype=setup.dtype, enabled=setup.dtype != torch.float32):
-                logits = model(**inputs)
-            loss = LOSSES[setup.task](logits.float(), y[rows].to(setup.device))
-            if not torch.isfinite(loss):
+                logits = model(**inputs)  # (B, outputs)
+            value = loss(setup.task, logits.float(), y[rows].to(setup.device))
+            if not torch.isfinite(value):
                 return _diverged(setup, candidate, epoch, len(candidate.loss), everyone)
             optimizer.zero_grad(set_to_none=True)
-            scaler_fp16.scale(loss).backward()
+            scaler_fp16.scale(value).backward()
             scaler_fp16.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
             scaler_fp16.step(optimizer)
@@ -625,7 +498,7 @@ def _train(setup: Setup, candidate: Candidate, everyone: list[Candidate], until:
             scheduler.step()
             candidate.step += 1
             candidate.train_rows += len(rows)
-            running, count = running + loss.item(), count + 1
+            running, count = running + value.item(), count + 1
             if not setup.estimated and (position == ESTIMATE_AFTER or position == len(batches)):
                 _estimate(setup, everyone, candidate, position / (time.perf_counter() - started))
             if candidate.step % cfg.log_every == 0 or count == len(batches):
@@ -808,4 +681,12 @@ def _probe_head(pipeline: Pipeline, cache_path: Path, head_input: str, n_layers:
         hidden = int(cache.meta["hidden_size"])
     log.info("LP-FT: head initialised from the logistic probe on %s", features.name)
     return fold_probe(estimator, task, hidden, scaler)
+
+
+def model_spec(pipeline: Pipeline, plan) -> ModelSpec:
+    """How the pipeline's fine-tune model is built (predict builds it the same way)."""
+    return ModelSpec(plan.model, plan.dataset.task, len(plan.dataset.label_names), pipeline.finetune.head_input,
+                     init=pipeline.model.init, seed=pipeline.finetune.seed if pipeline.model.init != "random"
+                     else pipeline.model.seed, allow_pickle=pipeline.model.allow_pickle,
+                     trust_remote_code=pipeline.model.trust_remote_code)
 

@@ -45,6 +45,8 @@ class Plan:
     """A pair task's distinct texts, each encoded alone (extract.pair_singles)."""
     pair_rows: dict[str, np.ndarray] | None = None
     """Per split, (n, 2): the rows of `singles` holding each pair's two texts."""
+    prompt: str | None = None
+    """The prompt put before every text: extract.prompt, else the model's default prompt."""
 
     @property
     def groups(self) -> dict[str, Split]:
@@ -58,7 +60,9 @@ class Plan:
             init_seed=model.seed if model.init == "random" else None,
             max_length=self.max_length, layers=self.layers,
             compute_dtype=compute_dtype, store_dtype=self.pipeline.extract.store_dtype,
-            dataset_fingerprint=self.dataset.fingerprint(), singles=self.singles is not None)
+            dataset_fingerprint=self.dataset.fingerprint(), singles=self.singles is not None,
+            prompt=self.prompt, model_revision=model.revision, attention=self.pipeline.extract.attention,
+            libraries=backbone.library_versions(sentence=self.sentence is not None))
 
     def cache_path(self, compute_dtype: str) -> Path:
         return cache_path(self.pipeline.cache_dir, self.spec(compute_dtype))
@@ -105,8 +109,9 @@ def _state(pipeline: Pipeline, files: list[str]) -> dict:
             stats[name] = [stat.st_size, stat.st_mtime_ns]
         except OSError:
             stats[name] = None
+    # The library versions too: an upgrade makes a new key, which the pointer must not hide.
     return {"config": hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest(),
-            "files": stats}
+            "files": stats, "libraries": backbone.library_versions(sentence=True)}
 
 
 def _pointer(pipeline: Pipeline) -> Path:
@@ -144,8 +149,9 @@ def make_plan(pipeline: Pipeline) -> Plan:
     model = backbone.resolve(pipeline.model.name, pipeline.model.revision)
     fingerprint = backbone.fingerprint(model.path, pipeline.model.allow_pickle)
     config = backbone.model_config(model.path)
+    backbone.check_remote_code(config, pipeline.model.name, pipeline.model.trust_remote_code)
     n_layers, hidden = backbone.num_layers(config), backbone.hidden_size(config)
-    max_positions = config.get("max_position_embeddings")
+    max_positions = backbone.max_positions(config)
     max_length = pipeline.extract.max_length
     if isinstance(max_positions, int) and max_length > max_positions:
         log.warning("extract.max_length = %d is more than the %d positions %s has: texts are cut at %d",
@@ -165,8 +171,10 @@ def make_plan(pipeline: Pipeline) -> Plan:
     per_pooling = {p: (n_layers,) if p in MODEL_POOLINGS else layers for p in poolings}
     singles, pair_rows = (distinct_texts(dataset) if dataset.pairs and pipeline.extract.pair_singles
                           else (None, None))
+    # "" says no prompt at all, even where the model names a default one.
+    prompt = pipeline.extract.prompt if pipeline.extract.prompt is not None else backbone.default_prompt(model.path)
     return Plan(pipeline, dataset, model, fingerprint, n_layers, hidden, max_positions, per_pooling,
-                max_length, sentence, singles, pair_rows)
+                max_length, sentence, singles, pair_rows, prompt or None)
 
 
 def distinct_texts(dataset: Dataset) -> tuple[Split, dict[str, np.ndarray]]:

@@ -63,7 +63,7 @@ def last_token_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 SENTENCE_MODES = LAYER_POOLINGS | {"mean_sqrt_len": mean_sqrt_len_pool, "last_token": last_token_pool}
 
 
-def pooler_output(model_output, hidden_states, mask, sentence) -> torch.Tensor:
+def pooler_output(model_output, hidden_states, mask, sentence, prompt_length: int = 0) -> torch.Tensor:
     """The model's pooler over the last layer (B, H); only the last layer has one."""
     pooled = getattr(model_output, "pooler_output", None)
     if pooled is None:
@@ -71,8 +71,11 @@ def pooler_output(model_output, hidden_states, mask, sentence) -> torch.Tensor:
     return pooled.float()
 
 
-def sentence_embedding(model_output, hidden_states, mask, sentence) -> torch.Tensor:
+def sentence_embedding(model_output, hidden_states, mask, sentence, prompt_length: int = 0) -> torch.Tensor:
     """sentence-transformers' `encode` for a Transformer -> Pooling [-> Normalize] model (B, H)."""
+    if prompt_length and not sentence.include_prompt:
+        mask = mask.clone()
+        mask[:, :prompt_length] = 0  # right padding: the prompt's tokens lead every row
     pooled = SENTENCE_MODES[sentence.mode](hidden_states[-1], mask)  # (B, H)
     return F.normalize(pooled, p=2, dim=1) if sentence.normalize else pooled
 
@@ -82,10 +85,11 @@ MODEL_POOLINGS = {"pooler": pooler_output, "sentence": sentence_embedding}
 
 
 def pool(pooling: str, hidden_states, mask: torch.Tensor, layers: tuple[int, ...],
-         model_output, sentence=None) -> torch.Tensor:
+         model_output, sentence=None, prompt_length: int = 0) -> torch.Tensor:
     """(B, len(layers), H) for one pooling over the requested hidden states; `sentence` is the
     model's `featx.backbone.SentenceSpec` (needed by the `sentence` pooling only)."""
     if pooling in MODEL_POOLINGS:
-        return MODEL_POOLINGS[pooling](model_output, hidden_states, mask, sentence).unsqueeze(1)  # (B, 1, H)
+        return MODEL_POOLINGS[pooling](model_output, hidden_states, mask, sentence,
+                                       prompt_length).unsqueeze(1)  # (B, 1, H)
     fn = LAYER_POOLINGS[pooling]
     return torch.stack([fn(hidden_states[i], mask) for i in layers], dim=1)  # (B, L, H)

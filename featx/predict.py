@@ -38,11 +38,12 @@ MANIFEST = "featx-predictor.json"
 
 def embed(texts, text_pairs=None, *, model: str = DEFAULT_MODEL, pooling: str = "mean", layer=-1,
           max_length: int = 256, device: str = "auto", dtype: str = "auto",
-          allow_pickle: bool = False, progress: bool = False) -> np.ndarray:
+          allow_pickle: bool = False, progress: bool = False, prompt: str | None = None) -> np.ndarray:
     """Vectors of `texts` (and pairs) from a frozen backbone: (n, hidden), or (n, k * hidden)
     for a list of k layers, in the texts' order. The same extractor as the cache: length-sorted
     token-budget batches, one forward pass, the named pooling (cls, mean, max, pooler,
-    sentence)."""
+    sentence). `prompt`: put before every text; unset, the model's default prompt (as
+    sentence-transformers' `encode`), "" for none."""
     from featx import backbone as B
     from featx.config import MODEL_POOLINGS, POOLINGS, resolve_layers
     from featx.errors import check_choice
@@ -64,7 +65,8 @@ def embed(texts, text_pairs=None, *, model: str = DEFAULT_MODEL, pooling: str = 
                                                  else resolve_layers(int(s), n_layers)))
     backbone = _Backbone(resolved, init="pretrained", seed=0, allow_pickle=allow_pickle,
                          max_length=max_length, device=device, dtype=dtype,
-                         needs_pooler=pooling == "pooler", sentence=pooling == "sentence")
+                         needs_pooler=pooling == "pooler", sentence=pooling == "sentence",
+                         prompt=B.default_prompt(resolved.path) if prompt is None else prompt)
     vectors, _ = backbone.vectors(texts, pairs, {pooling: layers}, progress=progress)
     return vectors[pooling].reshape(len(texts), -1)
 
@@ -84,24 +86,27 @@ class _Backbone:
     """A loaded frozen backbone and its tokenizer, for vectors in memory."""
 
     def __init__(self, resolved, *, init: str, seed: int, allow_pickle: bool, max_length: int,
-                 device: str, dtype: str, needs_pooler: bool, sentence: bool):
+                 device: str, dtype: str, needs_pooler: bool, sentence: bool, prompt: str | None = None,
+                 trust_remote_code: bool = False, attention: str = "auto"):
         from featx import backbone as B
 
         self.device = B.pick_device(device)
         self.compute_dtype = B.pick_dtype(dtype, self.device)
-        model = B.load_model(resolved, init=init, seed=seed, allow_pickle=allow_pickle, pooler=needs_pooler)
+        model = B.load_model(resolved, init=init, seed=seed, allow_pickle=allow_pickle, pooler=needs_pooler,
+                             trust_remote_code=trust_remote_code, attention=attention)
         self.model = B.freeze(model).to(self.device)
-        self.tokenizer = B.load_tokenizer(resolved.path)
+        self.tokenizer = B.load_tokenizer(resolved.path, trust_remote_code)
         B.check_vocabulary(self.tokenizer, model, resolved.path)
         self.sentence = B.sentence_spec(resolved.path) if sentence else None
         self.max_length = max_length
+        self.prompt = prompt
 
     def vectors(self, texts, pairs, layers: dict, progress: bool = False):
         from featx.extract import embed_rows
 
         return embed_rows(self.model, self.tokenizer, texts, pairs, layers, max_length=self.max_length,
                           device=self.device, compute_dtype=self.compute_dtype, sentence=self.sentence,
-                          show_progress=progress)
+                          prompt=self.prompt, show_progress=progress)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -130,6 +135,10 @@ class Manifest:
     threshold: float
     combine: str = "joint"
     """A text pair's features: joint, or `featx.pairs` of its two texts encoded alone."""
+    prompt: str | None = None
+    """The prompt put before every text, as extraction did."""
+    attention: str = "auto"
+    """The attention implementation extraction asked for."""
     head_file: str | None = None
     """Frozen: the joblib head (sha256-checked on load)."""
     checkpoint: str | None = None
@@ -149,9 +158,11 @@ class Predictor:
     >>> predictor.predict_proba(["..."]).shape                      # (1, 6); predictor.classes_
     """
 
-    def __init__(self, manifest: Manifest, *, device: str = "auto"):
+    def __init__(self, manifest: Manifest, *, device: str = "auto", trust_remote_code: bool = False):
         self.manifest = manifest
         self.device = device
+        # Only a pipeline's own setting can allow a model's code to run: never a file in a folder.
+        self.trust_remote_code = trust_remote_code
         self._backbone = None
         self._head = None
         self._finetuned = None
@@ -227,7 +238,8 @@ class Predictor:
                                        max_length=m.max_length, device=self.device,
                                        dtype=_runnable_dtype(m.compute_dtype, self.device),
                                        needs_pooler=m.pooling == "pooler",
-                                       sentence=m.pooling == "sentence")
+                                       sentence=m.pooling == "sentence", prompt=m.prompt,
+                                       trust_remote_code=self.trust_remote_code, attention=m.attention)
             if self._backbone.compute_dtype != m.compute_dtype:
                 log.warning("the cache was computed in %s; this device computes %s, so vectors can "
                             "differ slightly from the cached ones", m.compute_dtype,
@@ -235,9 +247,7 @@ class Predictor:
         return self._backbone
 
     def _finetuned_scores(self, texts, pairs) -> np.ndarray:
-        import torch
-
-        from featx import finetune as FT
+        from featx import modeling as ML
         from featx.batching import TORCH_DTYPES, Encoder, default_token_budget
 
         m = self.manifest
@@ -252,24 +262,21 @@ class Predictor:
             if m.checkpoint is None:  # an exported Hugging Face folder
                 model = _Logits(resolved.path)
             else:
-                torch.manual_seed(0)
-                backbone = B.load_model(resolved, init=m.init, seed=m.init_seed or 0, allow_pickle=True,
-                                        pooler=m.head_input == "pooler")
-                model = FT.SequenceClassifier(backbone, FT.n_outputs(m.task, len(m.label_names)),
-                                              m.head_input)
+                model = ML.build_classifier(ML.ModelSpec(
+                    resolved, m.task, len(m.label_names), m.head_input, init=m.init, seed=m.init_seed or 0,
+                    allow_pickle=True, trust_remote_code=self.trust_remote_code))
                 load_model(model, m.checkpoint, device=str(device))
-            encoder = Encoder(B.load_tokenizer(resolved.path), m.max_length)
+            encoder = Encoder(B.load_tokenizer(resolved.path, self.trust_remote_code), m.max_length, m.prompt)
             self._finetuned = (model.to(device).eval(), encoder, device, TORCH_DTYPES[dtype],
                                default_token_budget(device, dtype))
         model, encoder, device, dtype, budget = self._finetuned
-        encodings = encoder.encode(texts, pairs, range(len(texts)))
-        data = FT.Encoded(encodings, np.array([len(e.ids) for e in encodings]), np.zeros(len(texts)))
-        self.truncated_ = sum(bool(e.overflowing) for e in encodings)
-        logits = FT.predict_logits(model, encoder, data, device, dtype, budget)
+        data = ML.encode_rows(encoder, texts, pairs, range(len(texts)), np.zeros(len(texts)))
+        self.truncated_ = sum(bool(e.overflowing) for e in data.encodings)
+        logits = ML.predict_logits(model, encoder, data, device, dtype, budget)
         scaler = None
         if m.target_scaler:
-            scaler = FT.TargetScaler(np.array(m.target_scaler["mean"]), np.array(m.target_scaler["std"]))
-        return FT.scores_from_logits(m.task, logits, scaler)
+            scaler = ML.TargetScaler(np.array(m.target_scaler["mean"]), np.array(m.target_scaler["std"]))
+        return ML.scores_from_logits(m.task, logits, scaler)
 
 
 def _Logits(path):
@@ -339,9 +346,11 @@ def load_predictor(pipeline, head: str | None = None, *, finetuned: bool = False
     "mean@5/logistic" (features/head, as in the report table) for another one;
     finetuned=True for the best fine-tuned model."""
     path = Path(pipeline) if isinstance(pipeline, (str, Path)) else None
-    if path is not None and path.is_dir():
+    if path is not None and path.is_dir():  # a folder never allows a model's own code to run
         return Predictor(_read_manifest(path), device=device)
-    return Predictor(manifest_for(_pipeline(pipeline), head, finetuned), device=device)
+    pipeline = _pipeline(pipeline)
+    return Predictor(manifest_for(pipeline, head, finetuned), device=device,
+                     trust_remote_code=pipeline.model.trust_remote_code)
 
 
 def _pipeline(pipeline):
@@ -375,7 +384,8 @@ def manifest_for(pipeline, head: str | None, finetuned: bool) -> Manifest:
                   head=record["head"], model_path=str(plan.model.path), model_fingerprint=plan.fingerprint,
                   init=meta["init"], init_seed=meta.get("init_seed"), max_length=int(meta["max_length"]),
                   compute_dtype=meta["compute_dtype"], store_dtype=meta["store_dtype"],
-                  text_pair=bool(meta.get("text_pair")),
+                  text_pair=bool(meta.get("text_pair")), prompt=meta.get("prompt"),
+                  attention=meta.get("attention", "auto"),
                   threshold=float(record.get("threshold") or 0.5), primary_metric=record["primary_metric"],
                   record_metrics=record["metrics"])
     if record["stage"] == "finetune":
@@ -440,7 +450,8 @@ def predict_file(pipeline, source: str, *, head: str | None = None, finetuned: b
     manifest = manifest_for(pipeline, head, finetuned)
     inputs = read_inputs(pipeline.data, source, task=manifest.task, label_names=manifest.label_names,
                          pairs=manifest.text_pair)
-    predictor = Predictor(manifest, device=pipeline.extract.device)
+    predictor = Predictor(manifest, device=pipeline.extract.device,
+                          trust_remote_code=pipeline.model.trust_remote_code)
     start = time.perf_counter()
     scores = predictor.scores(inputs.texts, inputs.text_pairs)
     seconds = time.perf_counter() - start
@@ -539,7 +550,7 @@ def export(pipeline, out_dir: str | Path, *, head: str | None = None, finetuned:
     # Paths in the manifest are relative to the folder, so the export can be moved.
     if manifest.kind == "finetuned":
         _export_finetuned(manifest, out)
-        manifest = dataclasses.replace(manifest, model_path=".", checkpoint=None, head_input="pooler",
+        manifest = dataclasses.replace(manifest, model_path=".", checkpoint=None, head_input="model",
                                        target_scaler=None, model_fingerprint=_fingerprint(out))
     else:
         _copy_model(Path(manifest.model_path), out / "backbone")
@@ -570,45 +581,55 @@ def _copy_model(source: Path, target: Path) -> None:
         shutil.copytree(pooling, target / pooling.name)
 
 
+# Architectures whose own sequence-classification head is dropout + Linear on the pooler: a
+# fine-tune with head_input = "pooler" is their class, parameter for parameter.
+POOLER_HEAD_TYPES = ("bert", "albert", "megatron-bert", "nezha")
+
+
 def _export_finetuned(m: Manifest, out: Path) -> None:
-    """SequenceClassifier with the pooler head is BertForSequenceClassification parameter for
-    parameter: rename the keys into the standard class and save it with its tokenizer. A
-    regression head predicts standardised targets: the scaler is folded into its weights so the
-    exported logits are on the original scale."""
+    """The fine-tuned model as its architecture's standard AutoModelForSequenceClassification
+    folder, with its tokenizer: the model head is that class already; a pooler head on BERT or
+    ALBERT is it parameter for parameter. A regression head predicts standardised targets: the
+    scaler is folded into its output layer, so the exported logits are on the original scale."""
     import torch
     from safetensors.torch import load_file
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     from featx import backbone as B
-    from featx import finetune as FT
+    from featx import modeling as ML
 
-    if m.head_input != "pooler":
-        raise FeatxError(f"this fine-tune reads {m.head_input!r} features; a standard Hugging Face "
-                         "sequence classifier reads the pooler. Fine-tune with finetune.head_input = "
-                         "\"pooler\" to export it, or use featx.load_predictor on the pipeline")
     resolved = _checked_model(m)
-    names = list(m.label_names)
     config = AutoConfig.from_pretrained(resolved.path, trust_remote_code=False)
-    config.num_labels = FT.n_outputs(m.task, len(names))
-    config.problem_type = {"multilabel": "multi_label_classification",
-                           "regression": "regression"}.get(m.task, "single_label_classification")
-    labels = ["0", "1"] if m.task == "binary" and len(names) != 2 else names
+    if m.head_input != ML.MODEL_HEAD and not (m.head_input == "pooler" and config.model_type in POOLER_HEAD_TYPES):
+        raise FeatxError(f"this fine-tune reads {m.head_input!r} features with featx's linear head; "
+                         f"{config.model_type}'s standard sequence classifier has a head of its own. "
+                         "Fine-tune with finetune.head_input = \"model\" to export it, or use "
+                         "featx.load_predictor on the pipeline")
+    names = list(m.label_names)
+    config.num_labels = ML.n_outputs(m.task, len(names))
+    config.problem_type = TASKS[m.task].problem_type
+    labels = ["0", "1"] if config.num_labels == 2 and len(names) != 2 else names
     config.id2label = {i: str(name) for i, name in enumerate(labels)}
     config.label2id = {str(name): i for i, name in enumerate(labels)}
     model = AutoModelForSequenceClassification.from_config(config)
     saved = load_file(m.checkpoint)
-    prefix = model.base_model_prefix
-    state = {f"{prefix}.{k.removeprefix('backbone.')}": v for k, v in saved.items() if k.startswith("backbone.")}
-    weight, bias = saved["classifier.weight"], saved["classifier.bias"]
-    if TASKS[m.task].regression and m.target_scaler:
-        std = torch.tensor(m.target_scaler["std"], dtype=weight.dtype)
-        mean = torch.tensor(m.target_scaler["mean"], dtype=weight.dtype)
-        weight, bias = weight * std[:, None], bias * std + mean
-    state |= {"classifier.weight": weight, "classifier.bias": bias}
+    if m.head_input == ML.MODEL_HEAD:  # ReferenceClassifier keeps the class's own names under `model.`
+        state = {k.removeprefix("model."): v for k, v in saved.items()}
+    else:
+        prefix = model.base_model_prefix
+        state = {f"{prefix}.{k.removeprefix('backbone.')}": v for k, v in saved.items() if k.startswith("backbone.")}
+        state |= {"classifier.weight": saved["classifier.weight"], "classifier.bias": saved["classifier.bias"]}
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith("position_ids")]
     if missing or unexpected:
         raise FeatxError(f"the fine-tuned weights do not map onto {type(model).__name__}: missing "
                          f"{missing[:5]}, unexpected {unexpected[:5]}")
+    if TASKS[m.task].regression and m.target_scaler:
+        layer = ML.output_layer(ML.ReferenceClassifier(model))
+        std = torch.tensor(m.target_scaler["std"], dtype=layer.weight.dtype)
+        mean = torch.tensor(m.target_scaler["mean"], dtype=layer.weight.dtype)
+        with torch.no_grad():
+            layer.weight.mul_(std[:, None])
+            layer.bias.mul_(std).add_(mean)
     model.save_pretrained(out)
     B.load_tokenizer(resolved.path).save_pretrained(out)

@@ -47,8 +47,10 @@ BUDGET_FIELDS = ("max_epochs", "max_seconds", "keep_checkpoints", "log_every")
 
 
 def finetune_run_hash(cfg, cache_key: str, max_length: int, metric: str) -> str:
-    """What made a fine-tune record (and names its checkpoint folder), its budget aside."""
-    fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in BUDGET_FIELDS}
+    """What made a fine-tune record (and names its checkpoint folder), its budget aside. `cfg`:
+    a FinetuneConfig, or its fields as a dict."""
+    fields = {k: v for k, v in (cfg if isinstance(cfg, dict) else dataclasses.asdict(cfg)).items()
+              if k not in BUDGET_FIELDS}
     return hashlib.sha256(json.dumps([fields, cache_key, max_length, metric]).encode()).hexdigest()
 
 
@@ -60,7 +62,8 @@ def made_by(record: dict, pipeline) -> bool:
     if record["stage"] == "probe":
         return record["config_hash"] == probe_config_hash(pipeline.probe)
     metric = primary(record["task"], pipeline.probe.metric)
-    variants = (dataclasses.replace(pipeline.finetune, init_head_from_probe=lp) for lp in (False, True))
+    # The record of the same run with or without LP-FT (each writes its own record file).
+    variants = (dataclasses.asdict(pipeline.finetune) | {"init_head_from_probe": lp} for lp in (False, True))
     return record["run_hash"] in {finetune_run_hash(v, record["cache_key"], pipeline.extract.max_length, metric)
                                   for v in variants}
 

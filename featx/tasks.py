@@ -26,6 +26,9 @@ class TaskType:
     """Decisions need a threshold chosen on the selection split (multilabel)."""
     loss: str
     """The fine-tune's loss: cross_entropy, binary_cross_entropy or mse (on standardised targets)."""
+    problem_type: str = "single_label_classification"
+    """Hugging Face's name of the same loss (`config.problem_type`), set explicitly: DeBERTa-v2
+    left to infer it reads multi-hot labels as soft cross-entropy targets, not BCE."""
 
     @property
     def regression(self) -> bool:
@@ -78,9 +81,10 @@ TASKS = {
     "multiclass": TaskType("multiclass", "accuracy", ("accuracy", "macro_f1", "mcc"), classes=True,
                            thresholded=False, loss="cross_entropy"),
     "multilabel": TaskType("multilabel", "micro_f1", ("micro_f1", "macro_f1", "macro_roc_auc", "subset_accuracy"),
-                           classes=False, thresholded=True, loss="binary_cross_entropy"),
+                           classes=False, thresholded=True, loss="binary_cross_entropy",
+                           problem_type="multi_label_classification"),
     "regression": TaskType("regression", "pearson", ("mse", "mae", "r2", "pearson", "spearman"),
-                           classes=False, thresholded=False, loss="mse"),
+                           classes=False, thresholded=False, loss="mse", problem_type="regression"),
 }
 
 

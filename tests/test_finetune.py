@@ -20,18 +20,20 @@ from featx.config import load_pipeline
 from featx.errors import FeatxError
 from featx.extract import extract
 from featx.finetune import (
+    _probe_head,
+    encode_split,
+    length_grouped_batches,
+    parameter_groups,
+    run_finetune,
+)
+from featx.modeling import (
     LOSSES,
     SequenceClassifier,
     TargetScaler,
-    _probe_head,
-    encode_split,
     fold_probe,
-    length_grouped_batches,
-    parameter_groups,
+    loss,
     predict_logits,
-    run_finetune,
     scores_from_logits,
-    warmup_then_linear_decay,
 )
 from tests.conftest import LABELS, WORDS, run_featx, write_pipeline_toml, write_rows
 
@@ -66,7 +68,7 @@ def test_logits_and_loss_equal_bert_for_sequence_classification(tiny_bert, mode,
     task = {"single_label_classification": "multiclass", "multi_label_classification": "multilabel",
             "regression": "regression"}[problem]
     assert torch.equal(logits, expected.logits)
-    assert torch.equal(LOSSES[task](logits, labels), expected.loss)
+    assert torch.equal(loss(task, logits, labels), expected.loss)
     if mode == "train":  # dropout is really on: another seed gives other logits
         torch.manual_seed(12)
         assert not torch.equal(ours(**inputs), logits)
@@ -139,18 +141,6 @@ def test_no_weight_decay_on_biases_and_layernorm(tiny_bert):
     assert any("LayerNorm.weight" in names[id(p)] for p in plain["params"])
     assert plain["weight_decay"] == 0.0 and decayed["weight_decay"] == 0.01
     assert len(decayed["params"]) + len(plain["params"]) == len(list(model.parameters()))
-
-
-def test_warmup_then_linear_decay():
-    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    scheduler = warmup_then_linear_decay(optimizer, warmup_steps=4, total_steps=20)
-    rates = []
-    for _ in range(20):
-        rates.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
-    assert rates[:4] == [0.25, 0.5, 0.75, 1.0] and rates[4] == 1.0
-    assert rates[-1] == pytest.approx(1 / 16) and optimizer.param_groups[0]["lr"] == 0.0
 
 
 def test_regression_targets_are_standardised_and_restored():
@@ -260,7 +250,7 @@ def test_regression_on_a_raw_scale(make_pipeline, tmp_path):
 
 
 def test_multilabel_uses_bce_and_a_threshold(make_pipeline, tmp_path):
-    assert LOSSES["multilabel"] is F.binary_cross_entropy_with_logits
+    assert LOSSES["binary_cross_entropy"] is F.binary_cross_entropy_with_logits
     rng = np.random.default_rng(1)
     rows = [{"text": " ".join(rng.choice(WORDS, 5)), "tags": ["a", "b", "a,b"][i % 3]} for i in range(40)]
     data = write_rows(tmp_path / "m.csv", rows)

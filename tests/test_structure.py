@@ -15,7 +15,7 @@ LAYERS = [
     {"errors", "version", "tasks", "files", "progress"},
     {"config", "metrics", "bootstrap", "pooling", "heads", "pairs"},
     {"data", "backbone", "records", "batching"},
-    {"cache"},
+    {"cache", "modeling"},
     {"plan"},
     {"extract", "probe", "report"},
     {"distributed", "finetune"},
@@ -86,9 +86,9 @@ def test_task_registry_is_the_config_closed_set():
 
 
 def test_head_inputs_are_defined_once():
-    from featx import config, finetune
+    from featx import config, modeling
 
-    assert tuple(finetune.HEAD_INPUTS) == config.HEAD_INPUTS
+    assert (modeling.MODEL_HEAD, *modeling.HEAD_INPUTS) == config.HEAD_INPUTS
 
 
 def test_cache_report_heads_and_probe_import_no_torch():

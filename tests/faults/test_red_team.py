@@ -50,20 +50,20 @@ def test_non_finite_config_numbers_are_refused_however_built():
 def test_a_diverged_fine_tune_is_an_error_and_writes_no_record(tmp_path, make_pipeline, monkeypatch):
     import torch
 
-    from featx import finetune
+    from featx import finetune, modeling
 
     data = write_rows(tmp_path / "d.csv", classification_rows(60))
     pipeline = make_pipeline({"path": str(data)}, extract={"poolings": ["mean"]},
                              finetune={"learning_rates": [1e-4], "max_epochs": 2, "head_input": "mean"})
     extract(pipeline)
-    losses = dict(finetune.LOSSES)
+    losses = dict(modeling.LOSSES)
     calls = []
 
     def diverging(logits, target):  # finite for two steps, then what an exploding run gives
         calls.append(1)
-        loss = losses["multiclass"](logits, target)
+        loss = losses["cross_entropy"](logits, target)
         return loss * torch.tensor(float("nan")) if len(calls) > 2 else loss
-    monkeypatch.setitem(finetune.LOSSES, "multiclass", diverging)
+    monkeypatch.setitem(modeling.LOSSES, "cross_entropy", diverging)
     refused("diverged: the training loss is not finite at epoch 2, step 3", run_finetune, pipeline)
     assert not list(Path(pipeline.runs_dir).rglob("finetune_*.json"))  # no record
     # with a second learning rate the diverged one is dropped, and the other one is the result
@@ -74,7 +74,7 @@ def test_a_diverged_fine_tune_is_an_error_and_writes_no_record(tmp_path, make_pi
         current["lr"] = lr
         return build(model, cfg, lr, device)
     monkeypatch.setattr(finetune, "_optimizer", remember)
-    monkeypatch.setitem(finetune.LOSSES, "multiclass", lambda logits, target: losses["multiclass"](
+    monkeypatch.setitem(modeling.LOSSES, "cross_entropy", lambda logits, target: losses["cross_entropy"](
         logits, target) * (float("nan") if current["lr"] == 1e-4 else 1.0))
     two = make_pipeline({"path": str(data)}, extract={"poolings": ["mean"]},
                         finetune={"learning_rates": [1e-4, 3e-5], "max_epochs": 1, "head_input": "mean"})
