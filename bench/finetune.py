@@ -44,8 +44,10 @@ def featx_child(data_dir: Path, overrides: list[str]) -> dict:
 
     common = [f"data_dir={data_dir}", "progress=false", *overrides]
     for stage in ("extract", "finetune"):
-        subprocess.run([sys.executable, "-m", "featx", "-q", stage, "pipelines/trec.toml", *common],
-                       cwd=ROOT, env=_env(), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        done = subprocess.run([sys.executable, "-m", "featx", "-q", stage, "pipelines/trec.toml", *common],
+                              cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode:
+            raise RuntimeError(f"featx {stage} {' '.join(common)} failed:\n{done.stderr[-3000:]}")
     pipeline = load_pipeline(ROOT / "pipelines/trec.toml", common)
     from featx.plan import find_cache
     from featx.cache import Cache

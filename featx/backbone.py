@@ -382,10 +382,15 @@ def load_model(resolved: Resolved, *, init: str, seed: int = 0, allow_pickle: bo
         return model.eval()
 
     weight_files(resolved.path, allow_pickle)  # refuses pickles unless allowed, with the reason
-    with _Loading(resolved.path, "model"):
-        model, info = cls.from_pretrained(
-            resolved.path, output_loading_info=True, use_safetensors=None if allow_pickle else True,
-            **options, **task)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its load report: featx checks the loading info and says what matters
+    try:
+        with _Loading(resolved.path, "model"):
+            model, info = cls.from_pretrained(
+                resolved.path, output_loading_info=True, use_safetensors=None if allow_pickle else True,
+                **options, **task)
+    finally:
+        hf_logging.set_verbosity(verbosity)
     prefix = getattr(model, "base_model_prefix", "")
     base = getattr(model, prefix, model) if head is not None else model
     _check_loaded(resolved, model, base, prefix, info, pooler=pooler, head=head is not None)
