@@ -176,3 +176,37 @@ def test_device_and_dtype_choice():
         assert backbone.pick_device("auto") == cpu
         with pytest.raises(FeatxError, match="no CUDA"):
             backbone.pick_device("cuda")
+
+
+def test_a_model_with_its_own_code_is_refused_unless_trusted(tmp_path, tiny_bert, make_pipeline, csv_dataset):
+    import json
+    import shutil
+
+    from featx.plan import make_plan
+
+    folder = tmp_path / "remote"
+    shutil.copytree(tiny_bert, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"auto_map": {"AutoModel": "modeling_x.XModel"}}))
+    (folder / "modeling_x.py").write_text("raise SystemExit('remote code ran')\n")
+    pipeline = make_pipeline({"path": str(csv_dataset)}, model={"name": str(folder)})
+    with pytest.raises(FeatxError, match="ships its own modeling code .* model.trust_remote_code = true"):
+        make_plan(pipeline)
+    trusted = make_pipeline({"path": str(csv_dataset)}, model={"name": str(folder), "trust_remote_code": True})
+    plan = make_plan(trusted)  # planned: the check passes; the code file is part of the fingerprint
+    assert folder / "modeling_x.py" in backbone.model_files(folder)
+    (folder / "modeling_x.py").write_text("raise SystemExit('other code')\n")
+    assert make_plan(trusted).fingerprint != plan.fingerprint
+
+
+def test_the_cache_key_holds_what_the_numbers_depend_on(make_pipeline, csv_dataset):
+    import dataclasses
+
+    from featx.plan import make_plan
+
+    plan = make_plan(make_pipeline({"path": str(csv_dataset)}))
+    spec = plan.spec("float32")
+    assert spec.libraries["transformers"] and spec.libraries["tokenizers"] and spec.attention == "auto"
+    for change in ({"attention": "eager"}, {"libraries": spec.libraries | {"transformers": "4.0.0"}},
+                   {"model_revision": "abc"}, {"prompt": "query: "}):
+        assert dataclasses.replace(spec, **change).key() != spec.key(), change

