@@ -21,7 +21,7 @@ PACKAGED = {
 }
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json", "spiece.model",
-                   "sentencepiece.bpe.model")
+                   "sentencepiece.bpe.model", "spm.model")
 # sentence-transformers' description of the model's own sentence embedding (the `sentence` pooling).
 SENTENCE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 # Architectures whose base model (AutoModel) has a pooler over token 0; the others (DistilBERT,
@@ -87,7 +87,8 @@ def resolve(name: str, revision: str | None = None) -> Resolved:
     if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
         tried.append("hub skipped (HF_HUB_OFFLINE is set)")
     else:
-        patterns = ["*.json", "*.safetensors", "*.txt", "*.model", "*.bin"]
+        # Code files come too (they run only with model.trust_remote_code, and the fingerprint covers them).
+        patterns = ["*.json", "*.safetensors", "*.txt", "*.model", "*.bin", "*.py"]
         try:
             path = Path(snapshot_download(name, revision=revision, allow_patterns=patterns))
             return Resolved(name, path, "hub")
