@@ -36,7 +36,7 @@ from featx.cache import Cache
 from featx.config import MAX_LR, WARN_LR, FinetuneConfig, Pipeline
 from featx.data import Split, stratified_assignment
 from featx.errors import FeatxError
-from featx.files import atomic_write, writable_dir
+from featx.files import atomic_write, loads_json, refuse_link, writable_dir
 from featx.pooling import cls_pool, mean_pool
 from featx.records import (
     Predictions,
@@ -336,14 +336,15 @@ def run_finetune(pipeline: Pipeline) -> dict:
     metric = M.primary(task, pipeline.probe.metric)  # chosen on and reported in the same metric
     run_hash = finetune_run_hash(cfg, key, pipeline.extract.max_length, metric)  # the key covers the rest
     name = f"{cfg.head_input}{'-lpft' if cfg.init_head_from_probe else ''}-seed{cfg.seed}-{run_hash[:8]}"
-    directory = writable_dir(run_dir(pipeline.runs_dir, pipeline.name, key))
-    checkpoints = directory / "finetune" / name
+    directory = writable_dir(run_dir(pipeline.runs_dir, pipeline.name, key), root=pipeline.root)
+    checkpoints = writable_dir(directory / "finetune" / name, root=pipeline.root)
     features = f"finetune:{cfg.head_input}"
     head = "lp-ft" if cfg.init_head_from_probe else "linear"
     done = directory / "finetune" / record_name(features, head)
     if done.is_file():
-        previous = json.loads(done.read_text())
-        if previous.get("run_hash") == run_hash and Path(previous.get("checkpoint", "")).is_file():
+        previous = _json_or_none(done)
+        if isinstance(previous, dict) and previous.get("run_hash") == run_hash \
+                and Path(str(previous.get("checkpoint", ""))).is_file():
             log.info("already fine-tuned with this configuration: %s (delete it to train again)", done)
             return previous
 
@@ -618,10 +619,18 @@ def _load_state(setup: Setup, candidate: Candidate) -> Candidate:
     path = setup.directory / candidate.name / "state.json"
     if not path.is_file():
         return candidate
-    saved = json.loads(path.read_text())
-    if saved.get("run_hash") != setup.run_hash:
+    saved = _json_or_none(path)
+    if not isinstance(saved, dict) or saved.get("run_hash") != setup.run_hash:
         return candidate
     return Candidate(**{k: saved[k] for k in STATE_FIELDS if k in saved})
+
+
+def _json_or_none(path: Path):
+    """A state or record file featx wrote, or None when it is unreadable (then it is redone)."""
+    try:
+        return loads_json(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _candidate_entry(candidate: Candidate) -> dict:
@@ -637,11 +646,12 @@ def _keep_best(checkpoints: Path, chosen: Candidate, keep_all: bool) -> Path:
     best = checkpoints / "best.safetensors"
     source = checkpoints / chosen.name / "best.safetensors"
     if keep_all:
-        shutil.copyfile(source, best)
+        atomic_write(best, lambda tmp: shutil.copyfile(source, tmp))
         return best
+    refuse_link(best)
     os.replace(source, best)
     for folder in checkpoints.iterdir():
-        if folder.is_dir():
+        if folder.is_dir() and not folder.is_symlink():
             shutil.rmtree(folder)
     return best
 
