@@ -150,11 +150,14 @@ def _regression(W, y, scores, threshold):
     mse = (W @ error ** 2) / n[:, None]  # (B, T)
     centred = y - y.mean(axis=0)
     squares = W @ centred ** 2
-    total = squares - (W @ centred) ** 2 / n[:, None]  # (B, T) sum of squares about the mean
+    mean = (W @ centred) / n[:, None]  # (B, T) each resample's own mean
+    # Two passes: the sum of squares about each resample's mean. The one-pass form (squares -
+    # n mean^2) cancels: a resample that drew one value only kept 1e-17 of rounding, and r2
+    # divided by it was -5e15.
+    total = np.stack([(W * (centred[:, j][None, :] - mean[:, j][:, None]) ** 2).sum(axis=1)
+                      for j in range(y.shape[1])], axis=1)  # (B, T)
     residual = W @ error ** 2
-    # A resample that drew one value only has total 0, which the subtraction leaves as rounding
-    # noise (1e-17, not 0): divided by it, r2 was -5e15. Below this it is a constant target.
-    constant = total <= 1e-9 * squares
+    constant = total <= 1e-20 * squares  # what rounding leaves of a constant target
     # scikit-learn's r2 (force_finite): 1 for a perfect fit of a constant target, else 0 there.
     r2 = np.where(~constant, 1 - _ratio(residual, np.where(constant, 1.0, total)),
                   np.where(residual == 0, 1.0, 0.0))

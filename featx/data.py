@@ -200,6 +200,11 @@ def _decode(path: Path, encoding: str) -> str:
                              f"{shown(encoding)}: set data.encoding = \"{bom}\" (or leave it unset)")
         log.info("%s is %s (its byte-order mark says so); reading it as such", path, bom.upper())
         encoding = bom  # the mark is unambiguous, and the codec strips it
+    elif data[:4000].count(b"\x00") > len(data[:4000]) // 4 and codecs.lookup(encoding).name not in ("utf-16", "utf-32", "utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"):
+        # every other byte NUL: UTF-16 saved without a mark (it decodes as UTF-8 full of NULs)
+        raise FeatxError(f"{path} is not {encoding}: a quarter of its bytes are NUL, as in UTF-16 text "
+                         "saved without a byte-order mark; set data.encoding = \"utf-16-le\" (or "
+                         "\"utf-16-be\")")
     elif default:
         encoding = "utf-8-sig"  # a byte-order mark is not part of the first column's name
     try:
@@ -208,10 +213,6 @@ def _decode(path: Path, encoding: str) -> str:
         raise FeatxError(f"unknown data.encoding {shown(encoding)}") from None
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        if data[:4000].count(b"\x00") > len(data[:4000]) // 4:  # every other byte NUL: UTF-16 without a mark
-            raise FeatxError(f"{path} is not {encoding}: a quarter of its bytes are NUL, as in UTF-16 text "
-                             "saved without a byte-order mark; set data.encoding = \"utf-16-le\" (or "
-                             "\"utf-16-be\")") from None
         raise FeatxError(
             f"{path}, line {line}: bytes {shown(data[exc.start:exc.end])} are not valid {encoding}; set "
             "data.encoding to the file's encoding (e.g. \"latin-1\" or \"cp1252\")") from None

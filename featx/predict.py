@@ -527,7 +527,7 @@ def _other_finetunes(others, pipeline) -> str:
     current = dataclasses.asdict(pipeline.finetune)
     # Recorded as the run resolved them (max_epochs 0 -> the epochs it ran, search auto ->
     # halving): each is tried as recorded, as configured now, and at its default.
-    resolved = {"max_epochs": 0, "max_seconds": None, "search": "auto"}
+    resolved = {"max_epochs": 0, "max_seconds": None, "search": "auto", "dtype": "auto"}
     differ = {k: _as_config(settings[k]) for k in current
               if k in settings and k not in resolved and _as_config(settings[k]) != _as_config(current[k])}
     choices = [[{}, {k: _as_config(settings[k])} if k in settings else {}, {k: default}]
@@ -597,9 +597,11 @@ def predict_file(pipeline, source: str, *, head: str | None = None, finetuned: b
     out = Path(out) if out else pipeline.root / "predictions" / f"{pipeline.name}.csv"
     _check_output(out, pipeline)  # before any work: an unwritable --out must not cost the embedding
     manifest = manifest_for(pipeline, head, finetuned)
+    predictor = Predictor(manifest, device=pipeline.extract.device)
+    if manifest.kind == "frozen":
+        predictor._load_head()  # a head that is not its record's is refused before any row is read
     inputs = read_inputs(pipeline.data, source, task=manifest.task, label_names=manifest.label_names,
                          pairs=manifest.text_pair)
-    predictor = Predictor(manifest, device=pipeline.extract.device)
     start = time.perf_counter()
     scores = predictor.scores(inputs.texts, inputs.text_pairs, progress=pipeline.progress)
     seconds = time.perf_counter() - start
@@ -626,6 +628,8 @@ def _check_output(out: Path, pipeline) -> None:
     another name), and its folder writable: both before a row is embedded."""
     from featx.files import refuse_link, writable_dir
 
+    if out.is_dir():
+        raise FeatxError(f"--out {str(out)!r} is a folder; give a file name (e.g. {str(out / 'predictions.csv')!r})")
     if out.suffix.lower() not in OUTPUT_FORMATS:
         raise FeatxError(f"--out {str(out)!r}: featx writes predictions as "
                          f"{', '.join(sorted(OUTPUT_FORMATS))}, chosen by the suffix; "
@@ -636,8 +640,6 @@ def _check_output(out: Path, pipeline) -> None:
             import pyarrow  # noqa: F401
         except ImportError:
             raise FeatxError("Parquet output needs pandas and pyarrow; write .csv or .jsonl") from None
-    if out.is_dir():
-        raise FeatxError(f"--out {str(out)!r} is a folder; give a file name (e.g. {str(out / 'predictions.csv')!r})")
     refuse_link(out, "where featx would write the predictions")
     root = pipeline.root if out.parent.resolve() == (pipeline.root / "predictions").resolve() else None
     writable_dir(out.parent, "the output folder", root=root)

@@ -20,11 +20,15 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import math
+import warnings
 
 import numpy as np
 
 from featx.errors import FeatxError
+
+log = logging.getLogger("featx")
 
 FORMAT = "featx-head"
 VERSION = 1
@@ -205,13 +209,18 @@ def loads(data: bytes, source: str = "the head file") -> tuple[object, dict]:
     if not isinstance(manifest, dict):
         raise HeadFileError(f"{source} has no manifest")
     try:
-        estimator = _Decoder(allowed(), tensors).decode(document.get("estimator"), 0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            estimator = _Decoder(allowed(), tensors).decode(document.get("estimator"), 0)
     except Exception as exc:  # noqa: BLE001 - any failure to rebuild (an allowlisted class's
         # __setstate__ or LightGBM's model parser on crafted input) means the same: not our file
         raise HeadFileError(f"{source} does not describe a head featx can rebuild "
                             f"({type(exc).__name__}: {str(exc)[:200]})") from None
     if not hasattr(estimator, "predict"):
         raise HeadFileError(f"{source} does not hold an estimator")
+    if any("version" in str(w.message) for w in caught):  # scikit-learn's, worded for pickles
+        log.warning("%s was saved with another scikit-learn version than this one: its predictions "
+                    "can differ; refit it with featx probe to be sure", source)
     return estimator, manifest
 
 
