@@ -42,7 +42,7 @@ import numpy as np
 from featx.config import resolve_layers
 from featx.data import Split
 from featx.errors import FeatxError
-from featx.files import open_nofollow, refuse_link, utc_now
+from featx.files import loads_json, open_nofollow, refuse_link, utc_now
 from featx.tasks import TASKS
 from featx.version import __version__
 
@@ -156,8 +156,16 @@ class CacheWriter:
                 raise FeatxError(
                     f"the partial cache {partial} cannot be opened ({exc}); it is damaged beyond "
                     "resuming: delete it and rerun featx extract") from None
-            check_compatible(file, spec.key(), partial)
-            return cls(path, file)
+            try:
+                check_compatible(file, spec.key(), partial)
+                return cls(path, file)
+            except FeatxError:
+                file.close()
+                raise
+            except (RuntimeError, KeyError, ValueError, TypeError, OSError) as exc:
+                file.close()  # its attributes or datasets are not what featx writes
+                raise FeatxError(f"the partial cache {partial} is damaged ({type(exc).__name__}: "
+                                 f"{str(exc)[:200]}); delete it and rerun featx extract") from None
         _check_disk_space(path.parent, _estimate_bytes(spec, splits, hidden))
         init = partial.with_name(partial.name + ".init")
         try:
@@ -757,7 +765,10 @@ def _decode_attr(value):
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, bytes):
-        value = value.decode()
+        value = value.decode(errors="replace")
     if isinstance(value, str) and value[:1] in ("[", "{"):
-        return json.loads(value)
+        try:
+            return loads_json(value)
+        except ValueError:  # not JSON after all: left as text, which the checks refuse by name
+            return value
     return value

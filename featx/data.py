@@ -159,6 +159,9 @@ def read_table(path: str | Path, cfg: DataConfig) -> Table:
         inside = sorted(p.name for p in path.iterdir() if p.is_file())[:5]
         raise FeatxError(f"data file {str(path)!r} is a folder, not a file; give the file itself"
                          + (f" (it holds {', '.join(inside)}{', ...' if len(inside) == 5 else ''})" if inside else ""))
+    if path.exists() and not path.is_file():
+        raise FeatxError(f"data file {str(path)!r} is not a regular file (a device, a pipe or a socket); "
+                         "give a data file (for stdin, featx predict takes -)")
     if not path.is_file():
         hint = "" if path.parent.is_dir() else f" (the folder {str(path.parent)!r} does not exist either)"
         raise FeatxError(f"data file {str(path)!r} not found{hint}; check the path in the pipeline "

@@ -50,11 +50,10 @@ def embed(texts, text_pairs=None, *, model: str = DEFAULT_MODEL, pooling: str = 
     from featx.errors import check_choice
 
     check_choice(pooling, POOLINGS, "pooling")
-    texts = _texts(texts, "texts")
-    pairs = None if text_pairs is None else _texts(text_pairs, "text_pairs")
-    if pairs is not None and len(pairs) != len(texts):
-        raise FeatxError(f"{len(texts)} texts but {len(pairs)} text_pairs; give one pair per text")
-    resolved = B.resolve(model)
+    _check_options(model=model, layer=layer, max_length=max_length, device=device, dtype=dtype,
+                   allow_pickle=allow_pickle, progress=progress)
+    texts, pairs = _texts_and_pairs(texts, text_pairs)
+    resolved = B.resolve(str(model))
     n_layers = B.num_layers(B.model_config(resolved.path))
     if pooling in MODEL_POOLINGS:
         layers = (n_layers,)
@@ -62,13 +61,44 @@ def embed(texts, text_pairs=None, *, model: str = DEFAULT_MODEL, pooling: str = 
             raise FeatxError(f"the {pooling!r} pooling exists for the last layer only (layer -1)")
     else:
         spec = [layer] if isinstance(layer, (int, str)) else list(layer)
-        layers = tuple(i for s in spec for i in (resolve_layers(s, n_layers) if isinstance(s, str)
-                                                 else resolve_layers(int(s), n_layers)))
+        layers = tuple(i for s in spec for i in resolve_layers(s if isinstance(s, str) else int(s), n_layers))
     backbone = _Backbone(resolved, init="pretrained", seed=0, allow_pickle=allow_pickle,
                          max_length=max_length, device=device, dtype=dtype,
                          needs_pooler=pooling == "pooler", sentence=pooling == "sentence")
     vectors, _ = backbone.vectors(texts, pairs, {pooling: layers}, progress=progress)
     return vectors[pooling].reshape(len(texts), -1)
+
+
+def _check_options(*, model, layer, max_length, device, dtype, allow_pickle, progress) -> None:
+    """embed's keyword arguments, each refused by name when it is not what it must be."""
+    import re
+
+    from featx.config import COMPUTE_DTYPES, LAYER_SHORTHANDS, MAX_INT
+    from featx.errors import check_choice
+
+    integer = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool)  # noqa: E731
+    if not isinstance(model, (str, Path)) or not str(model):
+        raise FeatxError(f"model must be a model folder or hub name, got {shown(model)}")
+    if not (integer(layer) or (isinstance(layer, str) and layer in LAYER_SHORTHANDS)
+            or (isinstance(layer, (list, tuple)) and layer and all(integer(i) for i in layer))):
+        raise FeatxError(f"layer {shown(layer)} is not a layer: give an index (0 = embeddings, -1 = "
+                         f"last), a non-empty list of indices, or one of {', '.join(LAYER_SHORTHANDS)}")
+    if not integer(max_length) or not 2 <= max_length <= MAX_INT:
+        raise FeatxError(f"max_length must be an integer of at least 2, got {shown(max_length)}")
+    if not isinstance(device, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+        raise FeatxError(f"unknown device {shown(device)}; choose one of: 'auto', 'cpu', 'cuda', 'cuda:N'")
+    check_choice(dtype, COMPUTE_DTYPES, "dtype")
+    for name, value in (("allow_pickle", allow_pickle), ("progress", progress)):
+        if not isinstance(value, bool):
+            raise FeatxError(f"{name} must be True or False, got {shown(value)}")
+
+
+def _texts_and_pairs(texts, text_pairs) -> tuple[list[str], list[str] | None]:
+    texts = _texts(texts, "texts")
+    pairs = None if text_pairs is None else _texts(text_pairs, "text_pairs")
+    if pairs is not None and len(pairs) != len(texts):
+        raise FeatxError(f"{len(texts)} texts but {len(pairs)} text_pairs; give one pair per text")
+    return texts, pairs
 
 
 def _texts(values, what: str) -> list[str]:
@@ -184,8 +214,9 @@ class Predictor:
         multilabel (n, L) per-label probabilities; regression (n, T) on the original scale.
         `progress`: a progress bar (or a log line every 30 s off a terminal)."""
         m = self.manifest
-        texts = _texts(texts, "texts")
-        pairs = None if text_pairs is None else _texts(text_pairs, "text_pairs")
+        texts, pairs = _texts_and_pairs(texts, text_pairs)
+        if not isinstance(progress, bool):
+            raise FeatxError(f"progress must be True or False, got {shown(progress)}")
         if m.text_pair and pairs is None:
             raise FeatxError("this predictor classifies text pairs: pass text_pairs as well")
         if not m.text_pair and pairs is not None:
@@ -412,6 +443,15 @@ def load_predictor(pipeline, head: str | None = None, *, finetuned: bool = False
     head: None for the verdict's best frozen configuration (picked on dev, as the report does);
     "mean@5/logistic" (features/head, as in the report table) for another one;
     finetuned=True for the best fine-tuned model."""
+    from featx.config import Pipeline
+
+    if not isinstance(pipeline, (str, Path, Pipeline)):
+        raise FeatxError(f"load_predictor takes a pipeline file, a Pipeline or an export folder, got "
+                         f"{type(pipeline).__name__}")
+    if head is not None and not isinstance(head, str):
+        raise FeatxError(f"head must be features/head such as 'mean@5/logistic', got {shown(head)}")
+    if not isinstance(finetuned, bool):
+        raise FeatxError(f"finetuned must be True or False, got {shown(finetuned)}")
     path = Path(pipeline) if isinstance(pipeline, (str, Path)) else None
     if path is not None and path.is_dir():
         return Predictor(_read_manifest(path), device=device)
@@ -595,7 +635,7 @@ def predict_file(pipeline, source: str, *, head: str | None = None, finetuned: b
 
     pipeline = _pipeline(pipeline)
     out = Path(out) if out else pipeline.root / "predictions" / f"{pipeline.name}.csv"
-    _check_output(out, pipeline)  # before any work: an unwritable --out must not cost the embedding
+    _check_output(out, pipeline, source)  # before any work: an unwritable --out must not cost the embedding
     manifest = manifest_for(pipeline, head, finetuned)
     predictor = Predictor(manifest, device=pipeline.extract.device)
     if manifest.kind == "frozen":
@@ -623,10 +663,20 @@ def predict_file(pipeline, source: str, *, head: str | None = None, finetuned: b
             "metrics": metrics, "predictor": repr(predictor), "seconds": seconds}
 
 
-def _check_output(out: Path, pipeline) -> None:
+def _check_output(out: Path, pipeline, source: str) -> None:
     """The output's format from its suffix (an unknown one is refused, not written as CSV under
-    another name), and its folder writable: both before a row is embedded."""
+    another name), and its folder writable: both before a row is embedded. Never the input
+    itself, nor a file of featx's own (a record, a cache): writing there would lose data."""
     from featx.files import refuse_link, writable_dir
+
+    target = out.resolve()
+    if source != "-" and Path(source).resolve() == target:
+        raise FeatxError(f"--out {str(out)!r} is the input file: the predictions would replace the rows "
+                         "they were made from; choose another file")
+    for own in (pipeline.cache_dir, pipeline.runs_dir, pipeline.reports_dir):
+        if own.resolve() in target.parents:
+            raise FeatxError(f"--out {str(out)!r} is inside {own}, where featx keeps its own files; "
+                             "choose another place (the default is the data directory's predictions/)")
 
     if out.is_dir():
         raise FeatxError(f"--out {str(out)!r} is a folder; give a file name (e.g. {str(out / 'predictions.csv')!r})")

@@ -1014,3 +1014,47 @@ def test_predict_shows_its_progress(project, tmp_path, monkeypatch, caplog):
             predict_file(noisy, str(project.data.path), out=tmp_path / "p.csv", **kind)
         assert any("text" in r.getMessage() and "/" in r.getMessage() for r in caplog.records
                    if "predicted" not in r.getMessage()), kind
+
+
+def test_predictions_never_overwrite_the_input_or_featx_files(project, tmp_path):
+    data = tmp_path / "in.csv"
+    shutil.copy(project.data.path, data)
+    before = data.read_bytes()
+    refused("is the input file", predict_file, project, str(data), out=data)
+    record, _ = probe_record(project)
+    refused("where featx keeps its own files", predict_file, project, str(data), out=record)
+    assert data.read_bytes() == before and json.loads(record.read_text())["stage"] == "probe"
+
+
+@pytest.mark.parametrize("special", ["/dev/null", "/dev/zero"])
+def test_a_data_path_that_is_a_device(special):
+    refused("not a regular file", load, Path(special))
+
+
+API = {"model": st.one_of(st.none(), st.integers(), st.just(""), st.just("no/such/model")),
+       "layer": st.one_of(st.none(), st.floats(allow_nan=True), st.booleans(), st.just([]), st.just("first"),
+                          st.lists(st.integers(-9, 9), max_size=3), st.integers(-50, 50)),
+       "max_length": st.one_of(st.integers(-5, 5), st.floats(), st.just(10 ** 30), st.none()),
+       "device": st.one_of(st.just("tpu"), st.integers(), st.just("cuda:x"), st.just("cpu")),
+       "dtype": st.one_of(st.just("float8"), st.none(), st.just("float32")),
+       "pooling": st.one_of(st.just("median"), st.none(), st.just("cls"), st.just("pooler"))}
+
+
+@FEW
+@given(options=st.fixed_dictionaries({}, optional=API), pairs=st.sampled_from([None, [], ["a"], ["a", "b"]]))
+def test_embed_with_any_arguments(project, options, pairs):
+    """Generated: every keyword of featx.embed with a wrong type or value: vectors or one clear
+    error."""
+    options = {"model": str(project.model.name)} | options
+    featx_only("embed arguments", lambda: featx.embed(["the cat sat", "the dog ran"], pairs, **options))
+
+
+@SETTINGS
+@given(pipeline=st.one_of(st.none(), st.integers(), st.just(b"x"), st.just("no-such.toml")),
+       head=st.one_of(st.none(), st.integers(), st.just("mean@2"), st.just("x/y"), st.just([])),
+       finetuned=st.one_of(st.booleans(), st.just("yes"), st.none()))
+def test_load_predictor_with_any_arguments(project, pipeline, head, finetuned):
+    """Generated: load_predictor and open_cache with wrong types: one clear error."""
+    featx_only("predictor arguments", lambda: load_predictor(project if pipeline is None else pipeline, head,
+                                                             finetuned=finetuned))
+    featx_only("predictor arguments", featx.open_cache, pipeline)
