@@ -276,7 +276,8 @@ class ProbeConfig:
     mteb_seed: int = 42
     """MTEB's seed: its RandomState and LogisticRegression(random_state)."""
     save_heads: bool = True
-    """Save every fitted head (joblib + sha256 manifest) under the run directory."""
+    """Save every fitted head (arrays and JSON, never a pickle; tied to its record) under the run
+    directory. Without it predict and export have no head to use (they say so)."""
 
     def __post_init__(self):
         _check_finite(self)

@@ -484,7 +484,15 @@ def manifest_for(pipeline, head: str | None, finetuned: bool) -> Manifest:
     # The current configuration's records only, as the report takes them.
     everything = [r for r in read_records(directory) if r["pipeline"] == pipeline.name] if directory.is_dir() else []
     records = [r for r in everything if made_by(r, pipeline)]
-    record = _choose(records, head, finetuned, pipeline, others=[r for r in everything if r not in records])
+    try:
+        record = _choose(records, head, finetuned, pipeline, others=[r for r in everything if r not in records])
+    except FeatxError as exc:
+        from featx.records import probe_config_hash, probe_interrupted
+
+        if not finetuned and probe_interrupted(directory, probe_config_hash(pipeline.probe)) is not None:
+            raise FeatxError(f"{exc}. The last probe of this configuration was interrupted before it "
+                             "wrote them: rerun it to finish") from None
+        raise
     if record["stage"] == "probe":
         _check_probe_finished(directory, pipeline, record, chosen_by_verdict=head is None)
     common = dict(allow_pickle=pipeline.model.allow_pickle,

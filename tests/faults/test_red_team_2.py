@@ -1058,3 +1058,25 @@ def test_load_predictor_with_any_arguments(project, pipeline, head, finetuned):
     featx_only("predictor arguments", lambda: load_predictor(project if pipeline is None else pipeline, head,
                                                              finetuned=finetuned))
     featx_only("predictor arguments", featx.open_cache, pipeline)
+
+
+@pytest.mark.slow  # a featx process, killed
+def test_predict_after_a_probe_killed_by_sigkill(project, tmp_path):
+    import time
+
+    other = dataclasses.replace(project, probe=dataclasses.replace(project.probe, metric="macro_f1", baselines=("majority", "tfidf")))
+    toml = pipeline_toml(tmp_path, other)
+    status = runs(project) / "probe"
+    before = {p: p.stat().st_mtime_ns for p in status.glob("*.json")}
+    child = run_featx("probe", str(toml), wait=False)
+    while child.poll() is None:  # killed once it has written a record of the new configuration
+        if any(p not in before or p.stat().st_mtime_ns != before[p] for p in status.glob("*__*.json")):
+            child.kill()
+            break
+        time.sleep(0.01)
+    child.wait()
+    if child.returncode == 0:
+        pytest.skip("the probe finished before it could be killed")
+    refused("interrupted", load_predictor, load_pipeline(toml))
+    result = run_featx("predict", str(toml), str(project.data.path))
+    assert result.returncode == 2 and "interrupted" in result.stderr and "Traceback" not in result.stderr
