@@ -352,12 +352,11 @@ def _read_manifest(folder: Path) -> Manifest:
     from featx.files import loads_json
 
     path = folder / MANIFEST
+    if folder.name.endswith(PARTIAL):
+        raise FeatxError(f"{folder} is a partial export (an export was interrupted there); export again")
     if not path.is_file():
         raise FeatxError(f"{folder} is not a featx export (no {MANIFEST}); give a pipeline file or "
                          "a folder written by featx export")
-    if (folder.parent / f"{folder.name}{PARTIAL}").exists() and not any(folder.iterdir()):
-        raise FeatxError(f"{folder} is empty: the export was interrupted ({folder.name}{PARTIAL} is "
-                         "left); export again")
     try:
         raw = loads_json(path.read_text())
         if not isinstance(raw, dict):

@@ -166,7 +166,8 @@ def _load_predictions(path: Path) -> Predictions:
     if ids.dtype.kind != "U" or labels.dtype.kind not in "biuf" or scores.dtype.kind != "f" \
             or threshold.shape != () or threshold.dtype.kind != "f":
         raise bad("an array of the wrong type")
-    if ids.ndim != 1 or len(labels) != len(ids) or scores.ndim < 2 or scores.shape[1] != len(ids):
+    if ids.ndim != 1 or labels.ndim < 1 or len(labels) != len(ids) or scores.ndim < 2 \
+            or scores.shape[1] != len(ids):
         raise bad("its arrays do not describe the same rows")
     return Predictions(ids, labels, scores, float(threshold))
 

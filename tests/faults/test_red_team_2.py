@@ -454,6 +454,7 @@ def test_a_partial_export_is_named_and_the_next_export_replaces_it(project, tmp_
     partial.mkdir()
     (partial / PARTIAL_MARK).write_text("")
     (partial / "model.safetensors").write_bytes(b"truncated")  # what a killed export leaves
+    refused("is a partial export", load_predictor, partial)
     assert export(project, out, finetuned=True) == out and not partial.exists()
     assert (out / "featx-predictor.json").is_file()
     stranger = tmp_path / f"other{PARTIAL}"
@@ -747,8 +748,8 @@ def test_deep_nesting_anywhere_featx_parses(tmp_path, depth, kind, where):
     or a correct result, never a RecursionError."""
     close = "]" if kind == "[" else "}"
     deep_json = kind * depth + "1" + close * depth
-    folder = tmp_path / f"deep-{where}-{depth}"
-    folder.mkdir()
+    folder = tmp_path / f"deep-{where}-{depth}-{len(kind)}"
+    folder.mkdir(exist_ok=True)
     if where == "pipeline":
         toml = "a = " + ("[" * depth + "]" * depth if kind == "[" else "{b = " * depth + "1" + "}" * depth)
         (folder / "p.toml").write_text(toml)
