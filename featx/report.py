@@ -92,13 +92,15 @@ def _stale(current: "Pipeline", main: list[dict]) -> list[str]:
         return []
     try:
         path = find_cache(current)
-    except FeatxError:
-        path = None
-    if path is not None and path.stem == main[0]["cache_key"][:16]:
+    except FeatxError as exc:
+        return [f"The pipeline as it is now has no cache ({str(exc)[:160]}): if a data or model file "
+                "changed since these records were made, they describe other data; rerun `featx "
+                "extract`, `featx probe` and `featx finetune` before trusting this report."]
+    if path.stem == main[0]["cache_key"][:16]:
         return []
     return ["These records are not of the data and model the pipeline names now: a data or model "
-            "file changed since they were made (or their cache was deleted). Rerun `featx extract`, "
-            "`featx probe` and `featx finetune` before trusting this report."]
+            "file changed since they were made. Rerun `featx probe` and `featx finetune` on the new "
+            "cache before trusting this report."]
 
 
 def _interrupted(directory: Path, pipeline: "Pipeline", found: int) -> list[str]:
