@@ -242,8 +242,8 @@ def head_binding(record: dict, seed: int) -> dict:
     """What ties a saved head to the one record it was fitted for: a head of another run (an
     earlier configuration, a probe killed between saving its heads and writing its record) has
     another config hash or creation time."""
-    return {k: record.get(k) for k in ("pipeline", "cache_key", "config_hash", "created", "features",
-                                       "head", "task")} | {"seed": int(seed)}
+    return {k: record[k] for k in ("pipeline", "cache_key", "config_hash", "created", "features",
+                                   "head", "task")} | {"seed": int(seed)}
 
 
 def save_heads(directory: Path, record: dict, fitted: list[tuple[int, object]]) -> list[dict]:
