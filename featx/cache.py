@@ -45,7 +45,7 @@ import numpy as np
 from featx.config import resolve_layers
 from featx.data import Split
 from featx.errors import FeatxError
-from featx.files import utc_now
+from featx.files import loads_json, open_nofollow, refuse_link, utc_now
 from featx.tasks import TASKS
 from featx.version import __version__
 
@@ -112,7 +112,7 @@ def writer_lock(path: Path):
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     lock_path = path.with_name(f".{path.name}.lock")
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_nofollow(lock_path, os.O_RDWR | os.O_CREAT, 0o644)  # a planted link is never written through
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -146,7 +146,7 @@ class CacheWriter:
     def __init__(self, path: Path, file: h5py.File):
         self.path = path
         self.file = file
-        self.fd = os.open(partial_path(path), os.O_RDWR)
+        self.fd = open_nofollow(partial_path(path), os.O_RDWR)
         poolings = json.loads(file.attrs["poolings"])
         self.layout: dict[str, dict[str, tuple[int, np.dtype, tuple]]] = {}
         for split in _groups(file):
@@ -166,6 +166,8 @@ class CacheWriter:
         vectors so rank 0 can assemble them. `singles` (a pair task's distinct texts) and
         `pair_rows` (per split, (n, 2) rows of `singles`) come with `spec.singles`."""
         partial = partial_path(path)
+        refuse_link(path, "where featx writes the cache")
+        refuse_link(partial, "where featx writes the cache")
         if partial.exists():
             try:
                 file = h5py.File(partial, "r+")
@@ -173,19 +175,30 @@ class CacheWriter:
                 raise FeatxError(
                     f"the partial cache {partial} cannot be opened ({exc}); it is damaged beyond "
                     "resuming: delete it and rerun featx extract") from None
-            check_compatible(file, spec.key(), partial)
-            return cls(path, file)
+            try:
+                check_compatible(file, spec.key(), partial)
+                return cls(path, file)
+            except FeatxError:
+                file.close()
+                raise
+            except (RuntimeError, KeyError, ValueError, TypeError, OSError) as exc:
+                file.close()  # its attributes or datasets are not what featx writes
+                raise FeatxError(f"the partial cache {partial} is damaged ({type(exc).__name__}: "
+                                 f"{str(exc)[:200]}); delete it and rerun featx extract") from None
         if spec.singles != (singles is not None):
             raise ValueError("a cache spec with singles needs the singles split, and only then")
         groups = splits + ([singles] if singles is not None else [])
         _check_disk_space(path.parent, _estimate_bytes(spec, groups, hidden))
         init = partial.with_name(partial.name + ".init")
         try:
-            with h5py.File(init, "w") as file:
+            if os.path.lexists(init):  # a leftover of a killed run (unlinking a link never follows it)
+                os.unlink(init)
+            # "x": created new (O_EXCL), so a link planted at the name is refused, not truncated.
+            with h5py.File(init, "x") as file:
                 _create(file, spec, info, splits, hidden, rows, singles, pair_rows)
             # Give every byte of the file its disk blocks now (reading as zeros: the done mask
             # starts empty), so no later write can fail for space or land in a sparse hole.
-            fd = os.open(init, os.O_RDWR)
+            fd = open_nofollow(init, os.O_RDWR)
             try:
                 os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
             finally:
@@ -430,7 +443,9 @@ def _check_disk_space(folder: Path, needed: int) -> None:
             "extract.store_dtype = \"float16\"")
     scratch = folder / f".featx-reserve-{os.getpid()}"
     try:
-        fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        if os.path.lexists(scratch):  # a leftover, or a planted link: removed, never followed
+            os.unlink(scratch)
+        fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.posix_fallocate(fd, 0, needed)
         finally:
@@ -830,7 +845,10 @@ def _decode_attr(value):
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, bytes):
-        value = value.decode()
+        value = value.decode(errors="replace")
     if isinstance(value, str) and value[:1] in ("[", "{"):
-        return json.loads(value)
+        try:
+            return loads_json(value)
+        except ValueError:  # not JSON after all: left as text, which the checks refuse by name
+            return value
     return value

@@ -94,6 +94,7 @@ def cmd_info(pipeline: Pipeline) -> None:
 
 def cmd_predict(pipeline: Pipeline, args) -> None:
     """Predict new texts with the verdict's frozen configuration (or --head, --finetuned)."""
+    from featx.bootstrap import MIN_ROWS
     from featx.predict import predict_file
 
     result = predict_file(pipeline, args.input, head=args.head, finetuned=args.finetuned, out=args.out)
@@ -101,7 +102,10 @@ def cmd_predict(pipeline: Pipeline, args) -> None:
         print(f"scored against the input's labels ({result['rows']} rows, 95% bootstrap intervals):")
         for name, entry in result["metrics"].items():
             low, high = entry["ci"] or (float("nan"), float("nan"))
-            print(f"  {name}: {entry['value']:.4f} [{low:.4f}, {high:.4f}]")
+            interval = (f"[{low:.4f}, {high:.4f}]" if low == low and high == high else
+                        f"(no interval: {result['rows']} rows are too few)" if result["rows"] < MIN_ROWS
+                        else "(no interval: undefined on most resamples)")
+            print(f"  {name}: {entry['value']:.4f} {interval}")
     print(result["out"])
 
 
@@ -166,7 +170,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # Overrides may follow a flag (`featx predict P in.csv --finetuned key=value`), where
+    # argparse has already closed the positional list: such leftovers are overrides too.
+    args, rest = parser.parse_known_args(argv)
+    stray = [item for item in rest if item.startswith("-") or "=" not in item]
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    args.overrides = list(getattr(args, "overrides", [])) + rest  # `keys` takes none
     level = logging.DEBUG if args.verbose else logging.INFO
     logging.basicConfig(level=level,
                         format="featx: %(message)s", stream=sys.stderr)

@@ -19,8 +19,11 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from featx.errors import FeatxError, check_choice
+from featx.errors import FeatxError, check_choice, shown
 
+# More CPU threads than this is no machine's core count; asked for, torch starts them and the
+# process runs out of threads (one per core is the best setting, 0 picks it).
+MAX_THREADS = 1024
 # Closed sets, checked here once. The pooling functions live in `featx.pooling` (which needs
 # torch); a test keeps its registry and this tuple equal so config validation stays torch-free.
 TASKS = ("binary", "multiclass", "multilabel", "regression")
@@ -70,6 +73,9 @@ class DataConfig:
     """Whether CSV/TSV files start with a header row. Without one, name the columns in `columns`."""
     columns: tuple[str, ...] | None = None
     """Column names for CSV/TSV files without a header row (extra trailing fields are ignored)."""
+    delimiter: str | None = None
+    """Field separator of CSV/TSV files: one character (";" for a European spreadsheet's CSV, "|")
+    or "\\t"; unset: "," for .csv, a tab for .tsv and .txt."""
     quoting: str = "minimal"
     """CSV quoting: "minimal" (standard quotes) or "none" (quotes are text; GLUE TSVs need this)."""
     encoding: str = "utf-8"
@@ -117,6 +123,10 @@ class DataConfig:
         if self.format is not None:
             check_choice(self.format, FORMATS, "data.format")
         check_choice(self.quoting, QUOTING, "data.quoting")
+        if self.delimiter is not None and (self.delimiter != "\\t" and (
+                len(self.delimiter) != 1 or self.delimiter in "\"\r\n" or self.delimiter.isalnum())):
+            raise FeatxError(f"data.delimiter must be one separator character such as \";\" or \"|\" "
+                             f"(\"\\t\" for a tab), got {shown(self.delimiter)}")
         if self.task is not None:
             check_choice(self.task, TASKS, "data.task")
         for name in ("dev_fraction", "test_fraction"):
@@ -126,11 +136,14 @@ class DataConfig:
         if self.dev_fraction + self.test_fraction >= 1.0:
             raise FeatxError("data.dev_fraction + data.test_fraction must leave rows for training")
         if self.label_regex is not None:
+            import regex  # what featx matches labels with (it can stop a runaway match)
+
             try:
-                if re.compile(self.label_regex).groups != 1:
-                    raise FeatxError(f"data.label_regex {self.label_regex!r} needs exactly one group")
-            except re.error as exc:
-                raise FeatxError(f"data.label_regex {self.label_regex!r} is not a regex: {exc}") from None
+                if regex.compile(self.label_regex).groups != 1:
+                    raise FeatxError(f"data.label_regex {shown(self.label_regex)} needs exactly one group")
+            except (regex.error, re.error, RecursionError, OverflowError) as exc:
+                raise FeatxError(f"data.label_regex {shown(self.label_regex)} is not a regex: "
+                                 f"{str(exc)[:200]}") from None
         if self.max_rows is not None and self.max_rows < 1:
             raise FeatxError(f"data.max_rows must be a positive integer, got {self.max_rows}")
 
@@ -224,13 +237,16 @@ class ExtractConfig:
         check_choice(self.store_dtype, STORE_DTYPES, "extract.store_dtype")
         check_choice(self.attention, ATTENTIONS, "extract.attention")
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
-            raise FeatxError(f"unknown extract.device {self.device!r}; "
+            raise FeatxError(f"unknown extract.device {shown(self.device)}; "
                              "choose one of: 'auto', 'cpu', 'cuda', 'cuda:N'")
         if self.max_length < 2:
             raise FeatxError(f"extract.max_length must be at least 2, got {self.max_length}")
         for name in ("token_budget", "threads"):
             if getattr(self, name) < 0:
                 raise FeatxError(f"extract.{name} must be >= 0 (0 = automatic)")
+        if self.threads > MAX_THREADS:
+            raise FeatxError(f"extract.threads = {self.threads} is more threads than any machine has "
+                             f"cores (at most {MAX_THREADS}); 0 uses one per core")
         if self.max_batch_rows < 1 or self.flush_rows < 1 or self.flush_seconds <= 0:
             raise FeatxError("extract.max_batch_rows, flush_rows and flush_seconds must be positive")
 
@@ -293,7 +309,8 @@ class ProbeConfig:
     mteb_seed: int = 42
     """MTEB's seed: its RandomState and LogisticRegression(random_state)."""
     save_heads: bool = True
-    """Save every fitted head (joblib + sha256 manifest) under the run directory."""
+    """Save every fitted head (arrays and JSON, never a pickle; tied to its record) under the run
+    directory. Without it predict and export have no head to use (they say so)."""
 
     def __post_init__(self):
         _check_finite(self)
@@ -315,7 +332,7 @@ class ProbeConfig:
             if isinstance(item, str):
                 check_choice(item, LAYER_SHORTHANDS, "probe.layers shorthand")
             elif isinstance(item, list) and not (item and all(isinstance(i, int) for i in item)):
-                raise FeatxError(f"probe.layers entry {item!r} must be a non-empty list of indices")
+                raise FeatxError(f"probe.layers entry {shown(item)} must be a non-empty list of indices")
         if not self.seeds:
             raise FeatxError("probe.seeds is empty; give at least one seed")
         if self.folds < 2 or self.n_jobs < 0 or self.mteb_experiments < 1 or self.mteb_samples_per_label < 1:
@@ -400,7 +417,7 @@ class FinetuneConfig:
         check_choice(self.dtype, COMPUTE_DTYPES, "finetune.dtype")
         check_choice(self.search, SEARCHES, "finetune.search")
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
-            raise FeatxError(f"unknown finetune.device {self.device!r}; "
+            raise FeatxError(f"unknown finetune.device {shown(self.device)}; "
                              "choose one of: 'auto', 'cpu', 'cuda', 'cuda:N'")
         if not self.learning_rates:
             raise FeatxError("finetune.learning_rates is empty; give at least one, e.g. [5e-5]")
@@ -444,7 +461,7 @@ class Pipeline:
     def __post_init__(self):
         _check_finite(self)
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.name):
-            raise FeatxError(f"pipeline name {self.name!r} must be letters, digits, '.', '_' or "
+            raise FeatxError(f"pipeline name {shown(self.name)} must be letters, digits, '.', '_' or "
                              "'-' (it names files under the data directory)")
 
     @property
@@ -486,15 +503,29 @@ def resolve_layers(spec, n_layers: int) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+# Seeds go to numpy's RandomState and scikit-learn, which take 0 <= seed < 2**32; no other count
+# or length featx reads is anywhere near 2**31, and beyond it C code (tokenizers, HDF5) overflows.
+MAX_SEED, MAX_INT = 2 ** 32 - 1, 2 ** 31 - 1
+
+
 def _check_finite(config) -> None:
     """NaN or infinity in a number field passes every `<` check and poisons what it touches
-    (a NaN gradient clip ruins a fine-tune silently): refused for every config, however built."""
+    (a NaN gradient clip ruins a fine-tune silently); a negative or 20-digit seed, or a 20-digit
+    count, reaches numpy or C code as a traceback: all refused for every config, however built."""
+    section = type(config).__name__.removesuffix("Config").lower()
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         values = value if isinstance(value, tuple) else (value,)
+        values = [x for v in values for x in (v if isinstance(v, list) else [v])]
         if any(isinstance(v, float) and not math.isfinite(v) for v in values):
-            section = type(config).__name__.removesuffix("Config").lower()
-            raise FeatxError(f"{section}.{f.name} must be a finite number, got {value!r}")
+            raise FeatxError(f"{section}.{f.name} must be a finite number, got {shown(value)}")
+        integers = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+        if f.name.endswith(("seed", "seeds")) and any(not 0 <= v <= MAX_SEED for v in integers):
+            raise FeatxError(f"{section}.{f.name} must be a seed from 0 to {MAX_SEED:,} (2**32 - 1), "
+                             f"got {shown(value)}")
+        if any(abs(v) > MAX_INT for v in integers) and not f.name.endswith(("seed", "seeds")):
+            raise FeatxError(f"{section}.{f.name} = {shown(value)} is beyond any sensible value "
+                             f"(at most {MAX_INT:,})")
 
 
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "extract": ExtractConfig,
@@ -537,33 +568,36 @@ def keys_reference(section: str | None = None) -> str:
                 continue  # the sections themselves; set by featx, not by a file
             default = (f.default if f.default is not dataclasses.MISSING else
                        "(required)" if f.default_factory is dataclasses.MISSING else f.default_factory())
-            shown = "(required)" if default == "(required)" else "unset" if default is None else _toml(default)
+            shown = "(required)" if default == "(required)" else "unset" if default is None else _toml_value(default)
             kind = str(hints[f.name]).replace("typing.", "").replace("NoneType", "None").replace(" | ", " or ")
             lines.append(f"| `{f.name}` | `{kind}` | `{shown}` | {docs.get(f.name, '').replace('|', '/')} |")
         lines.append("")
     return "\n".join(lines)
 
 
-def _toml(value) -> str:
+def _toml_value(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
         return f'"{value}"'
     if isinstance(value, tuple):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     return repr(value)
 
 
 def load_pipeline(path: str | Path, overrides: typing.Sequence[str] = ()) -> Pipeline:
     """Read a pipeline TOML file, apply `key=value` overrides, validate, return the config."""
     path = Path(path)
+    if path.is_dir():
+        raise FeatxError(f"{str(path)!r} is a folder, not a pipeline file; give a .toml file such as "
+                         f"{_pipelines_hint()}")
     if not path.is_file():
-        raise FeatxError(f"pipeline file {str(path)!r} not found; the pipelines are in "
-                         f"{sorted(str(p) for p in Path('pipelines').glob('*.toml'))}")
+        raise FeatxError(f"pipeline file {str(path)!r} not found; {_pipelines_hint()}")
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise FeatxError(f"pipeline file {str(path)!r} is not valid TOML: {exc}") from None
+        # utf-8-sig: an editor's byte-order mark is not part of the first key (data files strip it too)
+        raw = _toml(path.read_text(encoding="utf-8-sig"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, ValueError) as exc:
+        raise FeatxError(f"pipeline file {str(path)!r} is not valid TOML: {str(exc)[:300]}") from None
     raw.setdefault("name", path.stem)
     for item in overrides:
         _apply_override(raw, item)
@@ -584,6 +618,23 @@ def command(pipeline: Pipeline | None, stage: str, *extra: str, args: tuple[str,
     return " ".join(["featx", stage, shlex.quote(source), *args] + [shlex.quote(o) for o in shown])
 
 
+def _toml(text: str) -> dict:
+    """tomllib.loads whose every failure is a TOMLDecodeError or ValueError (a table nested
+    thousands deep exhausts the parser's recursion, which is the file's fault, not featx's)."""
+    try:
+        return tomllib.loads(text)
+    except RecursionError:
+        raise ValueError("it is nested too deeply (thousands of arrays or tables inside each other)") from None
+
+
+def _pipelines_hint() -> str:
+    found = sorted(str(p) for p in Path("pipelines").glob("*.toml"))
+    if found:
+        return "the pipelines here are: " + ", ".join(found[:20]) + (" ..." if len(found) > 20 else "")
+    return (f"there is no pipelines/ folder with .toml files in {str(Path.cwd())!r} (relative paths start "
+            "at the directory featx runs from)")
+
+
 def pipeline_from_dict(raw: dict, source: str | None = None, overrides: tuple[str, ...] = ()) -> Pipeline:
     """Build a validated `Pipeline` from a parsed TOML table (unknown keys are errors)."""
     raw = dict(raw)
@@ -600,17 +651,19 @@ def pipeline_from_dict(raw: dict, source: str | None = None, overrides: tuple[st
 def _apply_override(raw: dict, item: str) -> None:
     key, sep, text = item.partition("=")
     if not sep or not key.strip():
-        raise FeatxError(f"override {item!r} must look like section.key=value, e.g. data.max_rows=500")
+        raise FeatxError(f"override {shown(item)} must look like section.key=value, e.g. data.max_rows=500")
     try:  # a TOML literal (numbers, booleans, lists, quoted strings) ...
-        value = tomllib.loads(f"v = {text}")["v"]
+        value = _toml(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:  # ... or a bare word, taken as a string
         value = text
+    except ValueError as exc:
+        raise FeatxError(f"override {shown(item)}: {exc}") from None
     *parents, leaf = key.strip().split(".")
     table = raw
     for part in parents:
         table = table.setdefault(part, {})
         if not isinstance(table, dict):
-            raise FeatxError(f"override {item!r}: {part!r} is not a section")
+            raise FeatxError(f"override {shown(item)}: {shown(part)} is not a section")
     table[leaf] = value
 
 
@@ -619,7 +672,8 @@ def _build(cls, table: dict, where: str):
     known = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(table) - set(known))
     if unknown:
-        raise FeatxError(f"unknown key(s) {unknown} in [{where}]; known keys: {', '.join(known)}")
+        listed = "[" + ", ".join(shown(k) for k in unknown[:10]) + (", ...]" if len(unknown) > 10 else "]")
+        raise FeatxError(f"unknown key(s) {listed} in [{where}]; known keys: {', '.join(known)}")
     kwargs = {name: _coerce(value, hints[name], f"{where}.{name}") for name, value in table.items()}
     try:
         return cls(**kwargs)
@@ -638,14 +692,14 @@ def _coerce(value, hint, where: str):
             item_type = typing.get_args(option)[0]
             if all(_is_instance(v, item_type) for v in value):
                 if item_type is float and not all(math.isfinite(v) for v in value):
-                    raise FeatxError(f"{where} must hold finite numbers, got {list(value)!r}")
+                    raise FeatxError(f"{where} must hold finite numbers, got {shown(list(value))}")
                 return tuple(float(v) for v in value) if item_type is float else tuple(value)
         elif origin is None and option is not type(None) and _is_instance(value, option):
             if option is float and not math.isfinite(value):
-                raise FeatxError(f"{where} must be a finite number, got {value!r}")
+                raise FeatxError(f"{where} must be a finite number, got {shown(value)}")
             return float(value) if option is float else value
     wanted = " or ".join(_type_name(o) for o in options)
-    raise FeatxError(f"{where} must be {wanted}, got {value!r}")
+    raise FeatxError(f"{where} must be {wanted}, got {shown(value)}")
 
 
 def _is_union(hint) -> bool:

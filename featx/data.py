@@ -6,6 +6,7 @@ to them.
 """
 from __future__ import annotations
 
+import codecs
 import csv
 import dataclasses
 import hashlib
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from featx.config import DataConfig
-from featx.errors import FeatxError
+from featx.errors import FeatxError, shown
 from featx.tasks import TASKS
 
 log = logging.getLogger("featx")
@@ -131,8 +132,20 @@ class Table:
     def require(self, column: str, role: str) -> None:
         if column not in self.columns:
             raise FeatxError(
-                f"{self.path}: no column {column!r} (configured as data.{role}); "
-                f"the columns are: {', '.join(map(repr, self.columns))}")
+                f"{self.path}: no column {shown(column)} (configured as data.{role}); "
+                f"the columns are: {', '.join(shown(c) for c in self.columns[:30])}{_delimiter_hint(self.columns)}")
+
+
+def _delimiter_hint(columns: list[str]) -> str:
+    """A header read as one column that holds another separator: the file uses that one."""
+    if len(columns) != 1:
+        return ""
+    for mark, name in ((";", "semicolon"), ("\t", "tab"), ("|", "pipe")):
+        if mark in columns[0]:
+            written = "\\t" if mark == "\t" else mark  # as TOML writes it
+            return (f". The header looks {name}-separated: set data.delimiter = \"{written}\" in [data] "
+                    f"(or override it: 'data.delimiter={written}')")
+    return ""
 
 
 def read_tables(paths: str | tuple[str, ...], cfg: DataConfig) -> Table:
@@ -142,6 +155,13 @@ def read_tables(paths: str | tuple[str, ...], cfg: DataConfig) -> Table:
 
 def read_table(path: str | Path, cfg: DataConfig) -> Table:
     path = Path(path)
+    if path.is_dir():
+        inside = sorted(p.name for p in path.iterdir() if p.is_file())[:5]
+        raise FeatxError(f"data file {str(path)!r} is a folder, not a file; give the file itself"
+                         + (f" (it holds {', '.join(inside)}{', ...' if len(inside) == 5 else ''})" if inside else ""))
+    if path.exists() and not path.is_file():
+        raise FeatxError(f"data file {str(path)!r} is not a regular file (a device, a pipe or a socket); "
+                         "give a data file (for stdin, featx predict takes -)")
     if not path.is_file():
         hint = "" if path.parent.is_dir() else f" (the folder {str(path.parent)!r} does not exist either)"
         raise FeatxError(f"data file {str(path)!r} not found{hint}; check the path in the pipeline "
@@ -154,7 +174,8 @@ def read_table(path: str | Path, cfg: DataConfig) -> Table:
         return _read_jsonl(path, text)
     if fmt == "label-text":
         return _read_label_text(path, text)
-    return _read_delimited(path, text, cfg, delimiter="\t" if fmt == "tsv" else ",")
+    delimiter = {None: "\t" if fmt == "tsv" else ",", "\\t": "\t"}.get(cfg.delimiter, cfg.delimiter)
+    return _read_delimited(path, text, cfg, delimiter=delimiter)
 
 
 def _format_from_suffix(path: Path) -> str:
@@ -167,18 +188,36 @@ def _format_from_suffix(path: Path) -> str:
                          "to one of: csv, tsv, jsonl, parquet") from None
 
 
+# Byte-order marks of the encodings a spreadsheet or Windows editor saves ("Unicode text" is UTF-16).
+BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF16_LE, "utf-16"),
+        (codecs.BOM_UTF16_BE, "utf-16"))
+
+
 def _decode(path: Path, encoding: str) -> str:
     data = path.read_bytes()
-    if encoding.replace("_", "-").lower() in ("utf-8", "utf8"):
+    default = encoding.replace("_", "-").lower() in ("utf-8", "utf8")
+    bom = next((name for mark, name in BOMS if data.startswith(mark)), None)
+    if bom is not None and codecs.lookup(encoding).name not in ("utf-16", "utf-32"):
+        if not default:
+            raise FeatxError(f"{path} starts with a {bom.upper()} byte-order mark, but data.encoding is "
+                             f"{shown(encoding)}: set data.encoding = \"{bom}\" (or leave it unset)")
+        log.info("%s is %s (its byte-order mark says so); reading it as such", path, bom.upper())
+        encoding = bom  # the mark is unambiguous, and the codec strips it
+    elif data[:4000].count(b"\x00") > len(data[:4000]) // 4 and codecs.lookup(encoding).name not in ("utf-16", "utf-32", "utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"):
+        # every other byte NUL: UTF-16 saved without a mark (it decodes as UTF-8 full of NULs)
+        raise FeatxError(f"{path} is not {encoding}: a quarter of its bytes are NUL, as in UTF-16 text "
+                         "saved without a byte-order mark; set data.encoding = \"utf-16-le\" (or "
+                         "\"utf-16-be\")")
+    elif default:
         encoding = "utf-8-sig"  # a byte-order mark is not part of the first column's name
     try:
         return data.decode(encoding)
     except LookupError:
-        raise FeatxError(f"unknown data.encoding {encoding!r}") from None
+        raise FeatxError(f"unknown data.encoding {shown(encoding)}") from None
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise FeatxError(
-            f"{path}, line {line}: bytes {data[exc.start:exc.end]!r} are not valid {encoding}; set "
+            f"{path}, line {line}: bytes {shown(data[exc.start:exc.end])} are not valid {encoding}; set "
             "data.encoding to the file's encoding (e.g. \"latin-1\" or \"cp1252\")") from None
 
 
@@ -190,6 +229,7 @@ def _read_delimited(path: Path, text: str, cfg: DataConfig, delimiter: str) -> T
     quoting = csv.QUOTE_NONE if cfg.quoting == "none" else csv.QUOTE_MINIMAL
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
     columns = list(cfg.columns) if cfg.columns else None
+    header_fields = None
     rows, lines = [], []
     line = 1
     for fields in _csv_rows(reader, path):
@@ -201,12 +241,22 @@ def _read_delimited(path: Path, text: str, cfg: DataConfig, delimiter: str) -> T
                 raise FeatxError(f"{path} has no header row (data.header = false); name its "
                                  "columns with data.columns = [...]")
             columns = [c.strip() for c in fields]
+            header_fields = len(columns)
+            while len(columns) > 1 and not columns[-1]:  # a spreadsheet's empty trailing header cells
+                columns.pop()
             _check_unique_columns(columns, f"{path}, header row")
             continue
+        if header_fields is not None and len(columns) < len(fields) <= header_fields:
+            extra = [i for i in range(len(columns), len(fields)) if fields[i].strip()]
+            if extra:
+                raise FeatxError(f"{path}, row {start}: a value in column {extra[0] + 1}, whose header "
+                                 "cell is empty; name the column or remove the value")
+            fields = fields[:len(columns)]
         if cfg.header and cfg.columns is None and len(fields) != len(columns):
             raise FeatxError(
                 f"{path}, row {start}: {len(fields)} fields but the header has {len(columns)}; "
-                f"check the delimiter and data.quoting (currently {cfg.quoting!r})")
+                f"check the delimiter (data.delimiter, now {delimiter!r}) and data.quoting (now "
+                f"{shown(cfg.quoting)})")
         if len(fields) < len(columns):
             raise FeatxError(f"{path}, row {start}: {len(fields)} fields, expected at least "
                              f"{len(columns)} ({', '.join(columns)})")
@@ -242,8 +292,11 @@ def _read_jsonl(path: Path, text: str) -> Table:
         except json.JSONDecodeError as exc:
             raise FeatxError(f"{path}, row {number}: not valid JSON ({exc.msg}); each line must "
                              "be one JSON object") from None
+        except RecursionError:
+            raise FeatxError(f"{path}, row {number}: the JSON is nested thousands deep; each line must "
+                             "be one flat JSON object (text, label, ...)") from None
         except _RepeatedKey as exc:
-            raise FeatxError(f"{path}, row {number}: key {exc.args[0]!r} appears twice in one object; "
+            raise FeatxError(f"{path}, row {number}: key {shown(exc.args[0])} appears twice in one object; "
                              "which value holds the data is ambiguous: fix the row") from None
         if not isinstance(record, dict):
             raise FeatxError(f"{path}, row {number}: expected a JSON object, got "
@@ -289,9 +342,23 @@ def _read_parquet(path: Path) -> Table:
         frame = pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises many types for unreadable files
         raise FeatxError(f"{path}: cannot read as Parquet ({exc})") from None
-    rows = [{k: (None if _is_missing(v) else v) for k, v in r.items()}
-            for r in frame.to_dict("records")]
+    rows = [{str(k): _plain(v) for k, v in r.items()} for r in frame.to_dict("records")]
     return Table(str(path), [str(c) for c in frame.columns], rows, list(range(1, len(rows) + 1)))
+
+
+def _plain(value):
+    """A Parquet cell as the Python value JSON would give: list<...> cells arrive as numpy arrays
+    (a list of labels, not the text "['a' 'b']"), numbers and booleans as numpy scalars, an empty
+    cell as NaN or None."""
+    if isinstance(value, np.ndarray):
+        return [_plain(v) for v in value.tolist()]
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, np.generic):
+        value = value.item()
+    return None if _is_missing(value) else value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -403,7 +470,7 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
     """Read, validate, split and encode the dataset a pipeline describes."""
     if cfg.builtin is not None:
         if cfg.builtin not in BUILTINS:
-            raise FeatxError(f"unknown built-in dataset {cfg.builtin!r}; choose one of: "
+            raise FeatxError(f"unknown built-in dataset {shown(cfg.builtin)}; choose one of: "
                              + ", ".join(repr(b) for b in BUILTINS))
         builtin = BUILTINS[cfg.builtin]()
         tables = {None: builtin.table}
@@ -511,14 +578,33 @@ class _Columns:
 
 
     def _label(self, value, where: str, column: str):
+        if self.label_sep is not None and isinstance(value, str) and not value.strip():
+            return ""  # a separated multilabel field that is empty: a row with no labels
         value = _present(value, where, column)
         if self.label_regex is None:
             return value
-        match = re.search(self.label_regex, str(value))
+        match = _search(self.label_regex, str(value), where, column)
         if match is None:
-            raise FeatxError(f"{where}, column {column!r}: label {value!r} does not match "
-                             f"data.label_regex {self.label_regex!r}")
+            raise FeatxError(f"{where}, column {shown(column)}: label {shown(value)} does not match "
+                             f"data.label_regex {shown(self.label_regex)}")
         return match.group(1)
+
+
+# A label_regex may backtrack catastrophically ("(a|aa)+$"): the `regex` module can stop a match
+# after this long, where `re` would hang featx with no message.
+REGEX_SECONDS = 1.0
+
+
+def _search(pattern: str, text: str, where: str, column: str):
+    import regex
+
+    try:
+        return regex.search(pattern, text, timeout=REGEX_SECONDS)
+    except TimeoutError:
+        raise FeatxError(f"{where}, column {shown(column)}: data.label_regex {shown(pattern)} took more "
+                         f"than {REGEX_SECONDS:g} s on one label ({len(text):,} characters): it "
+                         "backtracks catastrophically (nested or overlapping repeats such as (a|aa)+); "
+                         "simplify the pattern") from None
 
 
 def _is_missing(value) -> bool:
@@ -534,33 +620,33 @@ def _is_missing(value) -> bool:
 def _storable(value: str, where: str, column: str, what: str) -> str:
     """A string HDF5 and the fingerprint can hold: no NUL byte, no lone surrogate."""
     if "\x00" in value:
-        raise FeatxError(f"{where}, column {column!r}: the {what} holds a NUL byte (\\x00), which no "
+        raise FeatxError(f"{where}, column {shown(column)}: the {what} holds a NUL byte (\\x00), which no "
                          "text should; remove it from the file")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise FeatxError(f"{where}, column {column!r}: the {what} holds a lone surrogate (an "
+        raise FeatxError(f"{where}, column {shown(column)}: the {what} holds a lone surrogate (an "
                          "unpaired \\ud800-\\udfff escape), which is not text; fix the row") from None
     return value
 
 
 def _text(value, where: str, column: str) -> str:
     if value is None or not isinstance(value, str) or not value.strip():
-        shown = "missing" if value is None else ("not a string" if not isinstance(value, str) else "empty")
-        raise FeatxError(f"{where}, column {column!r}: text is {shown} (value {value!r}); remove the "
+        state = "missing" if value is None else ("not a string" if not isinstance(value, str) else "empty")
+        raise FeatxError(f"{where}, column {shown(column)}: text is {state} (value {shown(value)}); remove the "
                          "row or fill in its text")
     return _storable(value, where, column, "text")
 
 
 def _id(value, where: str, column: str) -> str:
     if _is_missing(value):
-        raise FeatxError(f"{where}, column {column!r}: the id is missing; every row needs a unique id")
+        raise FeatxError(f"{where}, column {shown(column)}: the id is missing; every row needs a unique id")
     return _storable(str(value), where, column, "id")
 
 
 def _present(value, where: str, column: str):
     if _is_missing(value):
-        raise FeatxError(f"{where}, column {column!r}: the label is missing (value {value!r}); "
+        raise FeatxError(f"{where}, column {shown(column)}: the label is missing (value {shown(value)}); "
                          "remove the row or fill in its label")
     for item in (value if isinstance(value, list) else [value]):
         if isinstance(item, str):
@@ -571,7 +657,7 @@ def _present(value, where: str, column: str):
 def _split_value(value, where: str, column: str) -> str:
     key = str(value).strip().lower() if value is not None else ""
     if key not in SPLIT_ALIASES:
-        raise FeatxError(f"{where}, column {column!r}: split {value!r} is not one of "
+        raise FeatxError(f"{where}, column {shown(column)}: split {shown(value)} is not one of "
                          f"{', '.join(SPLIT_ALIASES)}")
     return SPLIT_ALIASES[key]
 
@@ -664,11 +750,24 @@ def _number(value, plain: bool = False) -> float | None:
 
 
 def _class_key(value) -> str:
-    """Canonical class name: 1, "1" and "1.0" are the same class; "007" and "7" are not."""
+    """Canonical class name: 1, "1" and "1.0" are the same class; "007" and "7" are not; a
+    boolean (JSON, Parquet) is "True" / "False", as a CSV of booleans spells it."""
+    if isinstance(value, bool):
+        return str(value)
     number = _number(value, plain=True)
     if number is not None and math.isfinite(number) and number.is_integer():
         return str(int(number))
     return str(value).strip()
+
+
+def _class_name(value, where: str, columns: _Columns) -> str:
+    """The class of a binary / multiclass label; an empty one (kept only for a multilabel
+    separator) is missing here."""
+    name = _class_key(value)
+    if not name:
+        raise FeatxError(f"{where}, column {shown(columns.labels[0])}: the label is empty; a class "
+                         "needs a name (remove the row or fill in its label)")
+    return name
 
 
 def _label_set(value, columns: _Columns, where: str) -> list[str]:
@@ -677,15 +776,15 @@ def _label_set(value, columns: _Columns, where: str) -> list[str]:
         for column, v in zip(columns.labels, value):
             number = _number(v)
             if number not in (0.0, 1.0):
-                raise FeatxError(f"{where}, column {column!r}: multilabel columns hold 0 or 1, "
-                                 f"got {v!r}")
+                raise FeatxError(f"{where}, column {shown(column)}: multilabel columns hold 0 or 1, "
+                                 f"got {shown(v)}")
             if number == 1.0:
                 out.append(column)
         return out
     if isinstance(value, list):
         return [_class_key(v) for v in value]
     if columns.label_sep is None:
-        raise FeatxError(f"{where}, column {columns.labels[0]!r}: a multilabel column needs a list "
+        raise FeatxError(f"{where}, column {shown(columns.labels[0])}: a multilabel column needs a list "
                          "(JSON) or a separator: set data.label_sep (e.g. \",\")")
     return [_class_key(v) for v in str(value).split(columns.label_sep) if v.strip()]
 
@@ -699,7 +798,7 @@ def _infer_task(rows: _Rows, columns: _Columns) -> str:
         fractions = [x for v in values if isinstance(v, list) for x in v
                      if isinstance(x, float) and not x.is_integer()]
         if fractions:
-            raise FeatxError(f"column {column!r} holds lists of numbers such as {fractions[0]!r}, and "
+            raise FeatxError(f"column {shown(column)} holds lists of numbers such as {shown(fractions[0])}, and "
                              "data.task is not set: lists are read as sets of labels (multilabel). For "
                              "several regression targets give one column per target (data.label = "
                              "[\"a\", \"b\"]); for label ids set data.task = \"multilabel\"")
@@ -740,7 +839,7 @@ class _LabelEncoder:
             if TASKS[task].thresholded:
                 seen = {x for v, w in zip(train.labels, train.where) for x in _label_set(v, columns, w)}
             else:
-                seen = {_class_key(v) for v in train.labels}
+                seen = {_class_name(v, w, columns) for v, w in zip(train.labels, train.where)}
             names = tuple(sorted(seen, key=_natural_key))
         index = {n: i for i, n in enumerate(names)}
         if fixed is not None and not TASKS[task].regression:
@@ -762,16 +861,16 @@ class _LabelEncoder:
                 values = _as_list(value)
                 if len(values) != len(self.names):
                     raise FeatxError(
-                        f"{where}, column {self.names[0]!r}: {len(values)} regression targets in one "
+                        f"{where}, column {shown(self.names[0])}: {len(values)} regression targets in one "
                         f"field, the task has {len(self.names)} ({', '.join(self.names)}); give one "
                         "column per target (data.label = [\"a\", \"b\"])")
                 for j, (column, v) in enumerate(zip(self.names, values)):
                     number = None if isinstance(v, (list, dict)) else _number(v)
                     if number is None or not math.isfinite(number):
-                        raise FeatxError(f"{where}, column {column!r}: regression target {v!r} "
+                        raise FeatxError(f"{where}, column {shown(column)}: regression target {shown(v)} "
                                          "is not a finite number")
                     if abs(number) > MAX_TARGET:
-                        raise FeatxError(f"{where}, column {column!r}: regression target {v!r} is "
+                        raise FeatxError(f"{where}, column {shown(column)}: regression target {shown(v)} is "
                                          f"beyond +-{MAX_TARGET:g}; rescale the target (e.g. its "
                                          "logarithm) so squared errors stay finite")
                     out[i, j] = number
@@ -784,13 +883,13 @@ class _LabelEncoder:
             return out
         out = np.empty(len(rows.labels), dtype=np.int64)
         for i, (value, where) in enumerate(zip(rows.labels, rows.where)):
-            out[i] = self._lookup(_class_key(value), where, split)
+            out[i] = self._lookup(_class_name(value, where, self.columns), where, split)
         return out
 
     def _lookup(self, label: str, where: str, split: str) -> int:
         if label not in self.index:
             raise FeatxError(
-                f"{where}, column {self.columns.labels[0]!r}: label {label!r} in the {split} split "
+                f"{where}, column {shown(self.columns.labels[0])}: label {shown(label)} in the {split} split "
                 f"never appears in train (train has: {', '.join(list(self.names)[:20])}); remove "
                 "the row or add training examples of that label")
         return self.index[label]
@@ -816,7 +915,7 @@ def _check_unique_ids(raw: dict[str, _Rows]) -> None:
     for rows in raw.values():
         for row_id, where in zip(rows.ids, rows.where):
             if row_id in seen:
-                raise FeatxError(f"duplicate id {row_id!r}: {seen[row_id]} and {where}; ids must be "
+                raise FeatxError(f"duplicate id {shown(row_id)}: {seen[row_id]} and {where}; ids must be "
                                  "unique (fix the data or unset data.id to number the rows)")
             seen[row_id] = where
 
@@ -854,6 +953,12 @@ def read_inputs(cfg: DataConfig, path: str, *, task: str, label_names, pairs: bo
         table = read_table(path, dataclasses.replace(cfg, format=None if suffix_known else cfg.format))
     if not table.rows:
         raise FeatxError(f"{table.path} holds no rows to predict")
+    text_column = cfg.text or "text"
+    if path != "-" and Path(path).suffix.lower() == ".txt" and text_column not in table.columns:
+        raise FeatxError(f"{path} was read as a tab-separated table whose first line is its header "
+                         f"(so its column is {shown(table.columns[0] if table.columns else '')}, not "
+                         f"{shown(text_column)}). For one text per line, pass it on stdin: featx "
+                         f"predict PIPELINE - < {path}")
     label = cfg.label if cfg.label is not None else "label"
     label_columns = (label,) if isinstance(label, str) else tuple(label)
     has_labels = all(c in table.columns for c in label_columns)

@@ -28,6 +28,7 @@ from featx import backbone
 from featx.cache import SINGLES, Cache, CacheWriter, partial_path, writer_lock
 from featx.config import Pipeline
 from featx.errors import FeatxError
+from featx.files import refuse_link
 from featx.version import __version__
 
 log = logging.getLogger("featx")
@@ -103,6 +104,7 @@ def extract_sharded(pipeline: Pipeline):
             return ExtractResult(final, spec.key(), True, time.perf_counter() - start)
 
         shards = final.with_name(final.name.removesuffix(".h5") + ".shards")
+        refuse_link(shards, "where featx keeps the shards of a distributed extraction")
         shard = shards / f"rank{rank:03d}-of-{size:03d}.h5"
         rows = {name: deal(np.array([len(t) + (len(split.text_pairs[i]) if split.text_pairs else 0)
                                      for i, t in enumerate(split.texts)]), rank, size)

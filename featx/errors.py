@@ -12,10 +12,21 @@ class FeatxError(Exception):
     """A problem with the user's input, configuration or environment (not a featx bug)."""
 
 
+def shown(value, limit: int = 80) -> str:
+    """repr(value), cut to `limit` characters: an error names what it refuses, never echoes
+    50 MB of it."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def check_choice(value, choices: Iterable, what: str):
     """Return `value` if it is one of `choices`, else raise an error that lists them."""
     choices = list(choices)
-    if value not in choices:
+    try:
+        known = value in choices
+    except TypeError:  # an unhashable or incomparable value is not a choice either
+        known = False
+    if not known:
         listed = ", ".join(repr(c) for c in choices)
-        raise FeatxError(f"unknown {what} {value!r}; choose one of: {listed}")
+        raise FeatxError(f"unknown {what} {shown(value)}; choose one of: {listed}")
     return value

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import queue
 import threading
 import time
@@ -49,7 +50,7 @@ def extract(pipeline: Pipeline) -> ExtractResult:
     """Make sure the pipeline's cache exists and is complete; compute only what is missing.
     (Under torchrun the CLI calls `featx.distributed.extract_sharded` instead.)"""
     start = time.perf_counter()
-    writable_dir(pipeline.cache_dir)
+    writable_dir(pipeline.cache_dir, root=pipeline.root)
     plan = make_plan(pipeline)
     device = backbone.pick_device(pipeline.extract.device)
     compute_dtype = backbone.pick_dtype(pipeline.extract.dtype, device)
@@ -232,6 +233,9 @@ def run(model, tokenizer, plan: Plan, todo: dict[str, np.ndarray], writer: Cache
     """Compute and store the rows in `todo` (per split); returns throughput figures."""
     cfg = plan.pipeline.extract
     if cfg.threads:
+        if cfg.threads > (os.cpu_count() or 1):
+            log.warning("extract.threads = %d is more than this machine's %d cores: torch runs slower "
+                        "with more threads than cores (0 uses one per core)", cfg.threads, os.cpu_count() or 1)
         torch.set_num_threads(cfg.threads)
     budget = cfg.token_budget or default_token_budget(device, compute_dtype)
     store = np.dtype(cfg.store_dtype)

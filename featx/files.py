@@ -1,47 +1,164 @@
-"""Files every stage writes the same way: directories checked before any work, atomic writes."""
+"""Files every stage writes the same way: directories checked before any work, atomic writes
+that never follow a planted symbolic link, JSON parsed without a traceback.
+
+What featx trusts: the data directory itself (`data_dir`, which may be a link the user made)
+and the folders above it. What it does not: anything below it, which a handed-over `data/` may
+have planted. So below `data_dir` featx follows no symbolic link, neither a folder on the way
+(`writable_dir(..., root=...)`) nor the file it writes (`atomic_write`); a link there is an
+error that names it. Every file is written whole to a new temporary file beside it and renamed
+over the old one: a reader sees the old file or the new one, never half of one, and a rename
+replaces a link itself, never the file it points to.
+"""
 from __future__ import annotations
 
 import datetime
+import errno
+import json
 import os
+import secrets
 from pathlib import Path
 from typing import Callable
 
 from featx.errors import FeatxError
 
 
-def writable_dir(path: str | Path, what: str = "the data directory") -> Path:
+def refuse_link(path: Path, what: str = "") -> None:
+    """A symbolic link where featx keeps its own file or folder is an error that names it."""
+    if os.path.islink(path):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        raise FeatxError(f"{path} is a symbolic link (to {target}){' ' + what if what else ''}; featx "
+                         "writes its own files there and follows no link inside the data directory "
+                         "(one planted there could make it overwrite a file elsewhere): remove the "
+                         f"link (rm {str(path)!r}) and rerun")
+
+
+def writable_dir(path: str | Path, what: str = "the data directory", root: str | Path | None = None,
+                 fix: str = "set data_dir to another folder") -> Path:
     """Create `path` if needed and prove it writable, before a stage spends any work: a
     read-only or misplaced data directory is one clear error up front, not a traceback after
-    the heads are fitted."""
+    the heads are fitted. With `root` (the data directory, which `path` lies under), every
+    folder from `root` down to `path` is created one by one and none may be a symbolic link."""
     path = Path(path).expanduser()
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".featx-write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
+        if root is not None and _under(path, Path(root).expanduser()):
+            root = Path(root).expanduser()
+            root.mkdir(parents=True, exist_ok=True)
+            current = root
+            for part in path.relative_to(root).parts:
+                current = current / part
+                refuse_link(current)
+                current.mkdir(exist_ok=True)
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+        refuse_link(path)
+        _touch_new(path / f".featx-write-test-{os.getpid()}", remove=True)
     except FileExistsError:
-        raise FeatxError(f"{what} {str(path)!r} is a file, not a directory; set data_dir to a "
-                         "folder (or move the file away)") from None
+        if not path.is_file():  # a file stands higher up, where a folder of the path should be
+            raise FeatxError(f"{what} {str(path)!r} cannot be created: a file stands where one of its "
+                             f"parent folders should be; {fix}") from None
+        raise FeatxError(f"{what} {str(path)!r} is a file, not a directory; {fix} (or move the file "
+                         "away)") from None
     except NotADirectoryError:
         raise FeatxError(f"{what} {str(path)!r} cannot be created: a file stands where one of its "
-                         "parent folders should be; set data_dir to another folder") from None
+                         f"parent folders should be; {fix}") from None
     except OSError as exc:
-        raise FeatxError(f"{what} {str(path)!r} is not writable ({exc.strerror}); set data_dir to a "
-                         "folder you can write, or fix its permissions") from None
+        raise FeatxError(f"{what} {str(path)!r} is not writable ({exc.strerror}); {fix}, or fix its "
+                         "permissions") from None
     return path
+
+
+def _under(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
+def _touch_new(path: Path, remove: bool = False) -> None:
+    """Create `path` as a new empty file, never through a link (O_EXCL does not follow one)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except FileExistsError:  # a leftover of a killed run, or a planted name: unlinking never follows
+        os.unlink(path)
+        fd = os.open(path, flags, 0o666)
+    os.close(fd)
+    if remove:
+        os.unlink(path)
+
+
+def open_nofollow(path: Path, flags: int, mode: int = 0o666) -> int:
+    """`os.open` that refuses a symbolic link at `path` (O_NOFOLLOW), with the error naming it."""
+    refuse_link(path)
+    try:
+        return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # it became a link after the check
+            refuse_link(path)
+        raise
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
-    """`write(tmp)` then rename: a reader sees the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """`write(tmp)` then rename: a reader sees the old file or the new one, never half of one.
+
+    The temporary file is created new beside `path` (so a link planted at its name cannot
+    redirect it), flushed to disk, and renamed over `path`. A link at `path` is refused. A
+    failure (a full disk, a file-size limit, permissions) replaces nothing and is one FeatxError."""
+    path = Path(path)
+    refuse_link(path, "where featx writes a file")
+    if path.is_dir():
+        raise FeatxError(f"{path} is a folder where featx writes a file; move it away and rerun")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        refuse_link(path.parent, "where featx writes its files")
+        _touch_new(tmp)
         write(tmp)
+        fd = os.open(tmp, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            os.fsync(fd)  # on disk before it takes the name: a power cut leaves the old file
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
+    except OSError as exc:
+        _remove(tmp)
+        raise FeatxError(f"cannot write {path} ({_reason(exc)}); nothing was replaced: free some "
+                         "space or fix the folder's permissions, and rerun") from None
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _remove(tmp)
         raise
     return path
+
+
+def write_bytes(path: Path, data: bytes) -> Path:
+    """`atomic_write` of bytes already in memory."""
+    return atomic_write(path, lambda tmp: tmp.write_bytes(data))
+
+
+def _remove(tmp: Path) -> None:
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
+
+
+def _reason(exc: OSError) -> str:
+    if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return "the disk is full or a file-size limit applies"
+    return exc.strerror or str(exc)
+
+
+def loads_json(text: str | bytes):
+    """json.loads whose every failure is a ValueError: a document nested thousands deep raises
+    RecursionError in the parser, which is no more a featx bug than a missing brace."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to be a featx file") from None
 
 
 def utc_now() -> str:

@@ -35,7 +35,7 @@ from featx.cache import Cache
 from featx.config import MAX_LR, WARN_LR, FinetuneConfig, Pipeline, command
 from featx.data import Split, stratified_assignment
 from featx.errors import FeatxError
-from featx.files import atomic_write, writable_dir
+from featx.files import atomic_write, loads_json, refuse_link, writable_dir
 from featx.modeling import (
     MODEL_HEAD,
     Encoded,
@@ -220,7 +220,8 @@ def run_finetune(pipeline: Pipeline) -> dict:
     metric = M.primary(task, pipeline.probe.metric)  # chosen on and reported in the same metric
     run_hash = finetune_run_hash(cfg, key, pipeline.extract.max_length, metric)  # the key covers the rest
     name = f"{cfg.head_input}{'-lpft' if cfg.init_head_from_probe else ''}-seed{cfg.seed}-{run_hash[:8]}"
-    directory = writable_dir(run_dir(pipeline.runs_dir, pipeline.name, key))
+    directory = writable_dir(run_dir(pipeline.runs_dir, pipeline.name, key), root=pipeline.root)
+    checkpoints = writable_dir(directory / "finetune" / name, root=pipeline.root)
     features = f"finetune:{cfg.head_input}"
     head = (reference_class_name(plan.model, pipeline.model.trust_remote_code) if cfg.head_input == MODEL_HEAD
             else "lp-ft" if cfg.init_head_from_probe else "linear")
@@ -243,8 +244,7 @@ def run_finetune(pipeline: Pipeline) -> dict:
         return previous
     start = time.perf_counter()
     setup = _prepare(pipeline, plan, cache_path, rows, metric=metric, run_hash=run_hash,
-                     directory=directory / "finetune" / name, max_epochs=max_epochs,
-                     max_seconds=max_seconds)
+                     directory=checkpoints, max_epochs=max_epochs, max_seconds=max_seconds)
     _announce(setup, plan)
     candidates = search(setup)
     record = _record(pipeline, plan, setup, candidates, key=key, features=features, head=head,
@@ -261,10 +261,9 @@ def run_finetune(pipeline: Pipeline) -> dict:
 
 def _previous(done: Path, run_hash: str) -> dict | None:
     """This configuration's finished record, if its best weights are still there."""
-    if not done.is_file():
-        return None
-    previous = json.loads(done.read_text())
-    if previous.get("run_hash") != run_hash or not Path(previous.get("checkpoint", "")).is_file():
+    previous = _json_or_none(done) if done.is_file() else None
+    if not isinstance(previous, dict) or previous.get("run_hash") != run_hash \
+            or not Path(str(previous.get("checkpoint", ""))).is_file():
         return None
     return OPTIONAL | {"continue_with": None, "continued": []} | previous
 
@@ -622,14 +621,22 @@ def _load_state(setup: Setup, candidate: Candidate) -> Candidate:
     path = setup.directory / candidate.name / "state.json"
     if not path.is_file():
         return candidate
-    saved = json.loads(path.read_text())
-    if saved.get("run_hash") != setup.run_hash:
+    saved = _json_or_none(path)
+    if not isinstance(saved, dict) or saved.get("run_hash") != setup.run_hash:
         return candidate
     loaded = Candidate(**{k: saved[k] for k in STATE_FIELDS if k in saved})
     # A larger cap than the one that stopped it: train on (the budget is checked again at once).
     if loaded.stopped_by == "max_epochs" and loaded.epoch < setup.max_epochs or loaded.stopped_by == "budget":
         loaded.stopped_by = None
     return loaded
+
+
+def _json_or_none(path: Path):
+    """A state or record file featx wrote, or None when it is unreadable (then it is redone)."""
+    try:
+        return loads_json(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _candidate_entry(candidate: Candidate) -> dict:
@@ -648,9 +655,10 @@ def _keep_best(checkpoints: Path, chosen: Candidate, keep_all: bool) -> Path:
     if keep_all:
         atomic_write(best, lambda tmp: shutil.copyfile(source, tmp))
         return best
+    refuse_link(best)
     os.replace(source, best)
     for folder in checkpoints.iterdir():
-        if folder.is_dir():
+        if folder.is_dir() and not folder.is_symlink():
             shutil.rmtree(folder)
     return best
 

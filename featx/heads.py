@@ -17,7 +17,10 @@ Every head takes `random_state` and a thread count; nothing touches a GPU or the
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
+import signal
+import threading
 import warnings
 from dataclasses import dataclass
 from typing import Callable
@@ -387,13 +390,49 @@ def step(head: str, task: str, params: dict, seed: int = 0, threads: int = 1, pr
 
 
 def fit(estimator, X: np.ndarray, y: np.ndarray):
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), interruptible():
         # lbfgs at a tiny C, or an MLP stopped early, warns about convergence; the score shows it.
         warnings.simplefilter("ignore", ConvergenceWarning)
         # Regression targets stay (n, T) for every head (MultiOutputRegressor needs 2-D); the MLP
         # accepts (n, 1) with this warning.
         warnings.simplefilter("ignore", DataConversionWarning)
-        return estimator.fit(X, y)
+        # scikit-learn's MLP catches KeyboardInterrupt, warns this and returns the half-trained
+        # network as if it had finished: the warning, raised, becomes the interrupt again.
+        warnings.filterwarnings("error", message="Training interrupted by user", category=UserWarning)
+        try:
+            return estimator.fit(X, y)
+        except UserWarning as exc:
+            if "Training interrupted by user" in str(exc):
+                raise KeyboardInterrupt from None
+            raise
+
+
+@contextlib.contextmanager
+def interruptible():
+    """Ctrl-C during a fit interrupts the fit, even inside a library that catches
+    KeyboardInterrupt and carries on: the SIGINT is remembered and raised again once the fit
+    returns, so an interrupted head is never scored or recorded as finished. (In the main
+    thread, where Python delivers signals; elsewhere a no-op.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if not callable(previous):  # SIGINT ignored (a worker process) or left to the OS: nothing to catch
+        yield
+        return
+    seen = []
+
+    def handler(signum, frame):
+        seen.append(signum)
+        previous(signum, frame)  # Python's default raises KeyboardInterrupt where the fit is
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if seen:
+        raise KeyboardInterrupt
 
 
 def predict_scores(estimator, X: np.ndarray, task: str, n_classes: int) -> np.ndarray:

@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,15 +99,28 @@ class Plan:
                          f"{self.pipeline.source or '<pipeline>'}` (make extract) first")
 
 
-def _state(pipeline: Pipeline, files: list[str]) -> dict:
-    """What a cache's key rests on, cheaply: the sections that define it, and the size and
-    modification time of every data and model file."""
+def _state(pipeline: Pipeline, data_files: list[str], model_files: list[str]) -> dict:
+    """What a cache's key rests on, cheaply: the sections that define it, the content of every
+    data file, and the size, times and inode of every model file.
+
+    A data file is hashed (sha256, about a second per GB): `cp -p`, `rsync -a` and `tar x` keep
+    the size and modification time of a file whose rows they changed. The weights are not (they
+    are what the pointer saves hashing): their change time (ctime, which no copy tool can set)
+    and inode change whenever their content is written."""
     config = {k: dataclasses.asdict(getattr(pipeline, k)) for k in ("data", "model", "extract")}
-    stats = {}
-    for name in files:
+    stats: dict[str, list | str | None] = {}
+    for name in data_files:
+        try:
+            if not Path(name).is_file():  # never a FIFO or a device a planted pointer names
+                raise OSError(name)
+            with open(name, "rb") as f:
+                stats[name] = hashlib.file_digest(f, "sha256").hexdigest()
+        except OSError:
+            stats[name] = None
+    for name in model_files:
         try:
             stat = Path(name).stat()
-            stats[name] = [stat.st_size, stat.st_mtime_ns]
+            stats[name] = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
         except OSError:
             stats[name] = None
     # The library versions too: an upgrade makes a new key, which the pointer must not hide.
@@ -122,22 +136,26 @@ def remember(plan: Plan, path: Path) -> None:
     """Written by extract: where this pipeline's cache is, and what it rests on."""
     from featx.files import atomic_write
 
-    files = list(plan.dataset.files) + [str(p) for p in backbone.model_files(plan.model.path, True)]
-    record = {"cache": path.name, "files": files, "state": _state(plan.pipeline, files)}
+    data = [str(p) for p in plan.dataset.files]
+    model = [str(p) for p in backbone.model_files(plan.model.path, True)]
+    record = {"cache": path.name, "data_files": data, "model_files": model,
+              "state": _state(plan.pipeline, data, model)}
     try:
         atomic_write(_pointer(plan.pipeline), lambda tmp: tmp.write_text(json.dumps(record)))
-    except OSError:
-        pass  # only a shortcut: later stages fall back to planning
+    except (OSError, FeatxError) as exc:
+        log.debug("no cache pointer written (%s): later stages plan again", exc)  # only a shortcut
 
 
 def find_cache(pipeline: Pipeline) -> Path:
     """The complete cache of this pipeline, for the stages after extract: from the pointer
     extract left when neither the configuration nor any data or model file changed since (no
     dataset read, no weights hashed), else planned again."""
+    from featx.files import loads_json
+
     try:
-        record = json.loads(_pointer(pipeline).read_text())
+        record = loads_json(_pointer(pipeline).read_text())
         path = pipeline.cache_dir / record["cache"]
-        if path.is_file() and record["state"] == _state(pipeline, record["files"]):
+        if re.fullmatch(r"[0-9a-f]{16}\.h5", record["cache"]) and path.is_file() and record["state"] == _state(pipeline, record["data_files"], record["model_files"]):
             return path
     except (OSError, ValueError, KeyError, TypeError):
         pass

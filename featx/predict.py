@@ -8,13 +8,15 @@ the exact backbone the cache was built from; vectors from Python; exports.
 
 A frozen prediction recomputes only the pooling and layers its head reads, with the
 extractor's own batching, rounds them to the cache's stored dtype (so the head sees what it
-was fitted on), and applies the head after its sha256 check.
+was fitted on), and applies the head: rebuilt from arrays and JSON (never unpickled), and only
+when it is the head its record names (sha256, and the record it was fitted for).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import logging
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -23,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from featx import metrics as M
-from featx.errors import FeatxError
+from featx.errors import FeatxError, shown
 from featx.tasks import TASKS
 
 log = logging.getLogger("featx")
@@ -49,11 +51,10 @@ def embed(texts, text_pairs=None, *, model: str = DEFAULT_MODEL, pooling: str = 
     from featx.errors import check_choice
 
     check_choice(pooling, POOLINGS, "pooling")
-    texts = _texts(texts, "texts")
-    pairs = None if text_pairs is None else _texts(text_pairs, "text_pairs")
-    if pairs is not None and len(pairs) != len(texts):
-        raise FeatxError(f"{len(texts)} texts but {len(pairs)} text_pairs; give one pair per text")
-    resolved = B.resolve(model)
+    _check_options(model=model, layer=layer, max_length=max_length, device=device, dtype=dtype,
+                   allow_pickle=allow_pickle, progress=progress)
+    texts, pairs = _texts_and_pairs(texts, text_pairs)
+    resolved = B.resolve(str(model))
     n_layers = B.num_layers(B.model_config(resolved.path))
     if pooling in MODEL_POOLINGS:
         layers = (n_layers,)
@@ -61,8 +62,7 @@ def embed(texts, text_pairs=None, *, model: str = DEFAULT_MODEL, pooling: str = 
             raise FeatxError(f"the {pooling!r} pooling exists for the last layer only (layer -1)")
     else:
         spec = [layer] if isinstance(layer, (int, str)) else list(layer)
-        layers = tuple(i for s in spec for i in (resolve_layers(s, n_layers) if isinstance(s, str)
-                                                 else resolve_layers(int(s), n_layers)))
+        layers = tuple(i for s in spec for i in resolve_layers(s if isinstance(s, str) else int(s), n_layers))
     backbone = _Backbone(resolved, init="pretrained", seed=0, allow_pickle=allow_pickle,
                          max_length=max_length, device=device, dtype=dtype,
                          needs_pooler=pooling == "pooler", sentence=pooling == "sentence",
@@ -71,10 +71,46 @@ def embed(texts, text_pairs=None, *, model: str = DEFAULT_MODEL, pooling: str = 
     return vectors[pooling].reshape(len(texts), -1)
 
 
+def _check_options(*, model, layer, max_length, device, dtype, allow_pickle, progress) -> None:
+    """embed's keyword arguments, each refused by name when it is not what it must be."""
+    import re
+
+    from featx.config import COMPUTE_DTYPES, LAYER_SHORTHANDS, MAX_INT
+    from featx.errors import check_choice
+
+    integer = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool)  # noqa: E731
+    if not isinstance(model, (str, Path)) or not str(model):
+        raise FeatxError(f"model must be a model folder or hub name, got {shown(model)}")
+    if not (integer(layer) or (isinstance(layer, str) and layer in LAYER_SHORTHANDS)
+            or (isinstance(layer, (list, tuple)) and layer and all(integer(i) for i in layer))):
+        raise FeatxError(f"layer {shown(layer)} is not a layer: give an index (0 = embeddings, -1 = "
+                         f"last), a non-empty list of indices, or one of {', '.join(LAYER_SHORTHANDS)}")
+    if not integer(max_length) or not 2 <= max_length <= MAX_INT:
+        raise FeatxError(f"max_length must be an integer of at least 2, got {shown(max_length)}")
+    if not isinstance(device, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+        raise FeatxError(f"unknown device {shown(device)}; choose one of: 'auto', 'cpu', 'cuda', 'cuda:N'")
+    check_choice(dtype, COMPUTE_DTYPES, "dtype")
+    for name, value in (("allow_pickle", allow_pickle), ("progress", progress)):
+        if not isinstance(value, bool):
+            raise FeatxError(f"{name} must be True or False, got {shown(value)}")
+
+
+def _texts_and_pairs(texts, text_pairs) -> tuple[list[str], list[str] | None]:
+    texts = _texts(texts, "texts")
+    pairs = None if text_pairs is None else _texts(text_pairs, "text_pairs")
+    if pairs is not None and len(pairs) != len(texts):
+        raise FeatxError(f"{len(texts)} texts but {len(pairs)} text_pairs; give one pair per text")
+    return texts, pairs
+
+
 def _texts(values, what: str) -> list[str]:
     if isinstance(values, str):
         values = [values]
+    if values is None or isinstance(values, (bytes, dict)) or not hasattr(values, "__iter__"):
+        raise FeatxError(f"{what} must be a string or a list of strings, got {type(values).__name__}")
     values = list(values)
+    if not values:
+        raise FeatxError(f"{what} is empty: give at least one text")
     bad = [i for i, t in enumerate(values) if not isinstance(t, str) or not t.strip()]
     if bad:
         raise FeatxError(f"{what}[{bad[0]}] is {'empty' if isinstance(values[bad[0]], str) else 'not a string'} "
@@ -140,7 +176,15 @@ class Manifest:
     attention: str = "auto"
     """The attention implementation extraction asked for."""
     head_file: str | None = None
-    """Frozen: the joblib head (sha256-checked on load)."""
+    """Frozen: the head file (arrays and JSON, `featx.serialize`)."""
+    head_sha256: str | None = None
+    """The head file's sha256, as its record names it: another file is refused."""
+    head_binding: dict | None = None
+    """The record the head was fitted for (`featx.records.head_binding`); the head's own manifest
+    must say the same."""
+    allow_pickle: bool = False
+    """Whether pickled .bin backbone weights may be loaded (the pipeline's model.allow_pickle;
+    never for an export, which carries safetensors only)."""
     checkpoint: str | None = None
     """Fine-tuned: the best weights (safetensors)."""
     head_input: str | None = None
@@ -178,18 +222,20 @@ class Predictor:
         return np.array(self.manifest.label_names, dtype=object)
 
     # the scores every output derives from
-    def scores(self, texts, text_pairs=None) -> np.ndarray:
+    def scores(self, texts, text_pairs=None, progress: bool = False) -> np.ndarray:
         """What `featx.metrics.evaluate` takes: binary P(positive) (n,); multiclass (n, K);
-        multilabel (n, L) per-label probabilities; regression (n, T) on the original scale."""
+        multilabel (n, L) per-label probabilities; regression (n, T) on the original scale.
+        `progress`: a progress bar (or a log line every 30 s off a terminal)."""
         m = self.manifest
-        texts = _texts(texts, "texts")
-        pairs = None if text_pairs is None else _texts(text_pairs, "text_pairs")
+        texts, pairs = _texts_and_pairs(texts, text_pairs)
+        if not isinstance(progress, bool):
+            raise FeatxError(f"progress must be True or False, got {shown(progress)}")
         if m.text_pair and pairs is None:
             raise FeatxError("this predictor classifies text pairs: pass text_pairs as well")
         if not m.text_pair and pairs is not None:
             raise FeatxError("this predictor reads single texts; it was not trained on pairs")
         if m.kind == "finetuned":
-            return self._finetuned_scores(texts, pairs)
+            return self._finetuned_in_blocks(texts, pairs, progress)
         from featx import heads as H
         from featx.pairs import combine
 
@@ -202,7 +248,8 @@ class Predictor:
             both = vectors[m.pooling].astype(m.store_dtype).astype(np.float32).reshape(2 * len(texts), -1)
             X = combine(m.combine, both[:len(texts)], both[len(texts):])
         else:
-            vectors, self.truncated_ = self._load_backbone().vectors(texts, pairs, {m.pooling: m.layers})
+            vectors, self.truncated_ = self._load_backbone().vectors(texts, pairs, {m.pooling: m.layers},
+                                                                     progress=progress)
             # Rounded to the stored dtype: the head sees what it was fitted on.
             X = vectors[m.pooling].astype(m.store_dtype).astype(np.float32).reshape(len(texts), -1)
         return H.predict_scores(head, X, m.task, len(m.label_names))
@@ -227,14 +274,15 @@ class Predictor:
         from featx.records import load_head
 
         if self._head is None:
-            self._head = load_head(self.manifest.head_file)
+            m = self.manifest
+            self._head = load_head(m.head_file, sha256=m.head_sha256, binding=m.head_binding)
         return self._head
 
     def _load_backbone(self) -> _Backbone:
         if self._backbone is None:
             m = self.manifest
             resolved = _checked_model(m)
-            self._backbone = _Backbone(resolved, init=m.init, seed=m.init_seed or 0, allow_pickle=True,
+            self._backbone = _Backbone(resolved, init=m.init, seed=m.init_seed or 0, allow_pickle=m.allow_pickle,
                                        max_length=m.max_length, device=self.device,
                                        dtype=_runnable_dtype(m.compute_dtype, self.device),
                                        needs_pooler=m.pooling == "pooler",
@@ -245,6 +293,21 @@ class Predictor:
                             "differ slightly from the cached ones", m.compute_dtype,
                             self._backbone.compute_dtype)
         return self._backbone
+
+    def _finetuned_in_blocks(self, texts, pairs, progress: bool) -> np.ndarray:
+        """The fine-tuned model's scores, in blocks of rows so a long input shows its progress
+        (each block is length-sorted and batched as a whole)."""
+        from featx.progress import progress as bar
+
+        block, parts, truncated = 4096, [], 0
+        with bar(total=len(texts), enabled=progress, desc="predict", unit="text") as shown_bar:
+            for start in range(0, len(texts), block):
+                parts.append(self._finetuned_scores(texts[start:start + block],
+                                                    None if pairs is None else pairs[start:start + block]))
+                truncated += self.truncated_
+                shown_bar.update(len(parts[-1]))
+        self.truncated_ = truncated
+        return np.concatenate(parts)
 
     def _finetuned_scores(self, texts, pairs) -> np.ndarray:
         from featx import modeling as ML
@@ -264,7 +327,7 @@ class Predictor:
             else:
                 model = ML.build_classifier(ML.ModelSpec(
                     resolved, m.task, len(m.label_names), m.head_input, init=m.init, seed=m.init_seed or 0,
-                    allow_pickle=True, trust_remote_code=self.trust_remote_code))
+                    allow_pickle=m.allow_pickle, trust_remote_code=self.trust_remote_code))
                 load_model(model, m.checkpoint, device=str(device))
             encoder = Encoder(B.load_tokenizer(resolved.path, self.trust_remote_code), m.max_length, m.prompt)
             self._finetuned = (model.to(device).eval(), encoder, device, TORCH_DTYPES[dtype],
@@ -297,21 +360,69 @@ def _Logits(path):
 
 
 def _read_manifest(folder: Path) -> Manifest:
-    """An export's manifest, its paths resolved against the folder (exports can move)."""
+    """An export's manifest, its paths resolved against the folder (exports can move). An export
+    is a file someone handed over: its fields are checked, its paths must stay inside the
+    folder, and its backbone loads from safetensors only."""
+    from featx.files import loads_json
+
     path = folder / MANIFEST
+    if folder.name.endswith(PARTIAL):
+        raise FeatxError(f"{folder} is a partial export (an export was interrupted there); export again")
     if not path.is_file():
         raise FeatxError(f"{folder} is not a featx export (no {MANIFEST}); give a pipeline file or "
                          "a folder written by featx export")
     try:
-        raw = json.loads(path.read_text())
+        raw = loads_json(path.read_text())
+        if not isinstance(raw, dict):
+            raise TypeError("not a JSON object")
         fields = {f.name for f in dataclasses.fields(Manifest)}
         manifest = Manifest(**{k: v for k, v in raw.items() if k in fields})
-    except (ValueError, TypeError) as exc:
-        raise FeatxError(f"{path} is not a valid featx manifest ({exc}); export again") from None
-    place = lambda p: None if p is None else str((folder / p).resolve())  # noqa: E731
+        _check_manifest(manifest)
+    except (ValueError, TypeError, OSError) as exc:
+        raise FeatxError(f"{path} is not a valid featx manifest ({str(exc)[:200]}); export again") from None
+    inside = folder.resolve()
+
+    def place(p):
+        if p is None:
+            return None
+        resolved = (folder / p).resolve()
+        if resolved != inside and inside not in resolved.parents:
+            raise FeatxError(f"{path} names {str(p)[:100]!r}, outside the export folder; export again")
+        return str(resolved)
     return dataclasses.replace(manifest, model_path=place(manifest.model_path),
                                head_file=place(manifest.head_file), checkpoint=place(manifest.checkpoint),
-                               label_names=tuple(manifest.label_names), layers=tuple(manifest.layers))
+                               label_names=tuple(manifest.label_names), layers=tuple(manifest.layers),
+                               allow_pickle=False)
+
+
+def _check_manifest(m: Manifest) -> None:
+    """The types every field must have (a TypeError names the first that does not)."""
+    from featx.config import POOLINGS
+    from featx.tasks import TASKS as REGISTRY
+
+    def need(ok: bool, what: str):
+        if not ok:
+            raise TypeError(what)
+    need(m.kind in ("frozen", "finetuned"), "kind is neither frozen nor finetuned")
+    need(m.task in REGISTRY, f"task is not one of {', '.join(REGISTRY)}")
+    need(isinstance(m.label_names, list) and m.label_names and all(isinstance(n, str) for n in m.label_names),
+         "label_names is not a list of names")
+    need(isinstance(m.layers, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in m.layers),
+         "layers is not a list of indices")
+    need(m.pooling in POOLINGS + ("text",), "pooling is not a pooling")
+    for name in ("features", "head", "model_path", "model_fingerprint", "init", "compute_dtype", "store_dtype"):
+        need(isinstance(getattr(m, name), str), f"{name} is not a string")
+    need(m.store_dtype in ("float16", "float32"), "store_dtype is not float16 or float32")
+    need(isinstance(m.max_length, int) and m.max_length >= 2, "max_length is not a length")
+    need(isinstance(m.threshold, (int, float)) and 0 <= m.threshold <= 1, "threshold is not in [0, 1]")
+    need(isinstance(m.text_pair, bool), "text_pair is not true or false")
+    if m.kind == "frozen":
+        need(isinstance(m.head_file, str) and isinstance(m.head_sha256, str), "a frozen export names no head and its sha256")
+    need(not str(m.head_file).endswith(".joblib"), "its head is a joblib pickle of an older featx, which "
+         "featx no longer loads (a pickle runs code)")
+    need(m.head_binding is None or isinstance(m.head_binding, dict), "head_binding is not an object")
+    need(m.checkpoint is None, "an export carries its weights as a Hugging Face folder, not a checkpoint")
+    need(m.target_scaler is None, "an export folds its target scaler into its weights")
 
 
 def _runnable_dtype(compute_dtype: str, device: str) -> str:
@@ -326,7 +437,7 @@ def _checked_model(m: Manifest):
     from featx import backbone as B
 
     resolved = B.resolve(m.model_path)
-    found = B.fingerprint(resolved.path, allow_pickle=True)
+    found = B.fingerprint(resolved.path, allow_pickle=m.allow_pickle)
     if found != m.model_fingerprint:
         raise FeatxError(f"the model files at {resolved.path} (fingerprint {found[:16]}) are not the "
                          f"ones this head was trained on (fingerprint {m.model_fingerprint[:16]}); "
@@ -345,6 +456,15 @@ def load_predictor(pipeline, head: str | None = None, *, finetuned: bool = False
     head: None for the verdict's best frozen configuration (picked on dev, as the report does);
     "mean@5/logistic" (features/head, as in the report table) for another one;
     finetuned=True for the best fine-tuned model."""
+    from featx.config import Pipeline
+
+    if not isinstance(pipeline, (str, Path, Pipeline)):
+        raise FeatxError(f"load_predictor takes a pipeline file, a Pipeline or an export folder, got "
+                         f"{type(pipeline).__name__}")
+    if head is not None and not isinstance(head, str):
+        raise FeatxError(f"head must be features/head such as 'mean@5/logistic', got {shown(head)}")
+    if not isinstance(finetuned, bool):
+        raise FeatxError(f"finetuned must be True or False, got {shown(finetuned)}")
     path = Path(pipeline) if isinstance(pipeline, (str, Path)) else None
     if path is not None and path.is_dir():  # a folder never allows a model's own code to run
         return Predictor(_read_manifest(path), device=device)
@@ -377,10 +497,21 @@ def manifest_for(pipeline, head: str | None, finetuned: bool) -> Manifest:
                          f"(fingerprint {meta['model_fingerprint'][:16]}); rerun featx extract")
     directory = run_dir(pipeline.runs_dir, pipeline.name, meta["key"])
     # The current configuration's records only, as the report takes them.
-    records = [r for r in read_records(directory) if r["pipeline"] == pipeline.name and made_by(r, pipeline)] \
-        if directory.is_dir() else []
-    record = _choose(records, head, finetuned, pipeline)
-    common = dict(task=meta["task"], label_names=tuple(meta["label_names"]), features=record["features"],
+    everything = [r for r in read_records(directory) if r["pipeline"] == pipeline.name] if directory.is_dir() else []
+    records = [r for r in everything if made_by(r, pipeline)]
+    try:
+        record = _choose(records, head, finetuned, pipeline, others=[r for r in everything if r not in records])
+    except FeatxError as exc:
+        from featx.records import probe_config_hash, probe_interrupted
+
+        if not finetuned and probe_interrupted(directory, probe_config_hash(pipeline.probe)) is not None:
+            raise FeatxError(f"{exc}. The last probe of this configuration was interrupted before it "
+                             "wrote them: rerun it to finish") from None
+        raise
+    if record["stage"] == "probe":
+        _check_probe_finished(directory, pipeline, record, chosen_by_verdict=head is None)
+    common = dict(allow_pickle=pipeline.model.allow_pickle,
+                  task=meta["task"], label_names=tuple(meta["label_names"]), features=record["features"],
                   head=record["head"], model_path=str(plan.model.path), model_fingerprint=plan.fingerprint,
                   init=meta["init"], init_seed=meta.get("init_seed"), max_length=int(meta["max_length"]),
                   compute_dtype=meta["compute_dtype"], store_dtype=meta["store_dtype"],
@@ -395,19 +526,18 @@ def manifest_for(pipeline, head: str | None, finetuned: bool) -> Manifest:
         return Manifest(kind="finetuned", pooling=record["pooling"], layers=tuple(record["layers"]),
                         checkpoint=str(checkpoint), head_input=record["pooling"],
                         target_scaler=record.get("target_scaler"), **common)
-    seed = (record.get("seeds") or [0])[0]
-    from featx.records import record_name
+    from featx.records import head_binding, head_entry
 
-    head_file = directory / "heads" / record_name(record["features"], f"{record['head']}__seed{seed}") \
-        .replace(".json", ".joblib")
-    if not head_file.is_file():
-        raise FeatxError(f"the fitted head {head_file} is missing (probe.save_heads = false, or it "
-                         "was deleted); rerun featx probe")
+    entry = head_entry(record, pipeline.source or "<pipeline>")
     return Manifest(kind="frozen", pooling=record["pooling"], layers=tuple(record["layers"]),
-                    combine=record["combine"], head_file=str(head_file), **common)
+                    combine=record["combine"], head_file=str(directory / "heads" / entry["file"]),
+                    head_sha256=entry["sha256"], head_binding=head_binding(record, entry["seed"]), **common)
 
 
-def _choose(records: list[dict], head: str | None, finetuned: bool, pipeline) -> dict:
+def _choose(records: list[dict], head: str | None, finetuned: bool, pipeline,
+            others: tuple | list = ()) -> dict:
+    """The record to predict with; `others` are this pipeline's records of other configurations
+    (named when nothing of the current one fits, with the override that selects them)."""
     from featx.records import best_frozen, best_tuned
 
     source = pipeline.source or "<pipeline>"
@@ -417,48 +547,132 @@ def _choose(records: list[dict], head: str | None, finetuned: bool, pipeline) ->
         tunes = [r for r in records if r["stage"] == "finetune"]
         tuned = best_tuned(records, metric) if metric else (tunes[0] if tunes else None)
         if tuned is None:
-            raise FeatxError(f"no fine-tune record for this cache yet: run `featx finetune {source}` first")
+            raise FeatxError(f"no fine-tune record of the current configuration for this cache"
+                             f"{_other_finetunes(others, pipeline)}: run `featx finetune {source}` first")
         return tuned
     if head is None:
         chosen = best_frozen(records)
         if chosen is None:
-            raise FeatxError(f"no probe record for this cache yet: run `featx probe {source}` first "
-                             "(the default head is the verdict's best frozen configuration)")
+            raise FeatxError(f"no probe record of the current configuration for this cache yet"
+                             f"{_other_probes(others)}: run `featx probe {source}` first (the default "
+                             "head is the verdict's best frozen configuration)")
         return chosen
     features, sep, name = head.partition("/")
     matches = [r for r in records if r["stage"] == "probe" and r["features"] == features and r["head"] == name]
     if not sep or not matches:
         available = sorted(f"{r['features']}/{r['head']}" for r in records if r["stage"] == "probe"
                            and r["protocol"]["name"] != "mteb")
-        raise FeatxError(f"no probe record {head!r} for this cache; heads are named features/head, "
-                         f"and these exist: {', '.join(available) or 'none (run featx probe)'}")
+        raise FeatxError(f"no probe record {shown(head)} for this cache; heads are named features/head, "
+                         f"and these exist: {', '.join(available) or 'none (run featx probe)'}"
+                         f"{_other_probes(others)}")
     return max(matches, key=lambda r: r["created"])
+
+
+def _other_probes(others) -> str:
+    probes = [r for r in others if r["stage"] == "probe"]
+    if not probes:
+        return ""
+    return (f" ({len(probes)} probe record(s) of another probe configuration exist: give the probe.* "
+            "overrides they were made with, or rerun featx probe with the current ones)")
+
+
+def _other_finetunes(others, pipeline) -> str:
+    """Says that a fine-tune of other settings exists, with the overrides that select it (when
+    its recorded settings reproduce its run hash)."""
+    import itertools
+
+    from featx.records import made_by
+
+    tunes = [r for r in others if r["stage"] == "finetune"]
+    if not tunes:
+        return ""
+    record = max(tunes, key=lambda r: r["created"])
+    settings = record["hyperparameters"] if isinstance(record.get("hyperparameters"), dict) else {}
+    current = dataclasses.asdict(pipeline.finetune)
+    # Recorded as the run resolved them (max_epochs 0 -> the epochs it ran, search auto ->
+    # halving): each is tried as recorded, as configured now, and at its default.
+    resolved = {"max_epochs": 0, "max_seconds": None, "search": "auto", "dtype": "auto"}
+    differ = {k: _as_config(settings[k]) for k in current
+              if k in settings and k not in resolved and _as_config(settings[k]) != _as_config(current[k])}
+    choices = [[{}, {k: _as_config(settings[k])} if k in settings else {}, {k: default}]
+               for k, default in resolved.items()]
+    for extra in itertools.product(*choices):
+        overrides = differ | {k: v for part in extra for k, v in part.items()}
+        try:
+            candidate = dataclasses.replace(pipeline, finetune=dataclasses.replace(pipeline.finetune, **overrides))
+        except (FeatxError, TypeError, ValueError):
+            continue
+        if made_by(record, candidate):
+            changed = {k: v for k, v in overrides.items() if _as_config(current[k]) != v}
+            listed = " ".join(f"finetune.{k}={_toml(v)}" for k, v in changed.items())
+            return f" (one of another configuration exists: select it with {listed})"
+    return (f" (one of another configuration exists, made {record['created']}; its settings differ in "
+            f"{', '.join(sorted(differ)) or 'settings its record does not show'})")
+
+
+def _as_config(value):
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _toml(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_toml(v) for v in value) + "]"
+    if isinstance(value, str):
+        return json.dumps(value)
+    return repr(value)
+
+
+def _check_probe_finished(directory: Path, pipeline, record: dict, chosen_by_verdict: bool) -> None:
+    """An interrupted probe's best record is the best of the fits that finished, not the
+    verdict's choice: refused for the default head, said for a named one."""
+    from featx.records import probe_config_hash, probe_interrupted
+
+    status = probe_interrupted(directory, probe_config_hash(pipeline.probe))
+    if status is None:
+        return
+    source = pipeline.source or "<pipeline>"
+    what = (f"the last probe of this configuration was interrupted ({status.get('planned')} fits "
+            f"planned, not all have records)")
+    if chosen_by_verdict:
+        raise FeatxError(f"{what}: the best of the fits that finished is not the verdict's "
+                         f"configuration. Rerun `featx probe {source}` to finish it, or name a head "
+                         f"with --head {record['features']}/{record['head']}")
+    log.warning("%s; predicting with %s/%s as asked", what, record["features"], record["head"])
 
 
 # ---------------------------------------------------------------------------------------------
 # featx predict
 
 
+OUTPUT_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl",
+                  ".parquet": "parquet", ".pq": "parquet"}
+
+
 def predict_file(pipeline, source: str, *, head: str | None = None, finetuned: bool = False,
                  out: str | Path | None = None) -> dict:
     """Predict every row of `source` (any format featx reads; "-" for stdin), write the
-    predictions (CSV, or JSONL / Parquet by suffix) in input order; score them when the input
-    has labels. Returns {"out": path, "rows": n, "truncated": k, "metrics": {...} or None}."""
+    predictions (CSV, or TSV / JSONL / Parquet by suffix) in input order; score them when the
+    input has labels. Returns {"out": path, "rows": n, "truncated": k, "metrics": {...} or None}."""
     from featx.data import read_inputs
 
     pipeline = _pipeline(pipeline)
+    out = Path(out) if out else pipeline.root / "predictions" / f"{pipeline.name}.csv"
+    _check_output(out, pipeline, source)  # before any work: an unwritable --out must not cost the embedding
     manifest = manifest_for(pipeline, head, finetuned)
-    inputs = read_inputs(pipeline.data, source, task=manifest.task, label_names=manifest.label_names,
-                         pairs=manifest.text_pair)
     predictor = Predictor(manifest, device=pipeline.extract.device,
                           trust_remote_code=pipeline.model.trust_remote_code)
+    if manifest.kind == "frozen":
+        predictor._load_head()  # a head that is not its record's is refused before any row is read
+    inputs = read_inputs(pipeline.data, source, task=manifest.task, label_names=manifest.label_names,
+                         pairs=manifest.text_pair)
     start = time.perf_counter()
-    scores = predictor.scores(inputs.texts, inputs.text_pairs)
+    scores = predictor.scores(inputs.texts, inputs.text_pairs, progress=pipeline.progress)
     seconds = time.perf_counter() - start
     if predictor.truncated_:
         log.warning("%d of %d texts were truncated at max_length=%d (as in extraction)",
                     predictor.truncated_, len(inputs.texts), manifest.max_length)
-    out = Path(out) if out else pipeline.root / "predictions" / f"{pipeline.name}.csv"
     table = _table(inputs, predictor, scores)
     _write(out, table)
     metrics = None
@@ -472,6 +686,38 @@ def predict_file(pipeline, source: str, *, head: str | None = None, finetuned: b
              manifest.features, manifest.head, manifest.kind, seconds, len(inputs.texts) / max(seconds, 1e-9), out)
     return {"out": out, "rows": len(inputs.texts), "truncated": predictor.truncated_,
             "metrics": metrics, "predictor": repr(predictor), "seconds": seconds}
+
+
+def _check_output(out: Path, pipeline, source: str) -> None:
+    """The output's format from its suffix (an unknown one is refused, not written as CSV under
+    another name), and its folder writable: both before a row is embedded. Never the input
+    itself, nor a file of featx's own (a record, a cache): writing there would lose data."""
+    from featx.files import refuse_link, writable_dir
+
+    target = out.resolve()
+    if source != "-" and Path(source).resolve() == target:
+        raise FeatxError(f"--out {str(out)!r} is the input file: the predictions would replace the rows "
+                         "they were made from; choose another file")
+    for own in (pipeline.cache_dir, pipeline.runs_dir, pipeline.reports_dir):
+        if own.resolve() in target.parents:
+            raise FeatxError(f"--out {str(out)!r} is inside {own}, where featx keeps its own files; "
+                             "choose another place (the default is the data directory's predictions/)")
+
+    if out.is_dir():
+        raise FeatxError(f"--out {str(out)!r} is a folder; give a file name (e.g. {str(out / 'predictions.csv')!r})")
+    if out.suffix.lower() not in OUTPUT_FORMATS:
+        raise FeatxError(f"--out {str(out)!r}: featx writes predictions as "
+                         f"{', '.join(sorted(OUTPUT_FORMATS))}, chosen by the suffix; "
+                         f"{out.suffix or 'no suffix'} is none of them")
+    if out.suffix.lower() in (".parquet", ".pq"):
+        try:
+            import pandas  # noqa: F401
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise FeatxError("Parquet output needs pandas and pyarrow; write .csv or .jsonl") from None
+    refuse_link(out, "where featx would write the predictions")
+    root = pipeline.root if out.parent.resolve() == (pipeline.root / "predictions").resolve() else None
+    writable_dir(out.parent, "the output folder", root=root)
 
 
 def _table(inputs, predictor: Predictor, scores: np.ndarray) -> dict[str, list]:
@@ -502,7 +748,7 @@ def _write(path: Path, table: dict[str, list]) -> None:
 
     from featx.files import atomic_write
 
-    suffix = path.suffix.lower()
+    kind = OUTPUT_FORMATS[path.suffix.lower()]
     columns = list(table)
     n = len(table["id"])
 
@@ -512,55 +758,109 @@ def _write(path: Path, table: dict[str, list]) -> None:
                 f.write(json.dumps({c: table[c][i] for c in columns}, ensure_ascii=False) + "\n")
 
     def parquet(tmp: Path) -> None:
-        try:
-            import pandas as pd
-        except ImportError:
-            raise FeatxError("Parquet output needs pandas and pyarrow; write .csv or .jsonl") from None
+        import pandas as pd
+
         pd.DataFrame(table).to_parquet(tmp, index=False)
 
     def delimited(tmp: Path) -> None:
         with open(tmp, "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f, delimiter="\t" if suffix == ".tsv" else ",")
+            writer = csv.writer(f, delimiter="\t" if kind == "tsv" else ",")
             writer.writerow(columns)
             writer.writerows(zip(*(table[c] for c in columns)))
 
-    write = jsonl if suffix in (".jsonl", ".json", ".ndjson") else parquet if suffix in (".parquet", ".pq") \
-        else delimited
-    try:
-        atomic_write(path, write)
-    except OSError as exc:
-        raise FeatxError(f"cannot write the predictions to {path} ({exc.strerror or exc}); choose "
-                         "another --out") from None
+    atomic_write(path, {"jsonl": jsonl, "parquet": parquet, "csv": delimited, "tsv": delimited}[kind])
 
 
 # ---------------------------------------------------------------------------------------------
 # featx export
 
 
+PARTIAL = ".featx-partial"
+PARTIAL_MARK = ".featx-export-in-progress"
+
+
 def export(pipeline, out_dir: str | Path, *, head: str | None = None, finetuned: bool = False) -> Path:
     """A fine-tuned model -> a standard Hugging Face folder (AutoModelForSequenceClassification,
     pipeline("text-classification")); a frozen configuration -> the backbone folder, the head
-    and a manifest. Both carry featx-predictor.json, which `load_predictor(folder)` reads."""
+    and a manifest. Both carry featx-predictor.json, which `load_predictor(folder)` reads.
+
+    All or nothing: the export is built in `<out>.featx-partial` beside it and renamed to `out`
+    when complete (a leftover partial folder is named so, and the next export replaces it). It
+    carries only what featx itself loads safely: safetensors weights, the head as arrays and
+    JSON, checked against its record before it is copied."""
     pipeline = _pipeline(pipeline)
     manifest = manifest_for(pipeline, head, finetuned)
-    out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        raise FeatxError(f"{out} exists and is not empty; export into a new folder")
-    out.mkdir(parents=True, exist_ok=True)
-    # Paths in the manifest are relative to the folder, so the export can be moved.
-    if manifest.kind == "finetuned":
-        _export_finetuned(manifest, out)
-        manifest = dataclasses.replace(manifest, model_path=".", checkpoint=None, head_input="model",
-                                       target_scaler=None, model_fingerprint=_fingerprint(out))
-    else:
-        _copy_model(Path(manifest.model_path), out / "backbone")
-        head_file = out / Path(manifest.head_file).name
-        shutil.copyfile(manifest.head_file, head_file)
-        shutil.copyfile(manifest.head_file + ".sha256", str(head_file) + ".sha256")
-        manifest = dataclasses.replace(manifest, model_path="backbone", head_file=head_file.name)
-    (out / MANIFEST).write_text(json.dumps(dataclasses.asdict(manifest), indent=1) + "\n")
+    out = _export_target(Path(out_dir))
+    head_bytes = None
+    if manifest.kind == "frozen":
+        from featx.records import read_head
+
+        _, head_bytes = read_head(manifest.head_file, sha256=manifest.head_sha256,
+                                  binding=manifest.head_binding, source=pipeline.source or "<pipeline>")
+    partial = _fresh_partial(out)
+    try:
+        # Paths in the manifest are relative to the folder, so the export can be moved.
+        if manifest.kind == "finetuned":
+            _export_finetuned(manifest, partial)
+            manifest = dataclasses.replace(manifest, model_path=".", checkpoint=None, head_input="model",
+                                           target_scaler=None, model_fingerprint=_fingerprint(partial))
+        else:
+            _copy_model(Path(manifest.model_path), partial / "backbone")
+            name = Path(manifest.head_file).name
+            (partial / name).write_bytes(head_bytes)
+            manifest = dataclasses.replace(manifest, model_path="backbone", head_file=name)
+        manifest = dataclasses.replace(manifest, allow_pickle=False)
+        (partial / MANIFEST).write_text(json.dumps(dataclasses.asdict(manifest), indent=1) + "\n")
+        (partial / PARTIAL_MARK).unlink()
+        os.rename(partial, out)  # replaces an empty folder at `out`; never a full one
+    except OSError as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise FeatxError(f"the export to {out} failed ({_os_reason(exc)}); nothing was written there: "
+                         "free some space or choose another folder, and export again") from None
+    except BaseException:  # an error or Ctrl-C: nothing half-built stays (a SIGKILL leaves the partial)
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     log.info("exported %s/%s (%s) to %s", manifest.features, manifest.head, manifest.kind, out)
     return out
+
+
+def _export_target(out: Path) -> Path:
+    """The export folder, refused before any work when it cannot be one: a file, a link, a
+    folder with files in it, or a place that cannot be written."""
+    from featx.files import refuse_link, writable_dir
+
+    refuse_link(out, "where featx would export")
+    if out.exists():
+        if not out.is_dir():
+            raise FeatxError(f"{out} exists and is a file; export into a new folder")
+        if any(out.iterdir()):
+            raise FeatxError(f"{out} exists and is not empty; export into a new folder")
+    writable_dir(out.parent, "the export's parent folder", fix="export into another folder")
+    return out
+
+
+def _fresh_partial(out: Path) -> Path:
+    """An empty `<out>.featx-partial`, replacing one a killed export left (and only such one)."""
+    from featx.files import refuse_link
+
+    partial = out.with_name(out.name + PARTIAL)
+    refuse_link(partial)
+    if partial.exists():
+        if not (partial / PARTIAL_MARK).is_file():
+            raise FeatxError(f"{partial} exists and is not a partial featx export; move it away")
+        log.info("removing %s, a partial export an interrupted run left", partial)
+        shutil.rmtree(partial)
+    partial.mkdir()
+    (partial / PARTIAL_MARK).write_text("an unfinished featx export: safe to delete\n")
+    return partial
+
+
+def _os_reason(exc: OSError) -> str:
+    import errno
+
+    if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return "the disk is full or a file-size limit applies"
+    return exc.strerror or str(exc)
 
 
 def _fingerprint(folder: Path) -> str:
@@ -570,15 +870,18 @@ def _fingerprint(folder: Path) -> str:
 
 
 def _copy_model(source: Path, target: Path) -> None:
+    """The files the backbone's fingerprint covers, at the same relative paths, weights as
+    safetensors only (an export never carries a pickle)."""
     from featx import backbone as B
 
-    target.mkdir(parents=True)
-    files = B.weight_files(source, allow_pickle=True) + [source / "config.json"]
-    files += [source / n for n in B.TOKENIZER_FILES + B.SENTENCE_FILES if (source / n).is_file()]
+    try:
+        files = B.model_files(source, allow_pickle=False)
+    except FeatxError as exc:
+        raise FeatxError(f"{exc}. An export carries safetensors weights only") from None
     for file in files:
-        shutil.copyfile(file, target / file.name)
-    for pooling in source.glob("*_Pooling"):
-        shutil.copytree(pooling, target / pooling.name)
+        relative = file.relative_to(source)
+        (target / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(file, target / relative)
 
 
 # Architectures whose own sequence-classification head is dropout + Linear on the pooler: a

@@ -34,12 +34,12 @@ from featx.records import (
     Predictions,
     new_record,
     probe_config_hash,
-    record_name,
     run_dir,
-    save_head,
+    save_heads,
     selection_score,
     write_json,
     write_record,
+    write_run_status,
 )
 from featx.tasks import TASKS
 
@@ -294,7 +294,7 @@ def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeC
         selection = _select(head, task, len(names), X, p.y, X_dev, p.y_dev, protocol=protocol,
                             cfg=cfg, metric=metric, threads=threads)
         chosen, threshold, fitted = selection.params, selection.threshold, selection.fitted
-        per_seed, stack, predict_seconds = [], [], 0.0
+        per_seed, stack, predict_seconds, fitted_heads = [], [], 0.0, []
         for seed in cfg.seeds:
             if seed != cfg.seeds[0] and H.HEADS[head].deterministic:
                 per_seed.append(per_seed[0])  # the seed cannot change this head: same fit, same scores
@@ -308,12 +308,11 @@ def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeC
             per_seed.append(M.evaluate(task, p.y_report, scores, threshold))
             stack.append(scores)
             if heads_dir is not None:
-                save_head(_saved(transformer, fitted),
-                          heads_dir / record_name(features.name, f"{head}__seed{seed}").replace(".json", ".joblib"))
+                fitted_heads.append((seed, _saved(transformer, fitted)))
             fitted = None
     fit_seconds = time.perf_counter() - start - predict_seconds
     predictions = _predictions(p, task, np.stack(stack), threshold)
-    return p.base | new_record(
+    record = p.base | new_record(
         protocol=vars(protocol) | ({"folds": cfg.folds} if protocol.name == "cv" else {}),
         hyperparameters=chosen, search=selection.search, seeds=list(cfg.seeds), primary_metric=metric,
         # How far apart candidates must be before the selection split can tell them apart: the
@@ -322,7 +321,10 @@ def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeC
         n_features=int(X.shape[1]) if X.ndim == 2 else None,
         **_aggregate(per_seed), metrics_ci=_intervals(task, predictions),
         threshold=threshold if TASKS[task].thresholded else None,
-        fit_seconds=round(fit_seconds, 3), predict_seconds=round(predict_seconds, 4)), predictions
+        fit_seconds=round(fit_seconds, 3), predict_seconds=round(predict_seconds, 4))
+    if heads_dir is not None:  # saved once the record exists: each head names its record and back
+        record["heads"] = save_heads(heads_dir, record, fitted_heads)
+    return record, predictions
 
 
 def _predictions(p: Problem, task: str, stack: np.ndarray, threshold: float) -> Predictions:
@@ -498,6 +500,9 @@ def _selection_splits(task, y, protocol: Protocol, folds: int, seed: int) -> lis
                              "least two per class (add examples, or give a dev split)")
         splitter = StratifiedKFold(min(folds, smallest), shuffle=True, random_state=seed)
     else:
+        if folds > len(y):
+            raise FeatxError(f"probe.folds = {folds} is more than the {len(y)} training rows: lower "
+                             f"probe.folds (at most {len(y)}) or give more rows")
         splitter = KFold(folds, shuffle=True, random_state=seed)
     return list(splitter.split(np.zeros(len(y)), y))
 
@@ -579,7 +584,7 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
         metric = "accuracy" if protocol.name == "mteb" else M.primary(cache.task, cfg.metric)
         M.check_defined(cache.task, metric, {s: cache.labels(s) for s in dict.fromkeys(
             [protocol.report_on] + (["dev"] if protocol.name == "dev" else []))}, cache.label_names)
-        directory = writable_dir(run_dir(pipeline.runs_dir, pipeline.name, cache.key))
+        directory = writable_dir(run_dir(pipeline.runs_dir, pipeline.name, cache.key), root=pipeline.root)
     heads_dir = directory / "heads" if cfg.save_heads else None
     total = len(first) + len(later)
     log.info("probing %s: %d (features, head) fits%s", path.name, total,
@@ -588,7 +593,7 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
     records: list[dict] = []
     # What this run will write: the report tells an interrupted run from a finished one by it.
     manifest = {"config_hash": probe_config_hash(cfg), "planned": total, "finished": False}
-    write_json(directory / "probe" / "run.json", manifest)
+    write_run_status(directory, manifest)
     with progress(total=total, enabled=pipeline.progress, desc="probe", unit="fit") as bar:
         for stage in (first, None):
             if stage is None:  # the second stage: the other heads on the best feature set
@@ -610,7 +615,7 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
                 bar.update(1)
     if cfg.sweep:
         _write_sweep(directory, records, cfg)
-    write_json(directory / "probe" / "run.json", manifest | {"planned": len(records), "finished": True})
+    write_run_status(directory, manifest | {"planned": len(records), "finished": True})
     log.info("probe done in %.1f s; records in %s", time.perf_counter() - start, directory / "probe")
     return records
 

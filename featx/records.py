@@ -7,8 +7,10 @@ below are what a reader may rely on. Beside each record, its predictions on the 
 (`<features>__<head>.scores.npz`, hash-checked) let the report compare two records on the same
 rows.
 
-Heads are saved with joblib beside a `<file>.sha256` manifest; `load_head` checks the hash
-before unpickling, because a joblib file is code.
+Fitted heads are saved as arrays and JSON (`featx.serialize`, never a pickle), each tied to the
+one record it was fitted for: the head's manifest names the record (pipeline, cache key, config
+hash, creation time, features, head, seed) and the record names the head file and its sha256.
+A head and a record of two different runs are never paired.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from featx.errors import FeatxError
-from featx.files import atomic_write, utc_now
+from featx.files import atomic_write, loads_json, utc_now, write_bytes
 from featx.version import __version__
 
 SCHEMA = 1
@@ -183,8 +185,30 @@ def read_predictions(directory: Path, record: dict) -> Predictions:
     if _sha256(path) != entry.get("sha256"):
         raise FeatxError(f"{path} does not match the hash in its record: it belongs to another run "
                          f"or was changed; rerun featx {record['stage']}")
-    with np.load(path, allow_pickle=False) as data:
-        return Predictions(data["ids"], data["labels"], data["scores"], float(data["threshold"]))
+    return _load_predictions(path)
+
+
+def _load_predictions(path: Path) -> Predictions:
+    """The arrays of a `.scores.npz`, refused unless they are what `write_record` writes:
+    numbers (ids as strings), no object arrays (np.load never unpickles here), aligned rows."""
+    def bad(what: str) -> FeatxError:
+        return FeatxError(f"{path} is not a featx predictions file ({what}); delete it and rerun the "
+                          "stage that wrote it")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in ("ids", "labels", "scores", "threshold")}
+    except KeyError as exc:
+        raise bad(f"no {exc} array") from None
+    except (ValueError, OSError, EOFError) as exc:  # an object array, a damaged zip, not a zip
+        raise bad(str(exc)[:200]) from None
+    ids, labels, scores, threshold = (arrays[k] for k in ("ids", "labels", "scores", "threshold"))
+    if ids.dtype.kind != "U" or labels.dtype.kind not in "biuf" or scores.dtype.kind != "f" \
+            or threshold.shape != () or threshold.dtype.kind != "f":
+        raise bad("an array of the wrong type")
+    if ids.ndim != 1 or labels.ndim < 1 or len(labels) != len(ids) or scores.ndim < 2 \
+            or scores.shape[1] != len(ids):
+        raise bad("its arrays do not describe the same rows")
+    return Predictions(ids, labels, scores, float(threshold))
 
 
 def read_records(directory: Path) -> list[dict]:
@@ -192,8 +216,8 @@ def read_records(directory: Path) -> list[dict]:
     out = []
     for path in sorted(Path(directory).glob("*/*.json")):
         try:
-            record = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+            record = loads_json(path.read_text())
+        except (OSError, ValueError) as exc:
             raise FeatxError(f"run record {path} is unreadable ({exc}); delete it and rerun its "
                              "stage") from None
         if not isinstance(record, dict) or "stage" not in record:
@@ -222,7 +246,7 @@ OPTIONAL = {"baseline": None, "metrics_ci": {}, "search": [], "seeds": [0], "n_e
             "cache_bytes": None, "config_hash": None, "run_hash": None, "predictions": None,
             "converged": None, "stopped_by": None, "wall_seconds": None, "learning_rate": None,
             "curve": None, "threshold": None, "combine": "joint", "selection_se": None,
-            "n_features": None, "continue_with": None, "continued": [], "budget": None}
+            "n_features": None, "continue_with": None, "continued": [], "budget": None, "heads": None}
 
 
 def _malformed(record: dict) -> str | None:
@@ -247,26 +271,115 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def save_head(estimator, path: Path) -> Path:
-    import joblib
-
-    atomic_write(path, lambda tmp: joblib.dump(estimator, tmp))
-    write_json(path.with_name(path.name + ".sha256"),
-               {"file": path.name, "sha256": _sha256(path), "featx_version": __version__})
-    return path
+HEAD_SUFFIX = ".safetensors"
 
 
-def load_head(path: str | Path):
-    """Unpickle a saved head only if its bytes match the manifest featx wrote."""
-    import joblib
+def head_file_name(features: str, head: str, seed: int) -> str:
+    return record_name(features, f"{head}__seed{seed}").removesuffix(".json") + HEAD_SUFFIX
+
+
+def head_binding(record: dict, seed: int) -> dict:
+    """What ties a saved head to the one record it was fitted for: a head of another run (an
+    earlier configuration, a probe killed between saving its heads and writing its record) has
+    another config hash or creation time."""
+    return {k: record[k] for k in ("pipeline", "cache_key", "config_hash", "created", "features",
+                                   "head", "task")} | {"seed": int(seed)}
+
+
+def save_heads(directory: Path, record: dict, fitted: list[tuple[int, object]]) -> list[dict]:
+    """Save each seed's fitted head under `directory`, bound to `record`; returns the record's
+    `heads` entry: [{seed, file, sha256}], which predict checks before it uses a head."""
+    from featx.serialize import dumps
+
+    entries = []
+    for seed, estimator in fitted:
+        data = dumps(estimator, {"record": head_binding(record, seed), "featx_version": __version__,
+                                 "saved": utc_now()})
+        path = write_bytes(Path(directory) / head_file_name(record["features"], record["head"], seed), data)
+        entries.append({"seed": int(seed), "file": path.name, "sha256": hashlib.sha256(data).hexdigest()})
+    return entries
+
+
+def head_entry(record: dict, source: str = "<pipeline>") -> dict:
+    """The record's saved head (its first seed's): {seed, file, sha256}, or an error that says
+    why there is none and how to get one."""
+    heads = record["heads"]
+    name = f"{record['features']}/{record['head']}"
+    if heads is None:
+        raise FeatxError(f"the record of {name} names no saved head: it was written by a probe with "
+                         "probe.save_heads = false (or by an older featx), so any head file beside it "
+                         f"belongs to another run. Refit it: featx probe {source} probe.save_heads=true")
+    valid = isinstance(heads, list) and heads and all(
+        isinstance(e, dict) and isinstance(e.get("seed"), int) and isinstance(e.get("sha256"), str)
+        and isinstance(e.get("file"), str) and re.fullmatch(r"[A-Za-z0-9@+._-]+", e["file"])
+        and e["file"].endswith(HEAD_SUFFIX) for e in heads)
+    if not valid:
+        raise FeatxError(f"the record of {name} has a malformed 'heads' entry; rerun featx probe {source}")
+    return heads[0]
+
+
+def load_head(path: str | Path, *, sha256: str | None = None, binding: dict | None = None,
+              source: str = "<pipeline>"):
+    """A saved head, rebuilt from arrays and JSON (nothing is unpickled). With `sha256` and
+    `binding` (from its record), a head file of another run is refused."""
+    return read_head(path, sha256=sha256, binding=binding, source=source)[0]
+
+
+def read_head(path: str | Path, *, sha256: str | None = None, binding: dict | None = None,
+              source: str = "<pipeline>") -> tuple[object, bytes]:
+    """(the rebuilt head, the file's bytes): what `load_head` checks, and the exact bytes it
+    checked (an export copies those, not a second read of the file)."""
+    from featx.serialize import loads
 
     path = Path(path)
-    manifest = path.with_name(path.name + ".sha256")
-    if not manifest.is_file():
-        raise FeatxError(f"{path} has no sha256 manifest beside it; refusing to unpickle it (a "
-                         "joblib file can run code). Refit the head with featx probe")
-    expected = json.loads(manifest.read_text()).get("sha256")
-    if _sha256(path) != expected:
-        raise FeatxError(f"{path} does not match its sha256 manifest: it changed after featx wrote "
-                         "it. Refusing to unpickle it; refit the head with featx probe")
-    return joblib.load(path)
+    refit = f"refit it with `featx probe {source}`"
+    if path.suffix == ".joblib":
+        raise FeatxError(f"{path} is a joblib head of an older featx; featx no longer unpickles heads "
+                         f"(a pickle runs code when loaded, whatever hash is beside it): {refit}")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise FeatxError(f"the fitted head {path} is missing; {refit}") from None
+    except OSError as exc:
+        raise FeatxError(f"the fitted head {path} cannot be read ({exc.strerror}); {refit}") from None
+    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+        raise FeatxError(f"{path} is not the head its record names (its sha256 differs): a later probe "
+                         f"replaced it (one killed before it wrote its records?) or it was changed: {refit}")
+    try:
+        estimator, manifest = loads(data, str(path))
+    except FeatxError as exc:
+        raise FeatxError(f"{exc}; {refit}") from None
+    found = manifest.get("record")
+    if binding is not None and found != binding:
+        differ = sorted(k for k in binding if not isinstance(found, dict) or found.get(k) != binding[k])
+        raise FeatxError(f"{path} was fitted for another record (its {', '.join(differ)} differ from "
+                         f"the record's): a head and a record of two different runs; {refit}")
+    return estimator, data
+
+
+# ---------------------------------------------------------------------------------------------
+# Probe runs: finished or interrupted
+
+
+def run_status_path(directory: Path, config_hash: str) -> Path:
+    return Path(directory) / "probe" / f"run-{config_hash}.json"
+
+
+def write_run_status(directory: Path, status: dict) -> None:
+    """What a probe run will write and whether it finished: `probe/run.json` (the latest run,
+    which the report reads) and `probe/run-<config hash>.json` (per configuration, so a later
+    run of another configuration cannot hide that this one was interrupted)."""
+    write_json(Path(directory) / "probe" / "run.json", status)
+    write_json(run_status_path(directory, status["config_hash"]), status)
+
+
+def probe_interrupted(directory: Path, config_hash: str) -> dict | None:
+    """The status of the last probe run of this configuration when it did not finish, else None."""
+    for path in (run_status_path(directory, config_hash), Path(directory) / "probe" / "run.json"):
+        try:
+            status = loads_json(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(status, dict) and status.get("config_hash") == config_hash:
+            return None if status.get("finished") is True else status
+    return None

@@ -13,6 +13,7 @@ import dataclasses
 import html
 import io
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,18 +77,42 @@ def collect(runs_dir: str | Path, pipeline: str, current: "Pipeline | None" = No
         if records and current is not None:
             notes += _interrupted(folders[records[0]["cache_key"]], current, len(
                 [r for r in records if r["stage"] == "probe"]))
+    if current is not None:
+        notes = _stale(current, main) + notes
     return Inputs(pipeline, main, control, ignored, notes)
 
 
-def _interrupted(directory: Path, pipeline: "Pipeline", found: int) -> list[str]:
-    import json
+def _stale(current: "Pipeline", main: list[dict]) -> list[str]:
+    """A note, first, when the records are not of the cache the pipeline's data and model give
+    now (a data file edited since, even with its size and time kept): probe and predict refuse
+    such records; the report shows them, and says so."""
+    from featx.plan import find_cache
 
+    if not main or main[0]["init"] != current.model.init:
+        return []
+    try:
+        path = find_cache(current)
+    except FeatxError as exc:
+        return [f"The pipeline as it is now has no cache ({str(exc)[:160]}): if a data or model file "
+                "changed since these records were made, they describe other data; rerun `featx "
+                "extract`, `featx probe` and `featx finetune` before trusting this report."]
+    if path.stem == main[0]["cache_key"][:16]:
+        return []
+    return ["These records are not of the data and model the pipeline names now: a data or model "
+            "file changed since they were made. Rerun `featx probe` and `featx finetune` on the new "
+            "cache before trusting this report."]
+
+
+def _interrupted(directory: Path, pipeline: "Pipeline", found: int) -> list[str]:
+    from featx.files import loads_json
     from featx.records import probe_config_hash
 
     path = directory / "probe" / "run.json"
     try:
-        run = json.loads(path.read_text())
+        run = loads_json(path.read_text())
     except (OSError, ValueError):
+        return []
+    if not isinstance(run, dict):
         return []
     if run.get("config_hash") == probe_config_hash(pipeline.probe) and not run.get("finished"):
         return [f"The probe run was interrupted: {found} of its {run.get('planned')} fits have "
@@ -599,31 +624,65 @@ def write_report(runs_dir: str | Path, reports_dir: str | Path, pipeline: str,
     from featx.files import writable_dir
 
     inputs = collect(runs_dir, pipeline, current)
-    out_dir = writable_dir(Path(reports_dir) / pipeline, "the report directory")
+    root = Path(reports_dir).parent
+    out_dir = writable_dir(Path(reports_dir) / pipeline, "the report directory", root=root)
     all_rows = rows(inputs)
     header, cells = table_rows(all_rows)
     judged = verdict(inputs, runs_dir, current)
-    images = plots(inputs, Path(reports_dir) / ".matplotlib")
+    images = plots(inputs, _matplotlib_dir(Path(reports_dir) / ".matplotlib", root))
     notes = _notes(inputs)
-    for name, data in images.items():
-        (out_dir / f"{name}.png").write_bytes(data)
     paths = {"md": out_dir / "report.md", "html": out_dir / "report.html", "csv": out_dir / "results.csv",
              "json": out_dir / "verdict.json"}
-    paths["md"].write_text(_markdown(inputs, header, cells, judged, images, notes))
-    paths["html"].write_text(_html(inputs, header, cells, judged, images, notes))
-    _csv(paths["csv"], all_rows)
-    _json(paths["json"], judged)
+    contents = {out_dir / f"{name}.png": data for name, data in images.items()}
+    contents[paths["md"]] = _markdown(inputs, header, cells, judged, images, notes).encode()
+    contents[paths["html"]] = _html(inputs, header, cells, judged, images, notes).encode()
+    contents[paths["csv"]] = _csv_text(all_rows).encode()
+    contents[paths["json"]] = _json_text(judged).encode()
+    write_all(contents)
     return paths
 
 
-def _json(path: Path, judged: "Verdict") -> None:
-    from featx.records import write_json
+def write_all(contents: dict[Path, bytes]) -> None:
+    """Every report file, or none: each is written whole to a temporary file first, and only
+    when all of them are (a full disk fails here, replacing nothing) are they renamed into
+    place, which needs no space."""
+    from featx.files import refuse_link, write_bytes
+
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, data in contents.items():
+            refuse_link(path, "where featx writes the report")
+            staged.append((write_bytes(path.with_name(f".{path.name}.staged"), data), path))
+        for keep, path in staged:
+            os.replace(keep, path)
+    except OSError as exc:
+        raise FeatxError(f"cannot write the report in {path.parent} ({exc.strerror}); the previous "
+                         "report is left as it was") from None
+    finally:
+        for keep, _ in staged:
+            if os.path.lexists(keep):
+                os.unlink(keep)
+
+
+def _matplotlib_dir(folder: Path, root: Path) -> Path:
+    """matplotlib's cache folder in the data directory, holding no link (matplotlib writes its
+    font cache there without asking whether a name is a link)."""
+    from featx.files import refuse_link, writable_dir
+
+    writable_dir(folder, "matplotlib's cache folder", root=root)
+    for entry in folder.iterdir():
+        refuse_link(entry, "in matplotlib's cache folder")
+    return folder
+
+
+def _json_text(judged: "Verdict") -> str:
+    import json
 
     pick = lambda r: None if r is None else {k: r.get(k) for k in (  # noqa: E731
         "features", "head", "init", "primary_metric", "metrics", "metrics_ci", "n_eval", "converged")}
-    write_json(path, {"text": judged.text, "frozen": pick(judged.frozen), "tuned": pick(judged.tuned),
-                      "quality_ratio": judged.quality_ratio, "compute_ratio": judged.compute_ratio,
-                      "comparison": judged.comparison, "lexical": judged.lexical})
+    return json.dumps({"text": judged.text, "frozen": pick(judged.frozen), "tuned": pick(judged.tuned),
+                       "quality_ratio": judged.quality_ratio, "compute_ratio": judged.compute_ratio,
+                       "comparison": judged.comparison, "lexical": judged.lexical}, indent=1) + "\n"
 
 
 def _notes(inputs: Inputs) -> list[str]:
@@ -685,9 +744,10 @@ def _code(escaped: str) -> str:
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
 
 
-def _csv(path: Path, all_rows: list[dict]) -> None:
+def _csv_text(all_rows: list[dict]) -> str:
     fields = list(dict.fromkeys(k for row in all_rows for k in row))
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(all_rows)
+    buffer = io.StringIO(newline="")
+    writer = csv.DictWriter(buffer, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(all_rows)
+    return buffer.getvalue()

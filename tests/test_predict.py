@@ -55,7 +55,7 @@ def test_predictions_equal_the_stored_head_on_cached_features(trained, tmp_path)
     result = predict_file(pipeline, str(new), head="mean@2/logistic", out=tmp_path / "out.csv")
     rows = read_csv(result["out"])
     assert [r["id"] for r in rows] == ids[::-1] and result["metrics"] is None  # input order kept
-    head = load_head(run_dir(pipeline.runs_dir, pipeline.name, records[0]["cache_key"]) / "heads" / "mean@2__logistic__seed0.joblib")
+    head = load_head(run_dir(pipeline.runs_dir, pipeline.name, records[0]["cache_key"]) / "heads" / "mean@2__logistic__seed0.safetensors")
     with Cache(cache_path) as cache:
         expected = head.predict(cache.features("test", "mean", -1))[::-1]
     assert [r["prediction"] for r in rows] == [names[i] for i in expected]

@@ -16,7 +16,7 @@ from featx.cache import Cache
 from featx.config import ProbeConfig
 from featx.errors import FeatxError
 from featx.probe import Features, choose_protocol, probe_one, run_probe, undersample
-from featx.records import load_head, read_records, save_head
+from featx.records import head_binding, load_head, read_records, save_heads
 from tests.conftest import write_rows, write_synthetic_cache
 
 SPLITS = {"train": 300, "dev": 120, "test": 120}
@@ -174,18 +174,21 @@ def test_untrainable_training_split_is_a_clear_error(tmp_path, task, message):
         probe_one(path, Features("mean", (0,)), "logistic", ProbeConfig())
 
 
-def test_saved_heads_are_hash_checked(tmp_path):
+def test_saved_heads_are_tied_to_their_record(tmp_path):
     features, labels, names = make_task("binary", True)
     estimator = H.fit(H.build("logistic", "binary", {"C": 1.0}), features["train"][:, 0], labels["train"])
-    path = save_head(estimator, tmp_path / "heads" / "h.joblib")
-    loaded = load_head(path)
+    record = {"pipeline": "p", "cache_key": "k" * 64, "config_hash": "c" * 16, "created": "2026-01-01T00:00:00+00:00",
+              "features": "mean@0", "head": "logistic", "task": "binary"}
+    [entry] = save_heads(tmp_path / "heads", record, [(0, estimator)])
+    path = tmp_path / "heads" / entry["file"]
+    assert path.name == "mean@0__logistic__seed0.safetensors"
+    loaded = load_head(path, sha256=entry["sha256"], binding=head_binding(record, 0))
     assert (loaded.predict(features["test"][:, 0]) == estimator.predict(features["test"][:, 0])).all()
+    with pytest.raises(FeatxError, match="fitted for another record"):  # another run's record
+        load_head(path, binding=head_binding(record | {"created": "2026-01-02T00:00:00+00:00"}, 0))
     path.write_bytes(path.read_bytes() + b"\0")
     with pytest.raises(FeatxError, match="sha256"):
-        load_head(path)
-    (tmp_path / "heads" / "h.joblib.sha256").unlink()
-    with pytest.raises(FeatxError, match="no sha256 manifest"):
-        load_head(path)
+        load_head(path, sha256=entry["sha256"])
 
 
 def test_registry_matches_config():
@@ -223,9 +226,10 @@ def test_featx_probe_end_to_end(make_pipeline, csv_dataset, tmp_path):
     assert record["n_train"] == 96 and record["n_eval"] == 12 and record["fit_seconds"] > 0
     sweep = json.loads((run / "probe" / "sweep-mean-logistic.json").read_text())
     assert [p["layer"] for p in sweep["curve"]] == list(stored)
-    saved = sorted((run / "heads").glob("*.joblib"))
-    assert len(saved) == len(records)
-    load_head(saved[0])
+    saved = sorted((run / "heads").glob("*.safetensors"))
+    assert len(saved) == len(records) and not list((run / "heads").glob("*.joblib"))
+    entry = records[0]["heads"][0]
+    load_head(run / "heads" / entry["file"], sha256=entry["sha256"], binding=head_binding(records[0], 0))
     # a second run gives the same numbers (probe runs are idempotent)
     again = {(r["features"], r["head"]): r["metrics"] for r in run_probe(pipeline)}
     assert all(again[(r["features"], r["head"])] == r["metrics"] for r in records)
@@ -470,7 +474,7 @@ def test_majority_and_tfidf_baselines(tmp_path, make_pipeline):
     for record in records.values():  # every metric has an interval around its value
         for name, (low, high) in record["metrics_ci"].items():
             assert low <= record["metrics"][name] + 1e-12 and record["metrics"][name] <= high + 1e-12, name
-    head = load_head(run / "heads" / "text__tfidf__seed0.joblib")  # predicts from raw texts
+    head = load_head(run / "heads" / "text__tfidf__seed0.safetensors")  # predicts from raw texts
     assert (head.predict(np.array(["dog dog dog"], dtype=object)).shape == (1,))
 
 

@@ -13,7 +13,7 @@ from tests.conftest import ROOT
 # Lower layers first; a module may import only modules of its own layer or below.
 LAYERS = [
     {"errors", "version", "tasks", "files", "progress"},
-    {"config", "metrics", "bootstrap", "pooling", "heads", "pairs"},
+    {"config", "metrics", "bootstrap", "pooling", "heads", "pairs", "serialize"},
     {"data", "backbone", "records", "batching"},
     {"cache", "modeling"},
     {"plan"},
@@ -93,5 +93,5 @@ def test_head_inputs_are_defined_once():
 
 def test_cache_report_heads_and_probe_import_no_torch():
     code = ("import sys; import featx, featx.cache, featx.report, featx.heads, featx.probe, featx.records, "
-            "featx.bootstrap; assert 'torch' not in sys.modules, 'torch imported'")
+            "featx.bootstrap, featx.serialize; assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

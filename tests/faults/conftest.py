@@ -22,6 +22,11 @@ def pytest_terminal_summary(terminalreporter):
     write = terminalreporter.write_line
     write("")
     write(f"fault-injection figures ({'full' if FULL else 'quick'} run)")
+    outcomes = {k: len([r for r in terminalreporter.stats.get(k, [])
+                        if k == "skipped" or getattr(r, "when", "call") == "call"])
+                for k in ("passed", "failed", "skipped")}
+    write(f"  scenarios (tests) passed / run: {outcomes['passed']} / {outcomes['passed'] + outcomes['failed']}"
+          f" ({outcomes['skipped']} skipped)")
     if kills:
         survived = sum(k["survived"] for k in kills)
         recomputed = [k["recomputed"] for k in kills if k["recomputed"] is not None]
@@ -41,6 +46,6 @@ def pytest_terminal_summary(terminalreporter):
     out = Path("data") / "faults"
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(
-        {"full": FULL, "kills": kills, "bad_inputs": FIGURES["bad_inputs"],
+        {"full": FULL, "scenarios": outcomes, "kills": kills, "bad_inputs": FIGURES["bad_inputs"],
          "unhandled": FIGURES["unhandled"], "silent": FIGURES["silent"], "checks": FIGURES["checks"]},
         indent=1, default=str))

@@ -2,6 +2,7 @@
 result before; each is now a clear FeatxError (CLI exit 2) or a correct result."""
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -238,22 +239,31 @@ def test_a_record_with_missing_keys_is_named(tmp_path, damage):
     refused("malformed", write_report, tmp_path / "runs", tmp_path / "reports", "fx")
 
 
-@pytest.fixture
-def readonly_dir(tmp_path):
-    """A read-only filesystem (tmpfs mounted ro) where the machine allows it; else chmod for a
-    non-root user; else skip."""
-    folder = tmp_path / "ro"
-    folder.mkdir()
+@contextlib.contextmanager
+def read_only(folder: Path):
+    """`folder` on a read-only filesystem (tmpfs mounted ro) where the machine allows it; else
+    chmod for a non-root user; else skip."""
+    folder.mkdir(parents=True, exist_ok=True)
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(folder)],
                       capture_output=True).returncode == 0:
-        yield folder
-        subprocess.run(["umount", str(folder)], capture_output=True)
+        try:
+            yield folder
+        finally:
+            subprocess.run(["umount", str(folder)], capture_output=True)
     elif os.geteuid() != 0:
         folder.chmod(0o555)
-        yield folder
-        folder.chmod(0o755)
+        try:
+            yield folder
+        finally:
+            folder.chmod(0o755)
     else:
         pytest.skip("cannot make a read-only directory here")
+
+
+@pytest.fixture
+def readonly_dir(tmp_path):
+    with read_only(tmp_path / "ro") as folder:
+        yield folder
 
 
 def test_read_only_data_directory(readonly_dir, make_pipeline, csv_dataset):
@@ -261,14 +271,11 @@ def test_read_only_data_directory(readonly_dir, make_pipeline, csv_dataset):
     refused("not writable", extract, pipeline)
 
 
-def test_read_only_run_directory_fails_before_fitting(tmp_path, make_pipeline, csv_dataset, readonly_dir):
-    import shutil
-
+def test_read_only_run_directory_fails_before_fitting(tmp_path, make_pipeline, csv_dataset):
     pipeline = make_pipeline({"path": str(csv_dataset)}, probe={"heads": ["logistic"], "sweep": False})
     extract(pipeline)
-    shutil.move(str(pipeline.runs_dir), str(tmp_path / "moved")) if pipeline.runs_dir.exists() else None
-    pipeline.runs_dir.symlink_to(readonly_dir)  # runs/ points into the read-only filesystem
-    refused("not writable", run_probe, pipeline)
+    with read_only(pipeline.runs_dir):  # runs/ on a read-only filesystem, the cache beside it writable
+        refused("not writable", run_probe, pipeline)
 
 
 def test_data_directory_that_is_a_file(tmp_path, make_pipeline, csv_dataset):

@@ -47,19 +47,19 @@ def test_pickled_weights_are_refused_unless_allowed(make_pipeline, csv_dataset, 
     FIGURES["checks"]["pickled weights refused without opt-in"] += 1
 
 
-def test_tampered_head_is_not_unpickled(make_pipeline, csv_dataset, tmp_path):
+def test_tampered_head_is_refused(make_pipeline, csv_dataset, tmp_path):
     from featx.probe import run_probe
 
     pipeline = make_pipeline({"path": str(csv_dataset)}, probe={"heads": ["logistic"], "sweep": False,
                                                                 "poolings": ["mean"]})
     extract(pipeline)
     run_probe(pipeline)
-    head = next((tmp_path / "data" / "runs").glob("*/*/heads/*.joblib"))
+    head = next((tmp_path / "data" / "runs").glob("*/*/heads/*.safetensors"))
     load_head(head)
     head.write_bytes(head.read_bytes().replace(b"sklearn", b"sklearm", 1))
-    with pytest.raises(FeatxError, match="Refusing to unpickle"):
+    with pytest.raises(FeatxError, match="not one a head is made of"):
         load_head(head)
-    FIGURES["checks"]["tampered joblib heads refused"] += 1
+    FIGURES["checks"]["tampered heads refused"] += 1
 
 
 @pytest.mark.parametrize("name", ["../escape", "/abs", "a/b", "..", ".hidden", "x\0y"])
