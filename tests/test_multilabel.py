@@ -1,0 +1,100 @@
+"""Multilabel with rare labels: every head sets constant labels aside."""
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+from sklearn import metrics as skm
+
+from featx import heads as H
+from tests.conftest import WORDS
+
+# Label j of the unit problems: 0 and 1 common, 2 one positive row, 3 never, 4 always present.
+NEVER, ALWAYS, ONE = 3, 4, 2
+MARKERS = ("cat", "dog", "bird")  # the words of labels 0, 1 and 2 in the texts baselines read
+
+
+def rare_problem(n: int, seed: int):
+    """(features (n, 8), texts (n,), labels (n, 5)): labels 0 and 1 are in the features and the
+    words; label 2 has one positive row; 3 is never present, 4 always."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 8))
+    Y = np.zeros((n, 5), dtype=np.uint8)
+    Y[:, 0], Y[:, 1] = X[:, 0] > 0, X[:, 1] > 0.3
+    Y[rng.integers(n), ONE] = 1
+    Y[:, ALWAYS] = 1
+    X[:, :3] += (Y[:, :3] * 2.0 - 1) * 2
+    filler = [w for w in WORDS if w not in MARKERS]
+    texts = np.array([" ".join([MARKERS[j] for j in range(3) if Y[i, j]] + list(rng.choice(filler, 4)))
+                      for i in range(n)], dtype=object)
+    return X, texts, Y
+
+
+def fitted(head: str, X, texts, Y, X_new, texts_new):
+    """(fitted head, scores of the new rows): a baseline reads the texts through its prepared
+    TF-IDF features, as the probe gives them."""
+    params = H.HEADS[head].grid("multilabel")[0]
+    if H.HEADS[head].baseline:
+        prepare = H.HEADS[head].prepare
+        features = prepare().fit(texts) if prepare else None
+        X, X_new = ((texts, texts_new) if features is None
+                    else (features.transform(texts), features.transform(texts_new)))
+    estimator = H.fit(H.build(head, "multilabel", params), X, Y)
+    return estimator, H.predict_scores(estimator, X_new, "multilabel", Y.shape[1])
+
+
+@pytest.mark.parametrize("head", list(H.HEADS))
+def test_every_multilabel_head_predicts_a_constant_label_as_its_constant(head):
+    X, texts, Y = rare_problem(240, seed=0)
+    X_new, texts_new, Y_new = rare_problem(120, seed=1)
+    _, scores = fitted(head, X, texts, Y, X_new, texts_new)
+    assert scores.shape == (120, 5) and np.isfinite(scores).all()
+    assert ((scores >= 0) & (scores <= 1)).all()
+    assert (scores[:, NEVER] == 0).all() and (scores[:, ALWAYS] == 1).all()  # exactly, no estimator
+    assert 0 < scores[:, ONE].max() < 1  # a label of one row varies: it is fitted
+    if head != "majority":  # the common labels are learned
+        assert skm.roc_auc_score(Y_new[:, 0], scores[:, 0]) > 0.8
+
+
+@pytest.mark.parametrize("head", list(H.HEADS))
+@pytest.mark.parametrize("varying", [0, 1])
+def test_heads_with_a_single_or_no_varying_label(head, varying):
+    X, texts, Y = rare_problem(200, seed=2)
+    Y = Y[:, [0, NEVER, ALWAYS]] if varying else Y[:, [NEVER, ALWAYS]]
+    _, scores = fitted(head, X, texts, Y, X[:50], texts[:50])
+    assert scores.shape == (50, Y.shape[1])
+    np.testing.assert_array_equal(scores[:, -2:], np.tile([0.0, 1.0], (50, 1)))
+    if varying and head == "majority":  # the prior of the one label that varies
+        np.testing.assert_allclose(scores[:, 0], Y[:, 0].mean())
+    elif varying:
+        assert 0 < scores[:, 0].min() < scores[:, 0].max() < 1
+
+
+def test_constant_labels_leave_the_joint_logistic_fit_of_the_others_unchanged():
+    X, _, Y = rare_problem(300, seed=3)
+    varying = [0, 1, ONE]
+    full = H.MultilabelLogistic(C=0.5).fit(X, Y)
+    alone = H.MultilabelLogistic(C=0.5).fit(X, Y[:, varying])
+    np.testing.assert_allclose(full.coef_[varying], alone.coef_, atol=1e-6)
+    assert full.varying_.tolist() == [True, True, True, False, False]
+    assert not full.coef_[[NEVER, ALWAYS]].any()  # a constant label: no weights, a finite logit
+    assert full.intercept_[NEVER] == -H.CONSTANT_LOGIT and full.intercept_[ALWAYS] == H.CONSTANT_LOGIT
+    warm = H.MultilabelLogistic(C=0.5, warm_start=True).fit(X, Y)
+    iterations = warm.set_params(C=0.6).fit(X, Y).n_iter_
+    assert iterations < full.n_iter_  # the path still warm-starts with labels set aside
+
+
+def test_lightgbm_keeps_a_lone_positive_in_its_fitting_part():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 3))
+    y = np.zeros(30, dtype=int)
+    y[7] = 1
+    for seed in range(30):  # a tenth of the rows is held out: some seeds draw the positive row
+        head = H.LightGBMClassifierHead(n_estimators=20, random_state=seed).fit(X, y)
+        assert head.model_.n_classes_ == 2 and head.predict_proba(X).shape == (30, 2)
+
+
+def test_a_path_step_reaches_the_estimator_inside_the_wrappers():
+    estimator = H.build("tfidf", "multilabel", {"C": 1.0})
+    assert H.step("tfidf", "multilabel", {"C": 10.0}, previous=estimator) is estimator
+    assert estimator.estimator.estimator.C == 10.0
