@@ -1,4 +1,5 @@
-"""Multilabel with rare labels: every head sets constant labels aside."""
+"""Multilabel with rare labels: every head sets constant labels aside, the macro metrics say
+over which labels they run (featx.metrics and featx.bootstrap alike)."""
 from __future__ import annotations
 
 
@@ -6,7 +7,10 @@ import numpy as np
 import pytest
 from sklearn import metrics as skm
 
+from featx import bootstrap as BS
 from featx import heads as H
+from featx import metrics as M
+from featx.errors import FeatxError
 from tests.conftest import WORDS
 
 # Label j of the unit problems: 0 and 1 common, 2 one positive row, 3 never, 4 always present.
@@ -98,3 +102,51 @@ def test_a_path_step_reaches_the_estimator_inside_the_wrappers():
     estimator = H.build("tfidf", "multilabel", {"C": 1.0})
     assert H.step("tfidf", "multilabel", {"C": 10.0}, previous=estimator) is estimator
     assert estimator.estimator.estimator.C == 10.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics: over which labels the macro averages run, the same in featx.metrics and the bootstrap
+
+
+def rare_truth(n: int = 90, seed: int = 0):
+    """Labels with 0, 1, 2 and every positive row, and two common ones; noisy scores."""
+    rng = np.random.default_rng(seed)
+    y = np.zeros((n, 6), dtype=np.uint8)
+    y[:, 0], y[:, 1] = rng.random(n) < 0.4, rng.random(n) < 0.2
+    y[rng.integers(n), 3] = 1
+    y[rng.choice(n, 2, replace=False), 4] = 1
+    y[:, 5] = 1
+    scores = np.clip(0.5 * y + rng.random((n, 6)) * 0.6, 0, 1)
+    return y, scores
+
+
+def test_macro_metrics_average_over_the_labels_that_have_them():
+    y, scores = rare_truth()
+    m = M.evaluate("multilabel", y, scores, threshold=0.5)
+    present, both = M.macro_labels(y)
+    assert present.tolist() == [0, 1, 3, 4, 5] and both.tolist() == [0, 1, 3, 4]
+    assert m["macro_f1"] == pytest.approx(skm.f1_score(y, scores >= 0.5, labels=present, average="macro"))
+    aucs = [skm.roc_auc_score(y[:, j], scores[:, j]) for j in both]
+    assert m["macro_roc_auc"] == pytest.approx(np.mean(aucs))
+    assert m["micro_f1"] == pytest.approx(skm.f1_score(y, scores >= 0.5, average="micro"))
+    summary = M.label_summary(y[:, [0, 1, 2, 2, 4, 5]], y, list("abcdef"))
+    assert summary == {"total": 6, "constant_in_train": ["c", "d", "f"], "macro_f1": 5, "macro_roc_auc": 4}
+    assert np.isnan(M.evaluate("multilabel", np.zeros((4, 2)), np.zeros((4, 2)))["macro_f1"])
+
+
+def test_bootstrap_resamples_follow_the_same_conventions_on_rare_labels():
+    y, scores = rare_truth(60, seed=1)
+    rng = np.random.default_rng(5)
+    W = BS.counts(len(y), 40, rng)  # many resamples draw neither row of the rare labels
+    samples = BS.metric_samples("multilabel", W, y, scores[None], 0.45)
+    for b in range(len(W)):
+        rows = np.repeat(np.arange(len(y)), W[b].astype(int))
+        for name, value in M.evaluate("multilabel", y[rows], scores[rows], 0.45).items():
+            assert samples[name][b] == pytest.approx(value, abs=1e-9, nan_ok=True), (name, b)
+
+
+def test_a_label_absent_from_train_is_no_error_but_no_varying_label_is():
+    y, _ = rare_truth()
+    M.check_trainable("multilabel", y[:, [0, 2, 5]], ["a", "never", "always"])
+    with pytest.raises(FeatxError, match="every label is never .or always. present.*never, always"):
+        M.check_trainable("multilabel", y[:, [2, 5]], ["never", "always"])
