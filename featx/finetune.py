@@ -34,7 +34,7 @@ from featx import metrics as M
 from featx.batching import TORCH_DTYPES, Encoder, default_token_budget, plan_batches
 from featx.cache import Cache
 from featx.config import MAX_LR, WARN_LR, FinetuneConfig, Pipeline
-from featx.data import Split, stratified_assignment
+from featx.data import Split, label_assignment
 from featx.errors import FeatxError
 from featx.files import atomic_write, writable_dir
 from featx.pooling import cls_pool, mean_pool
@@ -655,9 +655,8 @@ def _protocol_rows(dataset, cfg: FinetuneConfig):
     if {"dev", "test"} <= set(dataset.splits):
         return "dev", "test", np.arange(n_train), np.arange(len(dataset.splits["dev"]))
     report = "test" if "test" in dataset.splits else "dev"
-    labels = dataset.splits["train"].labels
-    strata = labels if labels.ndim == 1 else np.zeros(n_train, dtype=int)
-    held = stratified_assignment(strata, cfg.validation_fraction, 0.0, cfg.seed) == 1
+    held = label_assignment(dataset.task, dataset.splits["train"].labels, cfg.validation_fraction, 0.0,
+                            cfg.seed) == 1
     return "train", report, np.flatnonzero(~held), np.flatnonzero(held)
 
 

@@ -1,7 +1,9 @@
 """Multilabel with rare labels: every head sets constant labels aside, the macro metrics say
-over which labels they run (featx.metrics and featx.bootstrap alike)."""
+over which labels they run (featx.metrics and featx.bootstrap alike), splits are iteratively
+stratified and keep a label only the test rows have."""
 from __future__ import annotations
 
+import random
 
 import numpy as np
 import pytest
@@ -10,8 +12,10 @@ from sklearn import metrics as skm
 from featx import bootstrap as BS
 from featx import heads as H
 from featx import metrics as M
+from featx.config import DataConfig
+from featx.data import load_dataset
 from featx.errors import FeatxError
-from tests.conftest import WORDS
+from tests.conftest import WORDS, write_rows
 
 # Label j of the unit problems: 0 and 1 common, 2 one positive row, 3 never, 4 always present.
 NEVER, ALWAYS, ONE = 3, 4, 2
@@ -150,3 +154,41 @@ def test_a_label_absent_from_train_is_no_error_but_no_varying_label_is():
     M.check_trainable("multilabel", y[:, [0, 2, 5]], ["a", "never", "always"])
     with pytest.raises(FeatxError, match="every label is never .or always. present.*never, always"):
         M.check_trainable("multilabel", y[:, [2, 5]], ["never", "always"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Splits
+
+
+def tag_rows(counts: dict[str, int], n: int, seed: int = 0, start: int = 0) -> list[dict]:
+    """n rows whose `tags` hold each label on `counts[label]` rows (random rows), texts of words."""
+    rng = random.Random(seed)
+    tags = [[] for _ in range(n)]
+    for label, count in counts.items():
+        for i in rng.sample(range(n), count):
+            tags[i].append(label)
+    # JSONL lists: a row may carry no label at all (an empty CSV field reads as a missing label).
+    words = lambda tag: [t.split("-")[0] for t in tag] + rng.sample(WORDS[20:], 3)  # noqa: E731
+    return [{"id": f"r{start + i}", "text": " ".join(words(tag)), "tags": tag} for i, tag in enumerate(tags)]
+
+
+def test_a_single_file_is_split_by_iterative_stratification(tmp_path):
+    rows = tag_rows({"cat": 120, "dog": 40, "bird": 20, "fish": 1}, 400)
+    path = write_rows(tmp_path / "tags.jsonl", rows)
+    data = load_dataset(DataConfig(path=str(path), label="tags", id="id"))
+    assert data.task == "multilabel"
+    assert {k: len(v) for k, v in data.splits.items()} == {"train": 320, "dev": 40, "test": 40}
+    names = list(data.label_names)
+    for label, count in {"cat": 120, "dog": 40, "bird": 20}.items():
+        for split, share in (("train", 0.8), ("dev", 0.1), ("test", 0.1)):
+            got = int(data.splits[split].labels[:, names.index(label)].sum())
+            assert abs(got - share * count) <= 1, (label, split, got)  # every label in proportion
+    assert data.splits["train"].labels[:, names.index("fish")].sum() == 1  # a lone row trains
+
+
+def test_a_label_only_the_test_rows_have_is_kept(tmp_path):
+    train = write_rows(tmp_path / "train.jsonl", tag_rows({"cat": 30, "dog": 10}, 60))
+    test = write_rows(tmp_path / "test.jsonl", tag_rows({"cat": 5, "owl": 2}, 20, start=100))
+    data = load_dataset(DataConfig(train=str(train), test=str(test), label="tags", id="id"))
+    owl = list(data.label_names).index("owl")
+    assert data.splits["train"].labels[:, owl].sum() == 0 and data.splits["test"].labels[:, owl].sum() == 2
