@@ -182,7 +182,7 @@ OPTIONAL = {"baseline": None, "metrics_ci": {}, "search": [], "seeds": [0], "n_e
             "fit_seconds": None, "extract_seconds": None, "backbone_forward_passes": None,
             "cache_bytes": None, "config_hash": None, "run_hash": None, "predictions": None,
             "converged": None, "stopped_by": None, "wall_seconds": None, "learning_rate": None,
-            "curve": None, "threshold": None}
+            "curve": None, "threshold": None, "labels": None, "selection_labels": None, "truncated": None}
 
 
 def _malformed(record: dict) -> str | None:
