@@ -196,6 +196,16 @@ def encode_split(encoder: Encoder, split: Split, rows: np.ndarray) -> Encoded:
     return Encoded(encodings, np.array([len(e.ids) for e in encodings]), split.labels[rows])
 
 
+def truncation(max_length: int, **parts: Encoded) -> dict:
+    """How many texts (or pairs) of each part lost tokens to max_length: newswire and reviews
+    run past 256 tokens, and what the model never read is part of its result."""
+    counts = {name: sum(bool(e.overflowing) for e in part.encodings) for name, part in parts.items()}
+    if any(counts.values()):
+        log.warning("the fine-tune reads at most %d tokens per text: %s truncated", max_length,
+                    ", ".join(f"{n:,} of {len(parts[name].labels):,} {name}" for name, n in counts.items()))
+    return {"max_length": max_length} | counts
+
+
 def _to(inputs: dict, device: torch.device) -> dict:
     return {k: v.to(device, non_blocking=True) for k, v in inputs.items()}
 
@@ -359,6 +369,7 @@ def run_finetune(pipeline: Pipeline) -> dict:
                          "small to hold out finetune.validation_fraction of it); add rows or a dev split")
     select = encode_split(encoder, splits[select_split], select_rows)
     report = encode_split(encoder, splits[report_split], np.arange(len(splits[report_split])))
+    truncated = truncation(plan.max_length, train=train, select=select, report=report)
     scaler = TargetScaler.fit(train.labels) if TASKS[task].regression else None
 
     probe_head = (_probe_head(pipeline, cache_path, cfg.head_input, plan.n_layers, task, scaler)
@@ -424,7 +435,9 @@ def run_finetune(pipeline: Pipeline) -> dict:
         # Compute in backbone forward-pass equivalents (rows), for the whole search: a training
         # step is a forward and a backward pass, about 3 forwards; evaluation passes count once.
         backbone_forward_passes=3 * train_rows_total + eval_rows_total,
-        train_rows_processed=train_rows_total, eval_rows_processed=eval_rows_total)
+        train_rows_processed=train_rows_total, eval_rows_processed=eval_rows_total,
+        truncated=truncated,
+        labels=M.label_summary(train.labels, report.labels, names) if TASKS[task].thresholded else None)
     write_record(directory, record, predictions)
     log.info("fine-tuned in %.0f s: learning rate %g, best epoch %d of %d (%s), %s = %.4f on %s; "
              "record %s", record["wall_seconds"], chosen.learning_rate, chosen.best_epoch,

@@ -1,8 +1,11 @@
 """Multilabel with rare labels: every head sets constant labels aside, the macro metrics say
 over which labels they run (featx.metrics and featx.bootstrap alike), splits are iteratively
-stratified and keep a label only the test rows have."""
+stratified, and the whole pipeline runs on a long tail (labels with 0, 1 and 2 positive rows
+per fold, a label only the test rows have)."""
 from __future__ import annotations
 
+import csv
+import json
 import random
 
 import numpy as np
@@ -192,3 +195,67 @@ def test_a_label_only_the_test_rows_have_is_kept(tmp_path):
     data = load_dataset(DataConfig(train=str(train), test=str(test), label="tags", id="id"))
     owl = list(data.label_names).index("owl")
     assert data.splits["train"].labels[:, owl].sum() == 0 and data.splits["test"].labels[:, owl].sum() == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole pipeline on a long tail
+
+
+def long_tail_files(tmp_path):
+    """train.jsonl (150 rows) and test.jsonl (40): three common labels with their own words, one
+    of 2 and one of 1 training row, one only the test rows have."""
+    train = tag_rows({"cat": 60, "dog": 45, "bird": 30, "fish-two": 2, "pond-one": 1}, 150, seed=1)
+    test = tag_rows({"cat": 16, "dog": 12, "bird": 8, "fish-two": 1, "tree-test-only": 2}, 40, seed=2,
+                    start=1000)
+    return write_rows(tmp_path / "train.jsonl", train), write_rows(tmp_path / "test.jsonl", test)
+
+
+def test_long_tail_extract_probe_finetune_report_predict(make_pipeline, tmp_path):
+    from featx.extract import extract
+    from featx.finetune import run_finetune
+    from featx.predict import predict_file
+    from featx.probe import run_probe
+    from featx.report import write_report
+
+    train, test = long_tail_files(tmp_path)
+    pipeline = make_pipeline({"train": str(train), "test": str(test), "label": "tags", "id": "id"},
+                             extract={"poolings": ["mean"]},
+                             probe={"heads": ["logistic", "mlp", "lightgbm"], "poolings": ["mean"],
+                                    "layers": ["last"], "sweep": False, "n_jobs": 2},
+                             finetune={"max_epochs": 1, "learning_rates": [1e-4], "head_input": "cls"})
+    extract(pipeline)
+    records = {r["head"]: r for r in run_probe(pipeline)}
+    assert set(records) == {"logistic", "mlp", "lightgbm", "majority", "tfidf"}
+    names = ["bird", "cat", "dog", "fish-two", "pond-one", "tree-test-only"]
+    for head, record in records.items():
+        assert record["protocol"]["name"] == "cv" and record["task"] == "multilabel"
+        assert record["labels"] == {"total": 6, "constant_in_train": ["tree-test-only"],
+                                    "macro_f1": 5, "macro_roc_auc": 5}, head
+        folds = record["selection_labels"]
+        assert len(folds) == 5 and sum(f["rows_held"] for f in folds) == 150
+        # the one-row label is fitted in the 4 folds that train on its row, never in the fifth
+        assert sorted(f["labels_fitted"] for f in folds) == [4, 5, 5, 5, 5], head
+        # the 2-row label is scored in two folds, the 1-row label in a third: none scores all
+        assert sorted(f["labels_scored"] for f in folds) == [3, 3, 4, 4, 4], head
+        assert 0 <= record["metrics"]["micro_f1"] <= 1
+    assert records["tfidf"]["metrics"]["micro_f1"] > 0.9  # the label words give the common labels away
+    tune = run_finetune(pipeline)
+    assert tune["labels"]["constant_in_train"] == ["tree-test-only"] and tune["threshold"] is not None
+    assert tune["truncated"] == {"max_length": 256, "train": 0, "select": 0, "report": 0}
+    report = write_report(pipeline.runs_dir, pipeline.reports_dir, pipeline.name, pipeline)
+    text = report["md"].read_text()
+    assert "macro_f1 averages over the 5 of 6 labels with a positive test row" in text
+    assert "predicted as that constant by every head: tree-test-only" in text
+    new = write_rows(tmp_path / "new.csv", [{"id": r["id"], "text": r["text"]}
+                                             for r in map(json.loads, test.read_text().splitlines())])
+    for head in ("mean@2/logistic", "mean@2/mlp", "mean@2/lightgbm", "text/majority", "text/tfidf", None):
+        result = predict_file(pipeline, str(new), head=head, finetuned=head is None, out=tmp_path / "p.jsonl")
+        predicted = [json.loads(line)["prediction"] for line in result["out"].read_text().splitlines()]
+        assert len(predicted) == 40 and all(isinstance(p, list) and set(p) <= set(names) for p in predicted)
+        assert not any("tree-test-only" in p for p in predicted), head  # never in train: never predicted
+    jsonl = predict_file(pipeline, str(new), head="text/tfidf", out=tmp_path / "p.jsonl")["out"]
+    listed = [json.loads(line)["prediction"] for line in jsonl.read_text().splitlines()]
+    with open(predict_file(pipeline, str(new), head="text/tfidf", out=tmp_path / "p.csv")["out"], newline="") as f:
+        joined = [row["prediction"] for row in csv.DictReader(f)]
+    assert [p.split(",") if p else [] for p in joined] == listed  # CSV: the same lists, comma-joined
+    assert any(len(p) > 1 for p in listed)
