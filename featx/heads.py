@@ -3,7 +3,7 @@
 | head | binary / multiclass | multilabel | regression | grid |
 |---|---|---|---|---|
 | logistic | StandardScaler + LogisticRegression (multinomial) | MultilabelLogistic: one per label, fitted jointly | StandardScaler + Ridge | C in 1e-3..10, alpha in 0.1..1000 (5 values each), a warm-started path |
-| mlp | StandardScaler + MLPClassifier, 1 hidden layer of 256, early stopping on 10% of train | the same (sigmoid outputs) | the same MLPRegressor, standardised targets | L2 alpha in {1e-4, 1e-2, 1} |
+| mlp | StandardScaler + MLPClassifier, 1 hidden layer of 256, early stopping on 10% of train (MLPHead: none where that part cannot be made) | the same (sigmoid outputs) | the same MLPRegressor, standardised targets | L2 alpha in {1e-4, 1e-2, 1} |
 | lightgbm | LGBMClassifier (max_bin 63, lr 0.1), early stopping on 10% of train | one model per label | LGBMRegressor (one per target) | num_leaves in {7, 31} |
 
 Two baselines under the backbone read the texts instead of its vectors:
@@ -166,6 +166,33 @@ def constant_labels(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     positives = (Y.reshape(len(Y), -1) != 0).sum(axis=0)
     varying = (positives > 0) & (positives < len(Y))
     return varying, ((positives == len(Y)) & ~varying).astype(np.float64)
+
+
+class MLPHead(MLPClassifier):
+    """MLPClassifier that also fits when its early-stopping split cannot be made.
+
+    scikit-learn refuses a validation part of fewer than 2 rows (a training set of 10 rows or
+    fewer), and stratifies it for a single output, which a class of one row makes impossible
+    (a rare class, or the one label a multilabel fold leaves varying, with one positive row),
+    as does a part too small to hold every class. Such a fit trains without early stopping (to
+    `max_iter`, or until the training loss stops improving); every other fit is
+    MLPClassifier's own.
+    """
+
+    def fit(self, X, y):
+        n = X.shape[0]
+        held = int(np.ceil(self.validation_fraction * n))
+        impossible = held < 2
+        if np.ndim(y) == 1 or np.shape(y)[1] == 1:  # stratified by scikit-learn
+            counts = np.unique(np.ravel(y), return_counts=True)[1]
+            impossible |= counts.min() < 2 or min(held, n - held) < len(counts)
+        if not (self.early_stopping and impossible):
+            return super().fit(X, y)
+        self.early_stopping = False  # for this fit only: the parameter is the caller's
+        try:
+            return super().fit(X, y)
+        finally:
+            self.early_stopping = True
 
 
 class MultilabelLogistic(ClassifierMixin, BaseEstimator):
@@ -356,8 +383,8 @@ def _mlp(task: str, seed: int, threads: int, alpha: float = 1e-4, hidden: int = 
         network = make_pipeline(StandardScaler(), MLPRegressor(**common))
         return TransformedTargetRegressor(regressor=network, transformer=StandardScaler())
     if TASKS[task].thresholded:  # one sigmoid output per label that varies
-        return make_pipeline(StandardScaler(), VaryingLabels(MLPClassifier(**common)))
-    return make_pipeline(StandardScaler(), MLPClassifier(**common))
+        return make_pipeline(StandardScaler(), VaryingLabels(MLPHead(**common)))
+    return make_pipeline(StandardScaler(), MLPHead(**common))
 
 
 def _lightgbm(task: str, seed: int, threads: int, num_leaves: int = 31):

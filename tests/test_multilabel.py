@@ -259,3 +259,14 @@ def test_long_tail_extract_probe_finetune_report_predict(make_pipeline, tmp_path
         joined = [row["prediction"] for row in csv.DictReader(f)]
     assert [p.split(",") if p else [] for p in joined] == listed  # CSV: the same lists, comma-joined
     assert any(len(p) > 1 for p in listed)
+
+
+def test_the_mlp_fits_where_its_early_stopping_split_cannot_be_made():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 4))
+    lone = np.array([0, 1] * 19 + [2, 1])  # a class of one row: no stratified split holds it
+    for y in (lone, np.array([0, 1] * 4), np.eye(2, dtype=int)[[0, 1] * 4]):  # 8 rows: 1 held out
+        head = H.build("mlp", "multilabel" if y.ndim == 2 else "multiclass", {"alpha": 1e-4})
+        H.fit(head, X[:len(y)], y)
+        mlp = head[-1].estimator_ if y.ndim == 2 else head[-1]
+        assert mlp.early_stopping is True and mlp.n_iter_ > 0  # the caller's parameter, unchanged
