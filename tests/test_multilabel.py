@@ -270,3 +270,19 @@ def test_the_mlp_fits_where_its_early_stopping_split_cannot_be_made():
         H.fit(head, X[:len(y)], y)
         mlp = head[-1].estimator_ if y.ndim == 2 else head[-1]
         assert mlp.early_stopping is True and mlp.n_iter_ > 0  # the caller's parameter, unchanged
+
+
+def test_many_rare_labels_reach_low_thresholds_and_weak_penalties():
+    from sklearn.linear_model import LogisticRegression
+
+    y = np.zeros((200, 4), dtype=np.uint8)
+    y[::10] = 1
+    scores = np.where(y == 1, 0.03, 0.005) + np.random.default_rng(0).random(y.shape) * 0.004
+    assert M.choose_threshold(y, scores) < 0.05  # a linear head's small probabilities of rare labels
+    assert [c["C"] for c in H.HEADS["tfidf"].grid("multilabel")] == [1.0, 10.0, 100.0, 1000.0]
+    _, texts, Y = rare_problem(300, seed=4)
+    X = H.LexicalFeatures().fit(texts).transform(texts)
+    dual = H.fit(H.build("tfidf", "multilabel", {"C": 100.0}), X, Y).predict_proba(X)
+    for j in (0, 1, ONE):  # liblinear's dual coordinate descent reaches the primal optimum
+        primal = LogisticRegression(C=100.0, solver="liblinear", tol=1e-6).fit(X, Y[:, j])
+        np.testing.assert_allclose(dual[:, j], primal.predict_proba(X)[:, 1], atol=0.02)
