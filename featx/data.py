@@ -783,6 +783,9 @@ class _LabelEncoder:
             # Labels are integer positions in the names list (GoEmotions' "2,17").
             index = {str(i): i for i in range(len(names))} | index
         encoder = cls(task, tuple(names), columns, index)
+        if TASKS[task].thresholded and not names:
+            raise FeatxError("the multilabel data has no label at all (every row's label set is "
+                             "empty); fix the label column or data.label_sep")
         if TASKS[task].classes and len(names) < 2:
             raise FeatxError(f"the training split has a single class ({', '.join(map(repr, names))}); "
                              "a classifier needs at least two: fix the labels or the split")

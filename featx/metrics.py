@@ -133,6 +133,9 @@ def check_trainable(task: str, y: np.ndarray, label_names) -> None:
         # A label never (or always) present in train is predicted as that constant (benchmark
         # splits have such labels); only when no label varies is there nothing to learn.
         counts = y.sum(axis=0)
+        if not y.shape[1]:
+            raise FeatxError("the multilabel data has no label at all (every row's label set is "
+                             "empty); fix the label column or data.label_sep")
         if all(counts[j] in (0, len(y)) for j in range(y.shape[1])):
             raise FeatxError(f"every label is never (or always) present in the training split "
                              f"({', '.join(map(str, list(label_names)[:10]))}): a multilabel head "

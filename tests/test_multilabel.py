@@ -286,3 +286,23 @@ def test_many_rare_labels_reach_low_thresholds_and_weak_penalties():
     for j in (0, 1, ONE):  # liblinear's dual coordinate descent reaches the primal optimum
         primal = LogisticRegression(C=100.0, solver="liblinear", tol=1e-6).fit(X, Y[:, j])
         np.testing.assert_allclose(dual[:, j], primal.predict_proba(X)[:, 1], atol=0.02)
+
+
+def test_lp_ft_folds_a_probe_with_constant_labels_into_finite_weights():
+    from featx.finetune import fold_probe
+
+    X, _, Y = rare_problem(200, seed=5)
+    probe = H.fit(H.build("logistic", "multilabel", {"C": 1.0}), X, Y)
+    weight, bias = fold_probe(probe, "multilabel", X.shape[1], None)
+    assert np.isfinite(weight).all() and np.isfinite(bias).all()
+    logits = X @ weight.T + bias  # the fine-tune head's start: the probe's decisions
+    np.testing.assert_allclose(1 / (1 + np.exp(-logits[:, :3])), probe.predict_proba(X)[:, :3], atol=1e-6)
+    assert (logits[:, NEVER] < -20).all() and (logits[:, ALWAYS] > 20).all()
+
+
+def test_multilabel_data_without_any_label_is_one_clear_error(tmp_path):
+    path = write_rows(tmp_path / "empty.jsonl", [{"text": f"t {i}", "tags": []} for i in range(9)])
+    with pytest.raises(FeatxError, match="no label at all"):
+        load_dataset(DataConfig(path=str(path), label="tags", task="multilabel"))
+    with pytest.raises(FeatxError, match="no label at all"):
+        M.check_trainable("multilabel", np.zeros((5, 0)), [])
