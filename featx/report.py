@@ -575,8 +575,10 @@ def _notes(inputs: Inputs) -> list[str]:
 
 def _label_notes(records: list[dict]) -> list[str]:
     """Multilabel: the labels the macro metrics average over, the labels no head could learn,
-    the labels each selection fold could score, and the fine-tune's truncated texts."""
-    described = [r for r in records if r["labels"]]
+    the labels each selection fold of the best frozen probe could score."""
+    # A probe's summary first: its training rows are all of train (a fine-tune without a dev
+    # split trains on 90% of them).
+    described = sorted((r for r in records if r["labels"]), key=lambda r: r["stage"] != "probe")
     if not described:
         return []
     summary, split = described[0]["labels"], described[0]["protocol"]["report_on"]
