@@ -5,7 +5,8 @@ A resample draws n rows with replacement; it is represented by how often each ro
 of B calls into scikit-learn (1,000 resamples of 538 rows cost milliseconds, not minutes). Each
 metric below equals `featx.metrics.evaluate` on the resampled rows (tests check it against
 scikit-learn on explicitly repeated rows), including its conventions: classes absent from a
-resample drop out of macro-F1, an undefined AUC or correlation is NaN.
+resample drop out of macro-F1 (multilabel: labels without a positive row drawn), an undefined
+AUC or correlation is NaN.
 
 Intervals are percentile intervals (2.5 and 97.5 percentiles of 1,000 resamples, seeded, so a
 report is reproducible). A paired comparison uses the same resamples for both sides: the
@@ -105,12 +106,15 @@ def _multilabel(W, y, scores, threshold):
     f1 = _ratio(2 * tp, 2 * tp + fp + fn)
     micro = _ratio(2 * tp.sum(axis=1), (2 * tp + fp + fn).sum(axis=1))
     n = W.sum(axis=1)
-    positives = W @ y  # (B, L): a label's AUC needs both classes in the resample
-    both = (positives > 0) & (positives < n[:, None])
+    # As featx.metrics.macro_labels, per resample: macro-F1 over the labels with a positive
+    # row drawn, macro AUC over those with a positive and a negative one.
+    positives = W @ y  # (B, L)
+    present = positives > 0
+    both = present & (positives < n[:, None])
     aucs = np.stack([_auc(W, y[:, j], scores[:, j]) for j in range(y.shape[1])], axis=1)
-    with np.errstate(invalid="ignore"):
-        macro_auc = np.nansum(np.where(both, aucs, 0.0), axis=1) / both.sum(axis=1)
-    return {"micro_f1": micro, "macro_f1": f1.mean(axis=1), "macro_roc_auc": macro_auc,
+    macro_f1 = _ratio((f1 * present).sum(axis=1), present.sum(axis=1), empty=np.nan)
+    macro_auc = _ratio(np.where(both, aucs, 0.0).sum(axis=1), both.sum(axis=1), empty=np.nan)
+    return {"micro_f1": micro, "macro_f1": macro_f1, "macro_roc_auc": macro_auc,
             "subset_accuracy": (W @ (y == predicted).all(axis=1)) / n}
 
 

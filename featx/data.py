@@ -24,6 +24,7 @@ import numpy as np
 
 from featx.config import DataConfig
 from featx.errors import FeatxError, shown
+from featx.stratify import iterative_assignment, proportional_sizes
 from featx.tasks import TASKS
 
 log = logging.getLogger("featx")
@@ -498,7 +499,8 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
     if "train" not in raw or not raw["train"].ids:
         raise FeatxError(f"{source}: the training split is empty")
     task = task or _infer_task(raw["train"], columns)
-    encoder = _LabelEncoder.fit(raw["train"], columns, task, cfg)
+    encoder = _LabelEncoder.fit(raw["train"], columns, task, cfg,
+                                others=[rows for name, rows in raw.items() if name != "train"])
     splits = {}
     for split_name in SPLITS:
         if split_name not in raw:
@@ -672,10 +674,39 @@ def _split_single(rows: _Rows, cfg: DataConfig, columns: _Columns, task: str | N
         return out
     if rows.ids and rows.ids[0] is None:
         rows.ids = [f"row-{i}" for i in range(len(rows.ids))]
-    strata = _strata(rows, columns, task or _infer_task(rows, columns))
-    assignment = stratified_assignment(strata, cfg.dev_fraction, cfg.test_fraction, cfg.split_seed)
+    task = task or _infer_task(rows, columns)
+    if TASKS[task].thresholded:  # rows carry label sets: iterative stratification over the labels
+        assignment = label_assignment(task, _label_matrix(rows, columns), cfg.dev_fraction,
+                                      cfg.test_fraction, cfg.split_seed)
+    else:
+        assignment = stratified_assignment(_strata(rows, columns, task), cfg.dev_fraction,
+                                           cfg.test_fraction, cfg.split_seed)
     return {name: rows.take(np.flatnonzero(assignment == code))
             for code, name in enumerate(SPLITS) if (assignment == code).any()}
+
+
+def label_assignment(task: str, labels: np.ndarray, dev_fraction: float, test_fraction: float,
+                     seed: int) -> np.ndarray:
+    """0/1/2 (train/dev/test) per row of encoded labels, stratified as the task allows: by class,
+    by iterative stratification of multilabel rows (featx.stratify: a label's first row goes
+    to train, its next ones to dev and test, in proportion), regression rows at random. The
+    sizes are round(n x fraction)."""
+    if TASKS[task].thresholded:
+        sizes = proportional_sizes(len(labels), (dev_fraction, test_fraction))
+        return iterative_assignment(labels, sizes, seed).astype(np.int8)
+    strata = labels if TASKS[task].classes else np.zeros(len(labels), dtype=int)
+    return stratified_assignment(strata, dev_fraction, test_fraction, seed)
+
+
+def _label_matrix(rows: _Rows, columns: _Columns) -> np.ndarray:
+    """(n, L) 0/1 label sets of raw rows (labels in sorted order; a bad value is named when the
+    labels are encoded)."""
+    sets = [_label_set(v, columns, w) for v, w in zip(rows.labels, rows.where)]
+    index = {name: j for j, name in enumerate(sorted({x for s in sets for x in s}))}
+    matrix = np.zeros((len(sets), len(index)), dtype=np.uint8)
+    for i, labels in enumerate(sets):
+        matrix[i, [index[x] for x in labels]] = 1
+    return matrix
 
 
 def stratified_assignment(strata: np.ndarray, dev_fraction: float, test_fraction: float,
@@ -714,10 +745,6 @@ def _strata(rows: _Rows, columns: _Columns, task: str) -> np.ndarray:
         values = np.array([n if n is not None and math.isfinite(n) else 0.0 for n in first])
         edges = np.quantile(values, np.linspace(0, 1, 11)[1:-1])
         return np.searchsorted(edges, values)
-    if TASKS[task].thresholded:  # the row's rarest label keeps rare labels in every split
-        sets = [_label_set(v, columns, w) for v, w in zip(rows.labels, rows.where)]
-        counts = Counter(x for s in sets for x in s)
-        return np.array([min(s, key=lambda x: (counts[x], x)) if s else "" for s in sets])
     return np.array([_class_key(v) for v in rows.labels])
 
 
@@ -827,7 +854,8 @@ class _LabelEncoder:
     index: dict[str, int]
 
     @classmethod
-    def fit(cls, train: _Rows, columns: _Columns, task: str, cfg: DataConfig) -> "_LabelEncoder":
+    def fit(cls, train: _Rows, columns: _Columns, task: str, cfg: DataConfig,
+            others: list[_Rows] = ()) -> "_LabelEncoder":
         fixed = _read_label_names(cfg.label_names)
         if TASKS[task].regression:
             names = columns.labels
@@ -835,6 +863,18 @@ class _LabelEncoder:
             names = columns.labels
         elif fixed is not None:
             names = fixed
+        elif TASKS[task].thresholded:
+            # A label of dev or test rows that no training row has is still a label of the task
+            # (benchmark splits have them): kept, so its rows count against every model (which
+            # can only predict it absent), never dropped from the test set nor an error.
+            seen = {x for v, w in zip(train.labels, train.where) for x in _label_set(v, columns, w)}
+            elsewhere = {x for rows in others for v, w in zip(rows.labels, rows.where)
+                         for x in _label_set(v, columns, w)} - seen
+            if elsewhere:
+                log.info("%d label(s) of the dev or test rows never appear in train (%s): kept as "
+                         "labels the models predict absent", len(elsewhere),
+                         ", ".join(sorted(elsewhere, key=_natural_key)[:10]))
+            names = tuple(sorted(seen | elsewhere, key=_natural_key))
         else:
             if TASKS[task].thresholded:
                 seen = {x for v, w in zip(train.labels, train.where) for x in _label_set(v, columns, w)}
@@ -846,6 +886,9 @@ class _LabelEncoder:
             # Labels are integer positions in the names list (GoEmotions' "2,17").
             index = {str(i): i for i in range(len(names))} | index
         encoder = cls(task, tuple(names), columns, index)
+        if TASKS[task].thresholded and not names:
+            raise FeatxError("the multilabel data has no label at all (every row's label set is "
+                             "empty); fix the label column or data.label_sep")
         if TASKS[task].classes and len(names) < 2:
             raise FeatxError(f"the training split has a single class ({', '.join(map(repr, names))}); "
                              "a classifier needs at least two: fix the labels or the split")

@@ -33,7 +33,7 @@ from featx import metrics as M
 from featx.batching import TORCH_DTYPES, Encoder, default_token_budget
 from featx.cache import Cache
 from featx.config import MAX_LR, WARN_LR, FinetuneConfig, Pipeline, command
-from featx.data import Split, stratified_assignment
+from featx.data import Split, label_assignment
 from featx.errors import FeatxError
 from featx.files import atomic_write, loads_json, refuse_link, writable_dir
 from featx.modeling import (
@@ -111,6 +111,16 @@ def encode_split(encoder: Encoder, split: Split, rows: np.ndarray) -> Encoded:
     return encode_rows(encoder, split.texts, split.text_pairs, rows, split.labels[rows])
 
 
+def truncation(max_length: int, **parts: Encoded) -> dict:
+    """How many texts (or pairs) of each part lost tokens to max_length: newswire and reviews
+    run past 256 tokens, and what the model never read is part of its result."""
+    counts = {name: sum(bool(e.overflowing) for e in part.encodings) for name, part in parts.items()}
+    if any(counts.values()):
+        log.warning("the fine-tune reads at most %d tokens per text: %s truncated", max_length,
+                    ", ".join(f"{n:,} of {len(parts[name].labels):,} {name}" for name, n in counts.items()))
+    return {"max_length": max_length} | counts
+
+
 # ---------------------------------------------------------------------------------------------
 # The fine-tune stage: a learning-rate search, each candidate trained until it stops improving
 
@@ -150,6 +160,8 @@ class Setup:
     select_split: str = "dev"
     worst_steps: int = 0
     """Optimizer steps the search takes at most (for the time estimate)."""
+    truncated: dict | None = None
+    """Texts of each part max_length cut (train, select, report), for the record."""
     estimated: bool = False
     """Whether the time estimate was logged (once, after the first steps)."""
 
@@ -295,6 +307,7 @@ def _prepare(pipeline: Pipeline, plan, cache_path: Path, rows, *, metric: str, r
                          "small to hold out finetune.validation_fraction of it); add rows or a dev split")
     select = encode_split(encoder, splits[select_split], select_rows)
     report = encode_split(encoder, splits[report_split], np.arange(len(splits[report_split])))
+    truncated = truncation(plan.max_length, train=train, select=select, report=report)
     scaler = TargetScaler.fit(train.labels) if TASKS[task].regression else None
     probe_head = (_probe_head(pipeline, cache_path, cfg.head_input, plan.n_layers, task, scaler)
                   if cfg.init_head_from_probe else None)
@@ -313,7 +326,7 @@ def _prepare(pipeline: Pipeline, plan, cache_path: Path, rows, *, metric: str, r
     return Setup(cfg, task, len(names), metric, encoder, train, select, scaler, device, dtype,
                  default_token_budget(device, str(dtype).removeprefix("torch.")), max_epochs,
                  max_seconds, directory, run_hash, make_model, pipeline.progress, report=report,
-                 report_split=report_split, select_split=select_split)
+                 report_split=report_split, select_split=select_split, truncated=truncated)
 
 
 def worst_case_epochs(n_candidates: int, max_epochs: int, strategy: str) -> int:
@@ -405,7 +418,10 @@ def _record(pipeline: Pipeline, plan, setup: "Setup", candidates: list["Candidat
         # Compute in backbone forward-pass equivalents (rows), for the whole search: a training
         # step is a forward and a backward pass, about 3 forwards; evaluation passes count once.
         backbone_forward_passes=3 * train_rows_total + eval_rows_total,
-        train_rows_processed=train_rows_total, eval_rows_processed=eval_rows_total) | {"_predictions": predictions}
+        train_rows_processed=train_rows_total, eval_rows_processed=eval_rows_total,
+        truncated=setup.truncated,
+        labels=M.label_summary(setup.train.labels, report.labels, plan.dataset.label_names)
+        if TASKS[task].thresholded else None) | {"_predictions": predictions}
 
 
 def search(setup: Setup) -> list[Candidate]:
@@ -672,9 +688,8 @@ def _protocol_rows(dataset, cfg: FinetuneConfig):
     if {"dev", "test"} <= set(dataset.splits):
         return "dev", "test", np.arange(n_train), np.arange(len(dataset.splits["dev"]))
     report = "test" if "test" in dataset.splits else "dev"
-    labels = dataset.splits["train"].labels
-    strata = labels if labels.ndim == 1 else np.zeros(n_train, dtype=int)
-    held = stratified_assignment(strata, cfg.validation_fraction, 0.0, cfg.seed) == 1
+    held = label_assignment(dataset.task, dataset.splits["train"].labels, cfg.validation_fraction, 0.0,
+                            cfg.seed) == 1
     return "train", report, np.flatnonzero(~held), np.flatnonzero(held)
 
 

@@ -3,7 +3,7 @@
 | head | binary / multiclass | multilabel | regression | grid |
 |---|---|---|---|---|
 | logistic | StandardScaler + LogisticRegression (multinomial) | MultilabelLogistic: one per label, fitted jointly | StandardScaler + Ridge | C in 1e-3..10, alpha in 0.1..1000 (5 values each), a warm-started path |
-| mlp | StandardScaler + MLPClassifier, 1 hidden layer of 256, early stopping on 10% of train | the same (sigmoid outputs) | the same MLPRegressor, standardised targets | L2 alpha in {1e-4, 1e-2, 1} |
+| mlp | StandardScaler + MLPClassifier, 1 hidden layer of 256, early stopping on 10% of train (MLPHead: none where that part cannot be made) | the same (sigmoid outputs) | the same MLPRegressor, standardised targets | L2 alpha in {1e-4, 1e-2, 1} |
 | lightgbm | LGBMClassifier (max_bin 63, lr 0.1), early stopping on 10% of train | one model per label | LGBMRegressor (one per target) | num_leaves in {7, 31} |
 
 Two baselines under the backbone read the texts instead of its vectors:
@@ -11,9 +11,12 @@ Two baselines under the backbone read the texts instead of its vectors:
 | baseline | binary / multiclass / multilabel | regression | grid |
 |---|---|---|---|
 | majority | class priors (the majority class) | the training mean | - |
-| tfidf | TF-IDF of word 1-2-grams and char 2-5-grams + LogisticRegression (SAGA; liblinear per label for multilabel) | + Ridge | C in 1..100 (3), alpha in 0.1..100 (4) |
+| tfidf | TF-IDF of word 1-2-grams and char 2-5-grams + LogisticRegression (SAGA; dual liblinear per label for multilabel) | + Ridge | C in 1..100 (3; multilabel 1..1000, 4), alpha in 0.1..100 (4) |
 
-Every head takes `random_state` and a thread count; nothing touches a GPU or the backbone.
+A multilabel label never (or always) present in the rows a head is fitted on gets no
+estimator: its probability is that constant (MultilabelLogistic does it itself, the other
+heads through VaryingLabels). Every head takes `random_state` and a thread count; nothing
+touches a GPU or the backbone.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from sklearn.base import (
     ClassifierMixin,
     RegressorMixin,
     TransformerMixin,
+    clone,
 )
 from sklearn.compose import TransformedTargetRegressor
 from sklearn.dummy import DummyClassifier, DummyRegressor
@@ -78,9 +82,13 @@ class _LightGBMHead(BaseEstimator):
         held = max(1, int(np.ceil(self.validation_fraction * len(X))))
         counts = np.unique(y, return_counts=True)[1] if stratify else None
         # Stratified only when it can be: every class twice, a held-out row per class.
-        stratify = stratify and counts.min() >= 2 and held >= len(counts) and len(X) - held >= len(counts)
-        X_fit, X_val, y_fit, y_val = train_test_split(
-            X, y, test_size=held, random_state=self.random_state, stratify=y if stratify else None)
+        can_stratify = stratify and counts.min() >= 2 and held >= len(counts) and len(X) - held >= len(counts)
+        fit_rows, val_rows = train_test_split(np.arange(len(X)), test_size=held,
+                                              random_state=self.random_state,
+                                              stratify=y if can_stratify else None)
+        if stratify:
+            fit_rows, val_rows = _keep_every_class(y, fit_rows, val_rows)
+        X_fit, X_val, y_fit, y_val = X[fit_rows], X[val_rows], y[fit_rows], y[val_rows]
         self.model_ = model_class(
             n_estimators=self.n_estimators, learning_rate=self.learning_rate,
             num_leaves=self.num_leaves, min_child_samples=self.min_child_samples,
@@ -94,6 +102,19 @@ class _LightGBMHead(BaseEstimator):
             self.model_.fit(X_fit, y_fit, eval_set=[(X_val, y_val)], callbacks=stop)
         self.best_iteration_ = int(self.model_.best_iteration_ or self.n_estimators)
         return self
+
+
+def _keep_every_class(y: np.ndarray, fit_rows: np.ndarray, val_rows: np.ndarray):
+    """The early-stopping split with every class of y in its fitting part: a class whose rows
+    all fell into the validation part (a label of one positive row) moves them back, else the
+    model would be fitted on one class and know nothing of the other. An emptied validation
+    part is the fitting part (early stopping then reads the training loss)."""
+    missing = np.isin(y[val_rows], y[fit_rows], invert=True)
+    if not missing.any():
+        return fit_rows, val_rows
+    fit_rows = np.concatenate([fit_rows, val_rows[missing]])
+    val_rows = val_rows[~missing]
+    return fit_rows, val_rows if len(val_rows) else fit_rows
 
 
 class LightGBMClassifierHead(ClassifierMixin, _LightGBMHead):
@@ -135,6 +156,48 @@ class LightGBMRegressorHead(RegressorMixin, _LightGBMHead):
         return self.model_.predict(validate_data(self, X, reset=False))
 
 
+# The logit a constant label's coefficients give (zero weights, this intercept): finite, so LP-FT
+# can fold it into a torch head, and its sigmoid is within 1e-13 of the constant.
+CONSTANT_LOGIT = 30.0
+
+
+def constant_labels(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(varying (L,) bool, constant (L,) float) of 0/1 labels Y (n, L): which labels have both
+    positive and negative rows, and the value (0 or 1) of each one that has not (0 where it
+    varies)."""
+    Y = np.asarray(Y)
+    positives = (Y.reshape(len(Y), -1) != 0).sum(axis=0)
+    varying = (positives > 0) & (positives < len(Y))
+    return varying, ((positives == len(Y)) & ~varying).astype(np.float64)
+
+
+class MLPHead(MLPClassifier):
+    """MLPClassifier that also fits when its early-stopping split cannot be made.
+
+    scikit-learn refuses a validation part of fewer than 2 rows (a training set of 10 rows or
+    fewer), and stratifies it for a single output, which a class of one row makes impossible
+    (a rare class, or the one label a multilabel fold leaves varying, with one positive row),
+    as does a part too small to hold every class. Such a fit trains without early stopping (to
+    `max_iter`, or until the training loss stops improving); every other fit is
+    MLPClassifier's own.
+    """
+
+    def fit(self, X, y):
+        n = X.shape[0]
+        held = int(np.ceil(self.validation_fraction * n))
+        impossible = held < 2
+        if np.ndim(y) == 1 or np.shape(y)[1] == 1:  # stratified by scikit-learn
+            counts = np.unique(np.ravel(y), return_counts=True)[1]
+            impossible |= counts.min() < 2 or min(held, n - held) < len(counts)
+        if not (self.early_stopping and impossible):
+            return super().fit(X, y)
+        self.early_stopping = False  # for this fit only: the parameter is the caller's
+        try:
+            return super().fit(X, y)
+        finally:
+            self.early_stopping = True
+
+
 class MultilabelLogistic(ClassifierMixin, BaseEstimator):
     """One L2-regularised logistic regression per label, fitted jointly.
 
@@ -142,6 +205,10 @@ class MultilabelLogistic(ClassifierMixin, BaseEstimator):
     (mean log-loss + ||w||^2 / (2 C n) per label; the loss and the penalty both separate by
     label), minimised in one L-BFGS run whose every step is one (n, d) x (d, L) product, instead
     of L runs of their own: 28 GoEmotions labels cost about one fit, not 28.
+
+    A label never (or always) present in the training rows is left out of the fit (its
+    optimum is an infinite intercept): zero weights, intercept -/+ CONSTANT_LOGIT, and
+    `predict_proba` gives exactly its constant. `varying_` says which labels were fitted.
     """
 
     def __init__(self, *, C: float = 1.0, max_iter: int = 2000, tol: float = 1e-4,
@@ -153,13 +220,20 @@ class MultilabelLogistic(ClassifierMixin, BaseEstimator):
 
     def fit(self, X, y):
         from scipy.optimize import minimize
+        from scipy.special import expit
 
         # The two (n, d) products of each step run in float32 (half the time of float64, the
         # same dev scores within 0.03 points on GoEmotions); the loss is summed and the solver's
         # state kept in float64, so the line search sees a smooth objective.
         X = np.asarray(X, dtype=np.float32)
-        Y = np.asarray(y, dtype=np.float32).reshape(len(X), -1)  # (n, L)
+        Y = np.asarray(y, dtype=np.float32).reshape(len(X), -1)  # (n, L) every label
         n, d = X.shape
+        varying, constant = constant_labels(Y)
+        previous = getattr(self, "varying_", None)
+        warm = (self.warm_start and getattr(self, "coef_", None) is not None
+                and self.coef_.shape == (len(varying), d) and np.array_equal(previous, varying))
+        keep = np.flatnonzero(varying)
+        Y = Y[:, keep]  # (n, L) the labels fitted
         L = Y.shape[1]
         penalty = 1.0 / (self.C * n)
 
@@ -168,26 +242,36 @@ class MultilabelLogistic(ClassifierMixin, BaseEstimator):
             Z = X @ W.astype(np.float32) + b.astype(np.float32)  # (n, L)
             # log(1 + e^z) - y z, computed stably; its gradient is sigmoid(z) - y
             value = (np.logaddexp(0.0, Z) - Y * Z).sum(dtype=np.float64) / n + 0.5 * penalty * (W * W).sum()
-            G = (1.0 / (1.0 + np.exp(-Z)) - Y) / n  # (n, L)
+            # expit: the sigmoid without overflow (e^-z of a float32 overflows past z = -88, which
+            # a weakly penalised label of few rows reaches)
+            G = (expit(Z) - Y) / n  # (n, L)
             return value, np.concatenate([(X.T @ G).ravel() + penalty * W.ravel(),
                                           G.sum(axis=0, dtype=np.float64)])
 
-        start = (np.concatenate([self.coef_.T.ravel(), self.intercept_])
-                 if self.warm_start and getattr(self, "coef_", None) is not None
-                 and self.coef_.shape == (L, d) else np.zeros(d * L + L))
-        result = minimize(loss, start, jac=True, method="L-BFGS-B",
-                          options={"maxiter": self.max_iter, "gtol": self.tol, "maxfun": 15000})
-        self.coef_ = result.x[:d * L].reshape(d, L).T.copy()  # (L, d), as scikit-learn's
-        self.intercept_ = result.x[d * L:].copy()
-        self.n_iter_ = int(result.nit)
-        self.classes_ = np.arange(L)
+        start = (np.concatenate([self.coef_[keep].T.ravel(), self.intercept_[keep]]) if warm
+                 else np.zeros(d * L + L))
+        self.coef_ = np.zeros((len(varying), d))  # (all labels, d), as scikit-learn's
+        self.intercept_ = np.where(constant > 0, CONSTANT_LOGIT, -CONSTANT_LOGIT)
+        self.n_iter_ = 0
+        if L:
+            result = minimize(loss, start, jac=True, method="L-BFGS-B",
+                              options={"maxiter": self.max_iter, "gtol": self.tol, "maxfun": 15000})
+            self.coef_[keep] = result.x[:d * L].reshape(d, L).T
+            self.intercept_[keep] = result.x[d * L:]
+            self.n_iter_ = int(result.nit)
+        self.varying_, self.constant_ = varying, constant
+        self.classes_ = np.arange(len(varying))
         return self
 
     def decision_function(self, X):
         return np.asarray(X, dtype=np.float64) @ self.coef_.T + self.intercept_  # (n, L)
 
     def predict_proba(self, X):
-        return 1.0 / (1.0 + np.exp(-self.decision_function(X)))  # (n, L) per-label probabilities
+        from scipy.special import expit
+
+        proba = expit(self.decision_function(X))  # (n, L) per-label probabilities
+        proba[:, ~self.varying_] = self.constant_[~self.varying_]
+        return proba
 
     def predict(self, X):
         return (self.predict_proba(X) >= 0.5).astype(int)
@@ -217,6 +301,49 @@ class IncreasingScore(RegressorMixin, BaseEstimator):
         X = validate_data(self, X, reset=False)
         out = X[:, :1].astype(np.float64) * self.coef_ + self.intercept_  # (n, T)
         return out[:, 0] if self.n_targets_ == 1 else out
+
+
+class VaryingLabels(ClassifierMixin, BaseEstimator):
+    """A multilabel estimator fitted on the labels that vary in its training rows, only.
+
+    A label never (or always) present in those rows gets no estimator (scikit-learn's
+    classifiers refuse a single class, or answer with a one-column probability): its
+    probability is that constant. Rare labels make this the rule, not the exception: a label
+    with one training row is absent from the training part of all but one cross-validation
+    fold. `estimator` takes (n, k) 0/1 targets of the k varying labels (MLPClassifier,
+    MultiOutputClassifier, DummyClassifier); None is fitted when no label varies.
+    """
+
+    def __init__(self, estimator):
+        self.estimator = estimator
+
+    def fit(self, X, y):
+        Y = np.asarray(y).reshape(X.shape[0], -1)  # (n, L); X may be sparse (TF-IDF)
+        self.varying_, self.constant_ = constant_labels(Y)
+        self.classes_ = np.arange(Y.shape[1])
+        self.estimator_ = clone(self.estimator).fit(X, Y[:, self.varying_]) if self.varying_.any() else None
+        return self
+
+    def predict_proba(self, X):
+        check_is_fitted(self)
+        proba = np.tile(self.constant_, (X.shape[0], 1))  # (n, L)
+        if self.estimator_ is not None:
+            fitted = self.estimator_.predict_proba(X)
+            proba[:, self.varying_] = _label_probabilities(fitted, int(self.varying_.sum()))
+        return proba
+
+    def predict(self, X):
+        return (self.predict_proba(X) >= 0.5).astype(int)
+
+
+def _label_probabilities(proba, k: int) -> np.ndarray:
+    """P(label) (n, k) from a multilabel predict_proba: one (n, 2) array per label
+    (MultiOutputClassifier, DummyClassifier), (n, k) (MLPClassifier), or one (n, 2) array when
+    a single label was fitted (as a binary problem). Every label here varies: both columns exist."""
+    if isinstance(proba, list):
+        return np.stack([p[:, 1] for p in proba], axis=1)
+    proba = np.asarray(proba)
+    return proba[:, 1:] if k == 1 and proba.shape[1] == 2 else proba
 
 
 class LexicalFeatures(TransformerMixin, BaseEstimator):
@@ -289,7 +416,9 @@ def _mlp(task: str, seed: int, threads: int, alpha: float = 1e-4, hidden: int = 
     if TASKS[task].regression:
         network = make_pipeline(StandardScaler(), MLPRegressor(**common))
         return TransformedTargetRegressor(regressor=network, transformer=StandardScaler())
-    return make_pipeline(StandardScaler(), MLPClassifier(**common))
+    if TASKS[task].thresholded:  # one sigmoid output per label that varies
+        return make_pipeline(StandardScaler(), VaryingLabels(MLPHead(**common)))
+    return make_pipeline(StandardScaler(), MLPHead(**common))
 
 
 def _lightgbm(task: str, seed: int, threads: int, num_leaves: int = 31):
@@ -297,7 +426,7 @@ def _lightgbm(task: str, seed: int, threads: int, num_leaves: int = 31):
     if TASKS[task].regression:
         return MultiOutputRegressor(LightGBMRegressorHead(**params))
     if TASKS[task].thresholded:
-        return MultiOutputClassifier(LightGBMClassifierHead(**params))
+        return VaryingLabels(MultiOutputClassifier(LightGBMClassifierHead(**params)))
     return LightGBMClassifierHead(**params)
 
 
@@ -309,7 +438,11 @@ def _identity(task: str, seed: int, threads: int):
 
 def _majority(task: str, seed: int, threads: int):
     # Ignores its input: the floor every other row of the report must clear.
-    return DummyRegressor(strategy="mean") if TASKS[task].regression else DummyClassifier(strategy="prior")
+    if TASKS[task].regression:
+        return DummyRegressor(strategy="mean")
+    if TASKS[task].thresholded:
+        return VaryingLabels(DummyClassifier(strategy="prior"))
+    return DummyClassifier(strategy="prior")
 
 
 def _tfidf(task: str, seed: int, threads: int, C: float = 1.0, alpha: float = 1.0):
@@ -318,14 +451,27 @@ def _tfidf(task: str, seed: int, threads: int, C: float = 1.0, alpha: float = 1.
         return Ridge(alpha=alpha)
     if TASKS[task].thresholded:
         # One binary problem per label, and MultiOutputClassifier clones its estimator for each
-        # (no warm start across C): liblinear's coordinate descent is the fastest fresh fit
-        # there (GoEmotions, 28 labels x 43,410 rows: 1.8x faster than SAGA, the same dev F1).
-        return MultiOutputClassifier(LogisticRegression(C=C, solver="liblinear", tol=1e-3,
-                                                        random_state=seed))
+        # (no warm start across C): liblinear is the fastest fresh fit there (GoEmotions, 28
+        # labels x 43,410 rows: 1.8x faster than SAGA, the same dev F1), and its dual
+        # coordinate descent (the rows fewer than the n-gram columns) 2-8x faster again than
+        # its primal Newton steps, to the same optimum (90 newswire-like labels: 0.4 s a label
+        # instead of 3 s).
+        return VaryingLabels(MultiOutputClassifier(LogisticRegression(
+            C=C, solver="liblinear", dual=True, tol=1e-3, max_iter=1000, random_state=seed)))
     # SAGA: on 70,000 sparse n-gram columns and 50 classes, lbfgs took 20 s a fit (each step
     # multiplies the whole (features x classes) matrix); SAGA 2-8 s to the same accuracy.
     return LogisticRegression(C=C, solver="saga", tol=1e-3, max_iter=1000, random_state=seed,
                               warm_start=True)
+
+
+def _tfidf_grid(task: str) -> list[dict]:
+    if TASKS[task].regression:
+        return [{"alpha": a} for a in (0.1, 1.0, 10.0, 100.0)]
+    # Multilabel goes one step weaker: one binary problem per label, and a rare label's few rows
+    # want a light penalty (a 90-label newswire-like long tail peaked past C = 100; GoEmotions
+    # at C = 1, where the path stops long before). Its dual liblinear fit costs about the same
+    # at 1000 as at 100; SAGA, for classes, slows down there.
+    return [{"C": c} for c in ((1.0, 10.0, 100.0, 1000.0) if TASKS[task].thresholded else (1.0, 10.0, 100.0))]
 
 
 @dataclass(frozen=True)
@@ -366,9 +512,7 @@ HEADS = {
     "majority": Head("majority", _majority, deterministic=True, grid=lambda task: [{}],
                      baseline="majority"),
     "tfidf": Head("tfidf", _tfidf, deterministic=False, path=True, prepare=LexicalFeatures,
-                  baseline="lexical",
-                  grid=lambda task: ([{"alpha": a} for a in (0.1, 1.0, 10.0, 100.0)] if TASKS[task].regression
-                                     else [{"C": c} for c in (1.0, 10.0, 100.0)])),
+                  baseline="lexical", grid=_tfidf_grid),
 }
 
 
@@ -382,8 +526,11 @@ def step(head: str, task: str, params: dict, seed: int = 0, threads: int = 1, pr
     is a regularisation path (its fit then warm-starts), else a fresh estimator."""
     if previous is not None and HEADS[head].path:
         final = previous[-1] if hasattr(previous, "steps") else previous
-        # A multi-output wrapper takes its estimator's parameters by prefix (and refits clones).
-        prefix = "estimator__" if "estimator" in final.get_params(deep=False) else ""
+        # A wrapper (VaryingLabels, MultiOutputClassifier) takes its estimator's parameters by
+        # prefix, one "estimator__" per level (and refits clones).
+        prefix, inner = "", final
+        while "estimator" in inner.get_params(deep=False):
+            prefix, inner = prefix + "estimator__", inner.estimator
         final.set_params(**{prefix + k: v for k, v in params.items()})
         return previous
     return build(head, task, params, seed, threads)
@@ -443,7 +590,8 @@ def predict_scores(estimator, X: np.ndarray, task: str, n_classes: int) -> np.nd
         return np.asarray(estimator.predict(X), dtype=np.float64).reshape(n, -1)
     proba = estimator.predict_proba(X)
     if TASKS[task].thresholded:
-        # MultiOutputClassifier gives one (n, 2) array per label; MLPClassifier gives (n, L).
+        # Every multilabel head gives (n, L); a list (one (n, 2) array per label) is a
+        # MultiOutputClassifier saved by a featx before VaryingLabels.
         return np.stack([p[:, 1] for p in proba], axis=1) if isinstance(proba, list) else proba
     classes = np.asarray(getattr(estimator, "classes_", np.arange(proba.shape[1])))
     full = np.zeros((n, n_classes))

@@ -17,7 +17,9 @@ from featx.tasks import TASKS
 
 PRIMARY = {name: task.primary for name, task in TASKS.items()}
 # Thresholds tried for multilabel decisions (chosen on dev, or on out-of-fold predictions).
-THRESHOLDS = np.round(np.arange(0.05, 0.96, 0.05), 2)
+# Below 0.05 too: with many rare labels a linear head's probabilities of the true labels of
+# new rows are small, and micro-F1 peaked at 0.02 on a 90-label newswire-like long tail.
+THRESHOLDS = np.round(np.concatenate([[0.01, 0.02, 0.03, 0.04], np.arange(0.05, 0.96, 0.05)]), 2)
 
 
 def _binary(y: np.ndarray, scores: np.ndarray, threshold: float) -> dict[str, float]:
@@ -37,13 +39,33 @@ def _multiclass(y: np.ndarray, scores: np.ndarray, threshold: float) -> dict[str
 
 def _multilabel(y: np.ndarray, scores: np.ndarray, threshold: float) -> dict[str, float]:
     predicted = (scores >= threshold).astype(int)
-    # ROC AUC is undefined for a label with one class in y; average over the labels that have both.
-    both = [j for j in range(y.shape[1]) if 0 < y[:, j].sum() < len(y)]
+    present, both = macro_labels(y)
     return {"micro_f1": skm.f1_score(y, predicted, average="micro", zero_division=0),
-            "macro_f1": skm.f1_score(y, predicted, average="macro", zero_division=0),
+            "macro_f1": skm.f1_score(y, predicted, labels=present, average="macro", zero_division=0)
+            if len(present) else float("nan"),
             "macro_roc_auc": float(np.mean([_auc(y[:, j], scores[:, j]) for j in both]))
-            if both else float("nan"),
+            if len(both) else float("nan"),
             "subset_accuracy": skm.accuracy_score(y, predicted)}
+
+
+def macro_labels(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The labels multilabel macro averages run over, on rows with labels y (n, L): macro-F1
+    over the labels with a positive row (a label with none has no recall, and its F1 would be
+    0 or 1 by convention alone; false positives on it still count in micro-F1), macro ROC AUC
+    over the labels with a positive and a negative row (an AUC needs both)."""
+    positives = (np.asarray(y) != 0).sum(axis=0)
+    return np.flatnonzero(positives > 0), np.flatnonzero((positives > 0) & (positives < len(y)))
+
+
+def label_summary(y_train: np.ndarray, y_report: np.ndarray, label_names) -> dict:
+    """What a multilabel record says about its labels: how many there are, which ones are
+    constant in the training rows (never or always present: a head predicts them as that
+    constant), and how many the report split's macro-F1 and macro ROC AUC average over."""
+    positives = (np.asarray(y_train) != 0).sum(axis=0)
+    constant = [str(label_names[j]) for j in np.flatnonzero((positives == 0) | (positives == len(y_train)))]
+    present, both = macro_labels(y_report)
+    return {"total": int(np.asarray(y_report).shape[1]), "constant_in_train": constant,
+            "macro_f1": int(len(present)), "macro_roc_auc": int(len(both))}
 
 
 def _regression(y: np.ndarray, scores: np.ndarray, threshold: float) -> dict[str, float]:
@@ -142,11 +164,16 @@ def check_trainable(task: str, y: np.ndarray, label_names) -> None:
             raise FeatxError(f"the training split has a single class ({label_names[present[0]]!r}); "
                              "a classifier needs at least two")
     elif TASKS[task].thresholded:
+        # A label never (or always) present in train is predicted as that constant (benchmark
+        # splits have such labels); only when no label varies is there nothing to learn.
         counts = y.sum(axis=0)
-        constant = [label_names[j] for j in range(y.shape[1]) if counts[j] in (0, len(y))]
-        if constant:
-            raise FeatxError(f"label(s) {constant[:10]} are never (or always) present in the "
-                             "training split; drop them or add examples")
+        if not y.shape[1]:
+            raise FeatxError("the multilabel data has no label at all (every row's label set is "
+                             "empty); fix the label column or data.label_sep")
+        if all(counts[j] in (0, len(y)) for j in range(y.shape[1])):
+            raise FeatxError(f"every label is never (or always) present in the training split "
+                             f"({', '.join(map(str, list(label_names)[:10]))}): a multilabel head "
+                             "needs a label with positive and negative rows; fix the labels or the split")
     else:
         flat = y.reshape(len(y), -1)
         constant = [label_names[j] for j in range(flat.shape[1]) if np.ptp(flat[:, j]) == 0]

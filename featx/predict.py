@@ -674,7 +674,7 @@ def predict_file(pipeline, source: str, *, head: str | None = None, finetuned: b
         log.warning("%d of %d texts were truncated at max_length=%d (as in extraction)",
                     predictor.truncated_, len(inputs.texts), manifest.max_length)
     table = _table(inputs, predictor, scores)
-    _write(out, table)
+    _write(out, table, label_sep=pipeline.data.label_sep or ",")
     metrics = None
     if inputs.labels is not None:
         from featx import bootstrap
@@ -733,17 +733,19 @@ def _table(inputs, predictor: Predictor, scores: np.ndarray) -> dict[str, list]:
         if inputs.labels is not None:
             table["label"] = inputs.labels[:, 0].tolist() if len(names) == 1 else [list(r) for r in inputs.labels]
         return table
-    joined = lambda labels: [",".join(row) if isinstance(row, list) else row for row in labels]  # noqa: E731
-    table["prediction"] = joined(predictor.decode(scores))
+    # Multilabel rows get lists of label names (written joined in CSV and TSV, by _write).
+    table["prediction"] = list(predictor.decode(scores))
     for j, name in enumerate(names):
         table[f"prob:{name}"] = task.probabilities(scores)[:, j].tolist()
     if inputs.labels is not None:  # the true labels, named as the predictions are
-        table["label"] = joined(task.decode(inputs.labels.astype(float), names) if task.thresholded
-                                else [names[i] for i in inputs.labels])
+        table["label"] = (task.decode(inputs.labels.astype(float), names) if task.thresholded
+                          else [names[i] for i in inputs.labels])
     return table
 
 
-def _write(path: Path, table: dict[str, list]) -> None:
+def _write(path: Path, table: dict[str, list], label_sep: str = ",") -> None:
+    """JSONL and Parquet keep a multilabel row's labels as a list; CSV and TSV join them with
+    the pipeline's data.label_sep (default ","), the form featx reads them back in."""
     import csv
 
     from featx.files import atomic_write
@@ -763,10 +765,11 @@ def _write(path: Path, table: dict[str, list]) -> None:
         pd.DataFrame(table).to_parquet(tmp, index=False)
 
     def delimited(tmp: Path) -> None:
+        joined = lambda cell: label_sep.join(cell) if isinstance(cell, list) else cell  # noqa: E731
         with open(tmp, "w", newline="", encoding="utf-8") as f:
             writer = csv.writer(f, delimiter="\t" if kind == "tsv" else ",")
             writer.writerow(columns)
-            writer.writerows(zip(*(table[c] for c in columns)))
+            writer.writerows([joined(cell) for cell in row] for row in zip(*(table[c] for c in columns)))
 
     atomic_write(path, {"jsonl": jsonl, "parquet": parquet, "csv": delimited, "tsv": delimited}[kind])
 

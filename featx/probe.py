@@ -41,6 +41,7 @@ from featx.records import (
     write_record,
     write_run_status,
 )
+from featx.stratify import iterative_folds, iterative_holdout
 from featx.tasks import TASKS
 
 log = logging.getLogger("featx")
@@ -321,10 +322,29 @@ def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeC
         n_features=int(X.shape[1]) if X.ndim == 2 else None,
         **_aggregate(per_seed), metrics_ci=_intervals(task, predictions),
         threshold=threshold if TASKS[task].thresholded else None,
-        fit_seconds=round(fit_seconds, 3), predict_seconds=round(predict_seconds, 4))
+        fit_seconds=round(fit_seconds, 3), predict_seconds=round(predict_seconds, 4),
+        **_label_fields(p, protocol, cfg))
     if heads_dir is not None:  # saved once the record exists: each head names its record and back
         record["heads"] = save_heads(heads_dir, record, fitted_heads)
     return record, predictions
+
+
+def _label_fields(p: Problem, protocol: Protocol, cfg: ProbeConfig) -> dict:
+    """Multilabel records say over which labels they are computed: `labels` (constant in
+    train, averaged over by the report split's macro metrics) and `selection_labels`, per
+    selection split (each fold, the held-out part, or dev), how many labels varied in the
+    rows fitted on (the others were predicted as their constant) and how many had a positive
+    among the held rows (the labels that split could score)."""
+    if not TASKS[p.task].thresholded:
+        return {}
+    per_split = []
+    for fit_rows, held_rows in _selection_splits(p.task, p.y, protocol, cfg.folds, cfg.seeds[0]):
+        y_fit = p.y if fit_rows is None else p.y[fit_rows]
+        y_held = p.y_dev if held_rows is None else p.y[held_rows]
+        per_split.append({"rows_fitted": len(y_fit), "rows_held": len(y_held),
+                          "labels_fitted": int(H.constant_labels(y_fit)[0].sum()),
+                          "labels_scored": int(len(M.macro_labels(y_held)[0]))})
+    return {"labels": M.label_summary(p.y, p.y_report, p.names), "selection_labels": per_split}
 
 
 def _predictions(p: Problem, task: str, stack: np.ndarray, threshold: float) -> Predictions:
@@ -480,11 +500,17 @@ def _better(value: float, than: float) -> bool:
 
 
 def _selection_splits(task, y, protocol: Protocol, folds: int, seed: int) -> list[tuple]:
-    """(train rows, held rows) per split; (None, None) for the dev protocol (all of train, dev)."""
+    """(train rows, held rows) per split; (None, None) for the dev protocol (all of train, dev).
+    Classes are stratified, multilabel rows iteratively stratified (rare labels reach as many
+    folds as they have rows), regression targets split at random."""
     from sklearn.model_selection import KFold, StratifiedKFold, train_test_split
 
     if protocol.name == "dev":
         return [(None, None)]
+    if TASKS[task].thresholded:
+        if protocol.name == "holdout":
+            return [iterative_holdout(y, _holdout_rows(len(y)), seed)]
+        return iterative_folds(y, folds, seed)
     classes = TASKS[task].classes
     if protocol.name == "holdout":
         rows = np.arange(len(y))
@@ -584,6 +610,7 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
         metric = "accuracy" if protocol.name == "mteb" else M.primary(cache.task, cfg.metric)
         M.check_defined(cache.task, metric, {s: cache.labels(s) for s in dict.fromkeys(
             [protocol.report_on] + (["dev"] if protocol.name == "dev" else []))}, cache.label_names)
+        _warn_constant_labels(cache)
         directory = writable_dir(run_dir(pipeline.runs_dir, pipeline.name, cache.key), root=pipeline.root)
     heads_dir = directory / "heads" if cfg.save_heads else None
     total = len(first) + len(later)
@@ -618,6 +645,17 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
     write_run_status(directory, manifest | {"planned": len(records), "finished": True})
     log.info("probe done in %.1f s; records in %s", time.perf_counter() - start, directory / "probe")
     return records
+
+
+def _warn_constant_labels(cache: Cache) -> None:
+    if not TASKS[cache.task].thresholded:
+        return
+    train = cache.labels("train")
+    constant = M.label_summary(train, train, cache.label_names)["constant_in_train"]
+    if constant:
+        log.warning("%d of %d labels are never (or always) present in the training split: every head "
+                    "predicts them as that constant (%s%s)", len(constant), len(cache.label_names),
+                    ", ".join(constant[:10]), ", ..." if len(constant) > 10 else "")
 
 
 def _run_jobs(jobs: list[tuple[Features, str]], path: Path, cfg: ProbeConfig, pipeline: str,

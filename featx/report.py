@@ -701,6 +701,46 @@ def _notes(inputs: Inputs) -> list[str]:
         first = inputs.main[0]
         notes.append(f"Task: {first['task']}; cache key {first['cache_key'][:16]}; primary metric "
                      f"{first['primary_metric']} (higher is better).")
+    return notes + _label_notes(inputs.main) + _truncation_notes(inputs.main)
+
+
+def _label_notes(records: list[dict]) -> list[str]:
+    """Multilabel: the labels the macro metrics average over, the labels no head could learn,
+    the labels each selection fold of the best frozen probe could score."""
+    # A probe's summary first: its training rows are all of train (a fine-tune without a dev
+    # split trains on 90% of them).
+    described = sorted((r for r in records if r["labels"]), key=lambda r: r["stage"] != "probe")
+    if not described:
+        return []
+    summary, split = described[0]["labels"], described[0]["protocol"]["report_on"]
+    notes = [f"Labels: macro_f1 averages over the {summary['macro_f1']} of {summary['total']} labels with "
+             f"a positive {split} row, macro_roc_auc over the {summary['macro_roc_auc']} with a positive "
+             "and a negative one; micro_f1 counts every label."]
+    constant = summary["constant_in_train"]
+    if constant:
+        notes.append(f"{len(constant)} label(s) never (or always) present in the training split are "
+                     f"predicted as that constant by every head: {', '.join(constant[:10])}"
+                     f"{', ...' if len(constant) > 10 else ''}.")
+    frozen = best_frozen(records)
+    folds = frozen["selection_labels"] if frozen else None
+    if folds and any(f["labels_scored"] < summary["total"] for f in folds):
+        notes.append(f"The best frozen probe was selected on {frozen['protocol']['select_on']}: "
+                     "labels with a positive held-out row per selection split: "
+                     f"{', '.join(str(f['labels_scored']) for f in folds)} of {summary['total']}.")
+    return notes
+
+
+def _truncation_notes(records: list[dict]) -> list[str]:
+    """Texts longer than max_length lose their end: how many the fine-tune cut (its record
+    counts them; extraction cut the same texts for the probes)."""
+    notes = []
+    for tune in (r for r in records if r["stage"] == "finetune" and r["truncated"]):
+        cut = tune["truncated"]
+        if cut["train"] or cut["report"]:
+            notes.append(f"The fine-tune ({tune['head']}) truncated {cut['train']:,} of "
+                         f"{tune['n_train']:,} training texts at max_length = {cut['max_length']} "
+                         f"tokens, and {cut['report']:,} of {tune['n_eval']:,} "
+                         f"{tune['protocol']['report_on']} texts.")
     return notes
 
 

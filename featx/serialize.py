@@ -62,7 +62,7 @@ def allowed() -> dict[str, type]:
                MultiOutputClassifier, MultiOutputRegressor, DummyClassifier, DummyRegressor,
                TfidfVectorizer, TfidfTransformer, LGBMClassifier, LGBMRegressor, Booster,
                heads.LightGBMClassifierHead, heads.LightGBMRegressorHead, heads.MultilabelLogistic,
-               heads.LexicalFeatures, heads.IncreasingScore]
+               heads.LexicalFeatures, heads.IncreasingScore, heads.VaryingLabels, heads.MLPHead]
     return {_name(c): c for c in classes}
 
 

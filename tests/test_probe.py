@@ -324,7 +324,7 @@ def test_lightgbm_leaves_the_staged_grid_past_twenty_classes(tmp_path, caplog):
 
 
 def test_warm_started_path_and_holdout_match_fresh_fits(tmp_path):
-    from featx.probe import _select
+    from featx.probe import _select, _selection_splits
 
     features, labels, names = make_task("multilabel", True, dim=10)
     X, y = features["train"][:, 0], labels["train"]
@@ -333,8 +333,8 @@ def test_warm_started_path_and_holdout_match_fresh_fits(tmp_path):
     assert protocol.name == "holdout" and "held out" in protocol.select_on
     search = _select("logistic", "multilabel", 3, X, y, None, None, protocol=protocol, cfg=cfg,
                      metric="micro_f1", threads=1).search
-    held = np.sort(__import__("sklearn.model_selection", fromlist=["x"]).train_test_split(
-        np.arange(len(y)), test_size=len(y) // 2, random_state=0)[1])
+    [(_, held)] = _selection_splits("multilabel", y, protocol, 5, 0)
+    assert len(held) == len(y) // 2  # iteratively stratified, exactly the rows the protocol names
     for candidate in (c for c in search if not c.get("skipped")):  # each scores as a fresh fit would
         fresh = H.fit(H.build("logistic", "multilabel", candidate["params"]), np.delete(X, held, 0),
                       np.delete(y, held, 0))
