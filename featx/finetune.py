@@ -55,6 +55,7 @@ from featx.modeling import (
 from featx.records import (
     OPTIONAL,
     Predictions,
+    checkpoint_path,
     finetune_run_hash,
     new_record,
     record_name,
@@ -275,7 +276,7 @@ def _previous(done: Path, run_hash: str) -> dict | None:
     """This configuration's finished record, if its best weights are still there."""
     previous = _json_or_none(done) if done.is_file() else None
     if not isinstance(previous, dict) or previous.get("run_hash") != run_hash \
-            or not Path(str(previous.get("checkpoint", ""))).is_file():
+            or not checkpoint_path(done.parents[1], previous).is_file():
         return None
     return OPTIONAL | {"continue_with": None, "continued": []} | previous
 
@@ -413,7 +414,10 @@ def _record(pipeline: Pipeline, plan, setup: "Setup", candidates: list["Candidat
         continued=continued,
         wall_seconds=round(seconds + (previous["wall_seconds"] or 0.0 if previous else 0.0), 3),
         curve={"loss": chosen.loss, "select": chosen.select}, device=str(setup.device),
-        run_hash=setup.run_hash, checkpoint=str(best), checkpoint_bytes=best.stat().st_size,
+        # Relative to the run's folder: a data_dir that moves keeps its records true.
+        run_hash=setup.run_hash, checkpoint=str(best.relative_to(setup.directory.parents[1])),
+        checkpoint_bytes=best.stat().st_size,
+        checkpoint_sha256=_sha256(best),  # predict loads these weights only if they are these bytes
         target_scaler={"mean": setup.scaler.mean.tolist(), "std": setup.scaler.std.tolist()} if setup.scaler else None,
         # Compute in backbone forward-pass equivalents (rows), for the whole search: a training
         # step is a forward and a backward pass, about 3 forwards; evaluation passes count once.
@@ -474,11 +478,8 @@ def _train(setup: Setup, candidate: Candidate, everyone: list[Candidate], until:
     scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * total), total)
     scaler_fp16 = torch.amp.GradScaler(setup.device.type, enabled=setup.dtype == torch.float16)
     if candidate.epoch:  # resume: weights, optimizer, schedule and RNG as the last epoch left them
-        saved = torch.load(folder / candidate.optimizer_file, weights_only=True)
         load_model(model, folder / candidate.weights_file, device=str(setup.device))
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        torch.set_rng_state(saved["torch_rng"])
+        load_training_state(folder / candidate.optimizer_file, optimizer, scheduler)
         log.info("continuing %s after epoch %d (from its checkpoint)", candidate.name, candidate.epoch)
     y = targets(setup.task, setup.train.labels, setup.scaler)
     model.train()
@@ -616,15 +617,53 @@ def _checkpoint(setup: Setup, model, optimizer, scheduler, candidate: Candidate)
     folder = setup.directory / candidate.name
     folder.mkdir(parents=True, exist_ok=True)
     candidate.weights_file = f"epoch-{candidate.epoch}.safetensors"
-    candidate.optimizer_file = f"epoch-{candidate.epoch}.pt"
+    candidate.optimizer_file = f"epoch-{candidate.epoch}.optimizer.safetensors"
     atomic_write(folder / candidate.weights_file, lambda p: save_model(model, str(p)))
-    atomic_write(folder / candidate.optimizer_file, lambda p: torch.save(
-        {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-         "torch_rng": torch.get_rng_state()}, p))
+    atomic_write(folder / candidate.optimizer_file, lambda p: save_training_state(p, optimizer, scheduler))
     _save_state(setup, candidate)
     for old in folder.glob("epoch-*"):
         if old.name not in (candidate.weights_file, candidate.optimizer_file):
             old.unlink()
+
+
+def save_training_state(path: Path, optimizer, scheduler) -> None:
+    """The optimizer's moments, its settings, the schedule and the RNG, as safetensors (the
+    tensors) and JSON (the rest): nothing a resumed run reads back is a pickle."""
+    from safetensors.torch import save_file
+
+    state = optimizer.state_dict()
+    tensors = {"rng": torch.get_rng_state()}
+    plain = {}
+    for index, values in state["state"].items():
+        for name, value in values.items():
+            if torch.is_tensor(value):
+                tensors[f"state.{index}.{name}"] = value.detach().cpu().contiguous()
+            else:
+                plain[f"{index}.{name}"] = value
+    meta = {"param_groups": state["param_groups"], "plain": plain, "scheduler": scheduler.state_dict()}
+    save_file(tensors, str(path), metadata={"featx": json.dumps(meta)})
+
+
+def load_training_state(path: Path, optimizer, scheduler) -> None:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), "pt") as f:
+            meta = loads_json(f.metadata()["featx"])
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+        state: dict[int, dict] = {}
+        for key, value in list(tensors.items()) + list(meta["plain"].items()):
+            if key == "rng":
+                continue
+            index, name = key.removeprefix("state.").split(".", 1)
+            state.setdefault(int(index), {})[name] = value
+        optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+        scheduler.load_state_dict(meta["scheduler"])
+        torch.set_rng_state(tensors["rng"])
+    except (SafetensorError, OSError, KeyError, ValueError, TypeError) as exc:
+        raise FeatxError(f"{path} is not the training state featx wrote ({type(exc).__name__}: "
+                         f"{str(exc)[:200]}); delete its folder ({path.parent}) to train that learning "
+                         "rate again") from None
 
 
 def _save_state(setup: Setup, candidate: Candidate) -> None:
@@ -645,6 +684,13 @@ def _load_state(setup: Setup, candidate: Candidate) -> Candidate:
     if loaded.stopped_by == "max_epochs" and loaded.epoch < setup.max_epochs or loaded.stopped_by == "budget":
         loaded.stopped_by = None
     return loaded
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _json_or_none(path: Path):

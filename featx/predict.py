@@ -187,6 +187,8 @@ class Manifest:
     never for an export, which carries safetensors only)."""
     checkpoint: str | None = None
     """Fine-tuned: the best weights (safetensors)."""
+    checkpoint_sha256: str | None = None
+    """Their sha256, as the fine-tune's record names it (checked before they are loaded)."""
     head_input: str | None = None
     target_scaler: dict | None = None
     primary_metric: str | None = None
@@ -328,6 +330,7 @@ class Predictor:
                 model = ML.build_classifier(ML.ModelSpec(
                     resolved, m.task, len(m.label_names), m.head_input, init=m.init, seed=m.init_seed or 0,
                     allow_pickle=m.allow_pickle, trust_remote_code=self.trust_remote_code))
+                _check_sha256(Path(m.checkpoint), m.checkpoint_sha256)
                 load_model(model, m.checkpoint, device=str(device))
             encoder = Encoder(B.load_tokenizer(resolved.path, self.trust_remote_code), m.max_length, m.prompt)
             self._finetuned = (model.to(device).eval(), encoder, device, TORCH_DTYPES[dtype],
@@ -340,6 +343,16 @@ class Predictor:
         if m.target_scaler:
             scaler = ML.TargetScaler(np.array(m.target_scaler["mean"]), np.array(m.target_scaler["std"]))
         return ML.scores_from_logits(m.task, logits, scaler)
+
+
+def _check_sha256(path: Path, expected: str | None) -> None:
+    import hashlib
+
+    with open(path, "rb") as f:
+        found = hashlib.file_digest(f, "sha256").hexdigest()
+    if found != expected:
+        raise FeatxError(f"{path} is not the fine-tuned model its record names (its sha256 differs): it "
+                         "was replaced or changed since; rerun featx finetune")
 
 
 def _Logits(path):
@@ -397,7 +410,7 @@ def _read_manifest(folder: Path) -> Manifest:
 
 def _check_manifest(m: Manifest) -> None:
     """The types every field must have (a TypeError names the first that does not)."""
-    from featx.config import POOLINGS
+    from featx.config import ATTENTIONS, HEAD_INPUTS, PAIR_FEATURES, POOLINGS
     from featx.tasks import TASKS as REGISTRY
 
     def need(ok: bool, what: str):
@@ -423,6 +436,10 @@ def _check_manifest(m: Manifest) -> None:
     need(m.head_binding is None or isinstance(m.head_binding, dict), "head_binding is not an object")
     need(m.checkpoint is None, "an export carries its weights as a Hugging Face folder, not a checkpoint")
     need(m.target_scaler is None, "an export folds its target scaler into its weights")
+    need(m.combine in PAIR_FEATURES, f"combine is not one of {', '.join(PAIR_FEATURES)}")
+    need(m.prompt is None or isinstance(m.prompt, str), "prompt is not a string")
+    need(m.attention in ATTENTIONS, f"attention is not one of {', '.join(ATTENTIONS)}")
+    need(m.head_input is None or m.head_input in HEAD_INPUTS, f"head_input is not one of {', '.join(HEAD_INPUTS)}")
 
 
 def _runnable_dtype(compute_dtype: str, device: str) -> str:
@@ -520,12 +537,20 @@ def manifest_for(pipeline, head: str | None, finetuned: bool) -> Manifest:
                   threshold=float(record.get("threshold") or 0.5), primary_metric=record["primary_metric"],
                   record_metrics=record["metrics"])
     if record["stage"] == "finetune":
-        checkpoint = Path(record["checkpoint"])
-        if not checkpoint.is_file():
-            raise FeatxError(f"the fine-tuned weights {checkpoint} are gone; rerun featx finetune")
+        from featx.records import checkpoint_path
+
+        checkpoint = checkpoint_path(directory, record)
+        source = pipeline.source or "<pipeline>"
+        # Weights named by a record are taken from this run's folder only, and only as written.
+        if not checkpoint.resolve().is_relative_to(directory.resolve()) or not checkpoint.is_file():
+            raise FeatxError(f"the fine-tuned weights {checkpoint} are gone (or not under {directory}); "
+                             f"rerun featx finetune {source}")
+        if not isinstance(record.get("checkpoint_sha256"), str):
+            raise FeatxError(f"the fine-tune record of {checkpoint} names no sha256 of its weights (an "
+                             f"older featx wrote it); rerun featx finetune {source}")
         return Manifest(kind="finetuned", pooling=record["pooling"], layers=tuple(record["layers"]),
-                        checkpoint=str(checkpoint), head_input=record["pooling"],
-                        target_scaler=record.get("target_scaler"), **common)
+                        checkpoint=str(checkpoint), checkpoint_sha256=record["checkpoint_sha256"],
+                        head_input=record["pooling"], target_scaler=record.get("target_scaler"), **common)
     from featx.records import head_binding, head_entry
 
     entry = head_entry(record, pipeline.source or "<pipeline>")
@@ -918,6 +943,7 @@ def _export_finetuned(m: Manifest, out: Path) -> None:
     config.id2label = {i: str(name) for i, name in enumerate(labels)}
     config.label2id = {str(name): i for i, name in enumerate(labels)}
     model = AutoModelForSequenceClassification.from_config(config)
+    _check_sha256(Path(m.checkpoint), m.checkpoint_sha256)
     saved = load_file(m.checkpoint)
     if m.head_input == ML.MODEL_HEAD:  # ReferenceClassifier keeps the class's own names under `model.`
         state = {k.removeprefix("model."): v for k, v in saved.items()}

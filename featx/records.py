@@ -175,6 +175,12 @@ def write_record(directory: Path, record: dict, predictions: Predictions | None 
     return write_json(path, record)
 
 
+def checkpoint_path(run_directory: Path, record: dict) -> Path:
+    """Where a fine-tune record's best weights are: under its run folder (the record names them
+    relative to it, so a data_dir that moves keeps its records true)."""
+    return Path(run_directory) / str(record.get("checkpoint") or "")
+
+
 def read_predictions(directory: Path, record: dict) -> Predictions:
     """The predictions a record was computed from, checked against the hash it names."""
     entry = record.get("predictions") or {}

@@ -179,7 +179,10 @@ def test_tiny_dataset_is_overfitted(make_pipeline, tmp_path):
     assert record["stage"] == "finetune" and record["features"] == "finetune:mean"
     assert record["epochs"] == 20 and record["steps"] == 20 * 5 and 1 <= record["best_epoch"] <= 20
     assert record["stopped_by"] == "max_epochs" and record["learning_rate"] == 1e-3
-    assert Path(record["checkpoint"]).is_file()
+    from featx.records import checkpoint_path, run_dir
+
+    best = checkpoint_path(run_dir(pipeline.runs_dir, pipeline.name, record["cache_key"]), record)
+    assert best.is_file() and not Path(record["checkpoint"]).is_absolute()
     assert record["primary_metric"] == "accuracy" and record["metrics"]["accuracy"] >= 0.9  # separable
     assert record["protocol"] == {"name": "finetune", "select_on": "dev", "report_on": "test"}
     assert record["wall_seconds"] > 0 and len(record["curve"]["select"]) == 20
