@@ -480,11 +480,13 @@ def pick_device(spec: str):
     return device
 
 
-def pick_dtype(spec: str, device, bf16_supported: bool | None = None) -> str:
+def pick_dtype(spec: str, device, bf16_supported: bool | None = None, *, training: bool = False) -> str:
     """The compute dtype name for `spec` on `device`.
 
-    auto: CUDA -> bfloat16 where supported, else float16; CPU -> float32 (bf16 on CPU is opt-in:
-    it pays only on CPUs with bf16 matrix units and changes the numbers).
+    auto: CUDA -> bfloat16 where supported, else float16. CPU -> float32 for extraction (bf16
+    changes the cached numbers); for training (`training`), bfloat16 autocast where the CPU has
+    native bf16 (AVX-512 BF16, AMX): measured 2.8-3.9x faster to the same converged test
+    accuracy on TREC coarse and fine (docs/benchmarks.md); float32 where bf16 is emulated.
     """
     import torch
 
@@ -493,7 +495,7 @@ def pick_dtype(spec: str, device, bf16_supported: bool | None = None) -> str:
     if spec == "auto":
         if device.type == "cuda":
             return "bfloat16" if bf16_supported else "float16"
-        return "float32"
+        return "bfloat16" if training and cpu_has_bf16() else "float32"
     if spec == "float16" and device.type != "cuda":
         raise FeatxError("extract.dtype = \"float16\" needs CUDA (CPU float16 matmuls are slow and "
                          "lossy); use \"bfloat16\" or \"float32\" on CPU")

@@ -160,6 +160,8 @@ def _assemble(final: Path, plan, spec, device, shards: list[Path], per_rank: lis
     start = time.perf_counter()
     with h5py.File(shards[0], "r") as f:  # what only a rank that loaded the model knows
         known = {"pooler_untrained": bool(f.attrs["pooler_untrained"])}
+        if "attention_implementation" in f.attrs:
+            known["attention_implementation"] = str(f.attrs["attention_implementation"])
     with writer_lock(final):
         writer = CacheWriter.open(final, spec, writer_info(plan, None, device) | known,
                                   list(plan.dataset.splits.values()), plan.hidden,

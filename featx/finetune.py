@@ -167,6 +167,13 @@ class Setup:
     """Whether the time estimate was logged (once, after the first steps)."""
 
     @property
+    def eval_dtype(self) -> torch.dtype:
+        """Scoring runs in float32 on CPU whatever the training autocast (a forward pass is a
+        small share of the cost there, and predict, an export and its record then agree to the
+        last digit); a GPU scores in its training dtype."""
+        return self.dtype if self.device.type == "cuda" else torch.float32
+
+    @property
     def strategy(self) -> str:
         """The learning-rate search actually run: `auto` is full on CUDA, halving on CPU."""
         if self.cfg.search != "auto":
@@ -298,7 +305,7 @@ def _prepare(pipeline: Pipeline, plan, cache_path: Path, rows, *, metric: str, r
     cfg = pipeline.finetune
     task, names, splits = plan.dataset.task, plan.dataset.label_names, plan.dataset.splits
     device = B.pick_device(cfg.device)
-    dtype = TORCH_DTYPES[B.pick_dtype(cfg.dtype, device)]
+    dtype = TORCH_DTYPES[B.pick_dtype(cfg.dtype, device, training=True)]
     tokenizer = B.load_tokenizer(plan.model.path, pipeline.model.trust_remote_code)
     encoder = Encoder(tokenizer, plan.max_length, plan.prompt)  # the texts as the cache saw them
     select_split, report_split, train_rows, select_rows = rows
@@ -371,7 +378,7 @@ def _record(pipeline: Pipeline, plan, setup: "Setup", candidates: list["Candidat
     load_model(model, setup.directory / chosen.name / "best.safetensors", device=str(setup.device))
     report = setup.report
     t = time.perf_counter()
-    logits = predict_logits(model, setup.encoder, report, setup.device, setup.dtype, setup.budget_tokens)
+    logits = predict_logits(model, setup.encoder, report, setup.device, setup.eval_dtype, setup.budget_tokens)
     predict_seconds = time.perf_counter() - t
     scores = scores_from_logits(task, logits, setup.scaler)
     metric_values = M.evaluate(task, report.labels, scores, chosen.threshold)
@@ -397,7 +404,8 @@ def _record(pipeline: Pipeline, plan, setup: "Setup", candidates: list["Candidat
         hyperparameters=dataclasses.asdict(cfg) | {
             "learning_rate": chosen.learning_rate, "max_epochs": setup.max_epochs,
             "max_seconds": setup.max_seconds, "search": setup.strategy, "max_length": plan.max_length,
-            "dtype": str(setup.dtype).removeprefix("torch.")},
+            "dtype": str(setup.dtype).removeprefix("torch."),
+            "eval_dtype": str(setup.eval_dtype).removeprefix("torch.")},
         search=[_candidate_entry(c) for c in candidates], seeds=[cfg.seed], primary_metric=setup.metric,
         metrics=metric_values, metrics_std={k: 0.0 for k in metric_values}, per_seed=[metric_values],
         metrics_ci=bootstrap.intervals(task, report.labels, predictions.scores, chosen.threshold),
@@ -561,7 +569,7 @@ def _evaluate(setup: Setup, model, candidate: Candidate, epoch: int) -> None:
     """Score the epoch on the selection split; keep the weights when they are the best yet."""
     from safetensors.torch import save_model
 
-    logits = predict_logits(model, setup.encoder, setup.select, setup.device, setup.dtype,
+    logits = predict_logits(model, setup.encoder, setup.select, setup.device, setup.eval_dtype,
                             setup.budget_tokens)
     candidate.eval_rows += len(setup.select.labels)
     scores = scores_from_logits(setup.task, logits, setup.scaler)

@@ -164,6 +164,8 @@ def test_resolve_layers_out_of_range():
 def test_device_and_dtype_choice():
     cpu = torch.device("cpu")
     assert backbone.pick_dtype("auto", cpu) == "float32"
+    # training: bf16 autocast only where the CPU has it natively (never emulated)
+    assert backbone.pick_dtype("auto", cpu, training=True) == ("bfloat16" if backbone.cpu_has_bf16() else "float32")
     assert backbone.pick_dtype("bfloat16", cpu) == "bfloat16"
     with pytest.raises(FeatxError, match="needs CUDA"):
         backbone.pick_dtype("float16", cpu)

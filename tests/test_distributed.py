@@ -95,7 +95,7 @@ def _rank_of(pid: int) -> int | None:
         env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
         return None
-    ranks = [int(e.split(b"=", 1)[1]) for e in env if e.startswith(b"LOCAL_RANK=")]
+    ranks = [int(e.split(b"=", 1)[1]) for e in env if e.startswith(b"RANK=")]  # the global rank
     return ranks[0] if ranks else None
 
 
@@ -175,11 +175,18 @@ def test_two_nodes_write_the_single_process_cache_and_a_killed_node_resumes(tmp_
     launchers = nodes(pipeline, _free_port())
     shards = tmp_path / "nodes" / "cache"
     deadline, killed = time.time() + 240, False
-    while time.time() < deadline and all(p.poll() is None for p in launchers):
-        if any(64 <= done_rows(p) < 1400 for p in shards.glob("*.shards/rank*.partial")):
-            os.killpg(launchers[1].pid, signal.SIGKILL)  # one whole host: its launcher and its rank
-            killed = True
-            break
+    while time.time() < deadline and all(p.poll() is None for p in launchers) and not killed:
+        for partial in sorted(shards.glob("*.shards/rank*.partial")):
+            if 64 <= done_rows(partial) < 1400:
+                # Which host got which rank is the rendezvous's choice: stop the host whose rank
+                # is mid-run (killing the other could hit one that already wrote its shard).
+                rank = int(partial.name[len("rank"):len("rank") + 3])
+                host = next((p for p in launchers
+                             if any(_rank_of(c) == rank for c in _children(p.pid))), None)
+                if host is not None:
+                    os.killpg(host.pid, signal.SIGKILL)  # one whole host: its launcher and its rank
+                    killed = True
+                    break
         time.sleep(0.02)
     assert killed, "could not interrupt a node mid-run"
     for launcher in launchers:
