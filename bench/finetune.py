@@ -3,7 +3,7 @@
 1. featx's fine-tune against Hugging Face `Trainer`, the same recipe (BertForSequenceClassification,
    one learning rate, batch 32, AdamW with weight decay 0.01 off biases and LayerNorm, 6% warmup
    then linear decay over the same epochs, clipping at 1.0, an evaluation on dev after every
-   epoch) on the same data and machine, each in its own process, alternated over rounds:
+   epoch, the same autocast dtype) on the same data and machine, each in its own process, alternated over rounds:
    optimizer steps per second, and seconds until the dev accuracy first reaches featx's best.
    Target: featx at least 1.5x faster to the same dev score (featx in its default dtype).
 2. bf16 autocast against fp32 for featx's whole default fine-tune (the learning-rate search,
@@ -58,9 +58,11 @@ def featx_child(data_dir: Path, overrides: list[str]) -> dict:
     return record
 
 
-def trainer_child(epochs: int, target: float, stop_after: int) -> dict:
+def trainer_child(epochs: int, target: float, stop_after: int, bf16: bool) -> dict:
     """Trainer on the same splits and recipe, in this process (run as a child): per-epoch dev
-    accuracy and elapsed seconds; stops once dev reaches `target` or after `stop_after` epochs."""
+    accuracy and elapsed seconds; stops once dev reaches `target` or after `stop_after` epochs.
+    `bf16` gives Trainer the same autocast dtype featx trained in, so the ratio is the loop's,
+    not the dtype's."""
     import numpy as np
     import torch
     from datasets import Dataset
@@ -95,7 +97,7 @@ def trainer_child(epochs: int, target: float, stop_after: int) -> dict:
         per_device_train_batch_size=32, per_device_eval_batch_size=128, num_train_epochs=epochs,
         warmup_steps=int(np.ceil(0.06 * steps)), weight_decay=0.01, lr_scheduler_type="linear",
         max_grad_norm=1.0, eval_strategy="epoch", save_strategy="no", logging_strategy="no",
-        disable_tqdm=True)
+        disable_tqdm=True, bf16=bf16)
     history: list[dict] = []
 
     class Clock(TrainerCallback):
@@ -118,9 +120,9 @@ def trainer_child(epochs: int, target: float, stop_after: int) -> dict:
     return {"history": history}
 
 
-def _run_trainer(epochs: int, target: float, stop_after: int) -> dict:
+def _run_trainer(epochs: int, target: float, stop_after: int, bf16: bool) -> dict:
     code = (f"import json, bench.finetune as b; print('RESULT', json.dumps(b.trainer_child({epochs}, "
-            f"{target!r}, {stop_after})))")
+            f"{target!r}, {stop_after}, {bf16})))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(), check=True,
                           capture_output=True, text=True)
     line = next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))
@@ -153,7 +155,9 @@ def against_trainer(scratch: Path) -> dict:
                 # runs first; on later rounds the previous round's target stands in.
                 target = (result.get("featx") or rounds[-1]["featx"])["best_dev"]
                 epochs = (result.get("featx") or rounds[-1]["featx"])["epochs"]
-                result["trainer"] = _run_trainer(record_epochs(featx_dir, epochs), target, stop_after=epochs + 2)
+                bf16 = (result.get("featx") or rounds[-1]["featx"])["dtype"] == "bfloat16"
+                result["trainer"] = _run_trainer(record_epochs(featx_dir, epochs), target,
+                                                 stop_after=epochs + 2, bf16=bf16)
         target = result["featx"]["best_dev"]
         history = result["trainer"]["history"]
         reached = next((h for h in history if h["accuracy"] >= target), None)
