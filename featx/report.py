@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from featx.bootstrap import MIN_ROWS
 from featx.config import Pipeline, command
 from featx.errors import FeatxError
 from featx.records import best_frozen, best_tuned, frozen_choice, made_by, read_records, selection_score
@@ -205,6 +206,9 @@ def verdict(inputs: Inputs, runs_dir: str | Path | None = None, pipeline: "Pipel
     compute = frozen_cost / tuned_cost if frozen_cost and tuned_cost else None
     comparison = _paired(inputs, frozen, tuned, primary, runs_dir)
     ratio = f / t if t > 0 and f >= 0 else None
+    if comparison is not None and not all(math.isfinite(v) for v in comparison["difference_ci"]):
+        return Verdict(_no_interval(described, f, t, primary, comparison) + lexical_text, frozen, tuned,
+                       ratio, compute, comparison, lexical)
     if tuned["converged"] is False:
         text = _unfinished(described, frozen, tuned, primary, comparison, run)
         return Verdict(text + lexical_text, frozen, tuned, ratio, compute, comparison, lexical)
@@ -266,6 +270,16 @@ def _unfinished(described: str, frozen: dict, tuned: dict, primary: str, compari
     return text + " No measurable difference so far; the finished fine-tune may still pull ahead."
 
 
+def _no_interval(described: str, f: float, t: float, primary: str, comparison: dict) -> str:
+    """No verdict when the paired bootstrap gives no interval: a score difference on a handful of
+    rows (or on resamples where the metric is mostly undefined) reads as a result and is not."""
+    return (f"No verdict: {described[0].lower() + described[1:]} score {primary} = {f:.4f} against "
+            f"{t:.4f} fine-tuned, but on {comparison['n']:,} {comparison['split']} rows the paired "
+            f"bootstrap gives no interval (it needs at least {MIN_ROWS} rows, and {primary} defined on "
+            "90% of the resamples), so this test split cannot tell the two apart. Give it more rows "
+            "(a larger test file, or data.test_fraction).")
+
+
 def _comparison_text(comparison: dict | None, tuned: dict) -> str:
     if comparison is None:
         return (f" No interval: the records' predictions are missing or not on the same rows "
@@ -310,6 +324,9 @@ def _lexical(inputs: Inputs, frozen: dict, primary: str, runs_dir) -> tuple[dict
     if comparison is None:
         return None, f" The TF-IDF baseline reaches {primary} = {value}."
     low, high = comparison["difference_ci"]
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return comparison, (f" The TF-IDF baseline reaches {primary} = {value}; on "
+                            f"{comparison['n']:,} rows there is no paired interval to compare it by.")
     interval = (f"(difference {comparison['difference']:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}])")
     if high < 0:
         return comparison, (f" A linear head on TF-IDF of the texts' words and character n-grams does "

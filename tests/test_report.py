@@ -192,6 +192,21 @@ def test_verdict_rests_on_a_paired_bootstrap(tmp_path, n, tuned_correct, expecte
     assert comparison["difference"] == pytest.approx(frozen[0]["metrics"]["accuracy"] - tuned[0]["metrics"]["accuracy"])
 
 
+@pytest.mark.parametrize("converged", [True, False])
+def test_too_few_test_rows_give_no_verdict_and_no_nan(tmp_path, converged):
+    y = labels(4)
+    frozen = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0), predictions_for(y, 0.25, 1))
+    lexical = with_predictions(fake("probe", "multiclass", "text", "tfidf", 0) | {"baseline": "lexical"},
+                               predictions_for(y, 1.0, 3))
+    tuned = with_predictions(fake("finetune", "multiclass", "finetune:pooler", "linear", 0)
+                             | {"converged": converged, "stopped_by": None if converged else "max_epochs"},
+                             predictions_for(y, 1.0, 2))
+    write_pairs(tmp_path / "runs", [frozen, lexical, tuned])
+    text = verdict(collect(tmp_path / "runs", "fx"), tmp_path / "runs").text
+    assert text.startswith("No verdict:") and "4 test rows" in text and "data.test_fraction" in text, text
+    assert "nan" not in text.lower() and "pays" not in text and "good enough" not in text
+
+
 def test_a_fine_tune_that_did_not_converge_is_a_lower_bound(tmp_path):
     y = labels(800)
     frozen = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0), predictions_for(y, 0.92, 1))
