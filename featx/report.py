@@ -224,7 +224,9 @@ def verdict(inputs: Inputs, runs_dir: str | Path | None = None, pipeline: "Pipel
     text = f"{head}{_comparison_text(comparison, tuned)}{_wall(frozen, tuned)} {reading}{lexical_text}"
     next_step = {"frozen": f" Next: predict with the frozen choice, {run('predict', args=('new.csv',))}.",
                  "tuned": " Next: use the fine-tuned model, "
-                          f"{run('export', args=('exported', '--finetuned'))}."}.get(act, "")
+                          f"{run('export', args=('exported', '--finetuned'))}.",
+                 "both": f" Next: iterate with the frozen choice, {run('predict', args=('new.csv',))}; "
+                         f"for the last points, {run('export', args=('exported', '--finetuned'))}."}.get(act, "")
     return Verdict(text + next_step, frozen, tuned, ratio, compute, comparison, lexical)
 
 
@@ -308,7 +310,7 @@ def _reading(ratio, f, t, comparison) -> tuple[str, str]:
     if ratio >= GOOD_ENOUGH:
         return "Frozen features are good enough here.", "frozen"
     if ratio >= CLOSE:
-        return "Frozen features come close: use them to iterate, fine-tune for the last points.", "none"
+        return "Frozen features come close: use them to iterate, fine-tune for the last points.", "both"
     return "Fine-tuning pays on this task.", "tuned"
 
 

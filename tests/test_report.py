@@ -317,3 +317,9 @@ def test_each_verdict_ends_with_the_command_that_acts_on_it(tmp_path):
     text = verdict(collect(tmp_path / "runs", "fx"), tmp_path / "runs", pipeline).text
     assert text.endswith("Next: predict with the frozen choice, "
                          "`featx predict pipelines/fx.toml new.csv model.name=./m`.")
+    close = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0), predictions_for(y, 0.86, 3))
+    write_pairs(tmp_path / "runs", [close, tuned])
+    text = verdict(collect(tmp_path / "runs", "fx"), tmp_path / "runs", pipeline).text
+    assert "come close" in text and text.endswith(
+        "Next: iterate with the frozen choice, `featx predict pipelines/fx.toml new.csv model.name=./m`; "
+        "for the last points, `featx export pipelines/fx.toml exported --finetuned model.name=./m`."), text
