@@ -80,16 +80,16 @@ def _auc(W: np.ndarray, positive: np.ndarray, scores: np.ndarray) -> np.ndarray:
     return _ratio((P * (below + 0.5 * N)).sum(axis=1), pairs, empty=np.nan)
 
 
-def _binary(W, y, scores, threshold):
+def _binary(W, y, scores, threshold, auc=True):
     predicted = (scores >= threshold).astype(np.int64)
     C = _confusion(W, y, predicted, 2)
     n = C.sum(axis=(1, 2))
     tp, fp, fn = C[:, 1, 1], C[:, 0, 1], C[:, 1, 0]
-    return {"accuracy": (C[:, 0, 0] + tp) / n, "f1": _ratio(2 * tp, 2 * tp + fp + fn),
-            "mcc": _mcc(C), "roc_auc": _auc(W, y == 1, scores)}
+    out = {"accuracy": (C[:, 0, 0] + tp) / n, "f1": _ratio(2 * tp, 2 * tp + fp + fn), "mcc": _mcc(C)}
+    return out | ({"roc_auc": _auc(W, y == 1, scores)} if auc else {})
 
 
-def _multiclass(W, y, scores, threshold):
+def _multiclass(W, y, scores, threshold, auc=True):
     k = scores.shape[1]
     C = _confusion(W, y, scores.argmax(axis=1), k)
     t, p, tp = C.sum(axis=2), C.sum(axis=1), np.diagonal(C, axis1=1, axis2=2)
@@ -99,7 +99,7 @@ def _multiclass(W, y, scores, threshold):
             "macro_f1": (f1 * present).sum(axis=1) / present.sum(axis=1), "mcc": _mcc(C)}
 
 
-def _multilabel(W, y, scores, threshold):
+def _multilabel(W, y, scores, threshold, auc=True):
     y = y.astype(bool)
     predicted = scores >= threshold
     tp, fp, fn = W @ (y & predicted), W @ (~y & predicted), W @ (y & ~predicted)  # (B, L)
@@ -111,11 +111,12 @@ def _multilabel(W, y, scores, threshold):
     positives = W @ y  # (B, L)
     present = positives > 0
     both = present & (positives < n[:, None])
-    aucs = np.stack([_auc(W, y[:, j], scores[:, j]) for j in range(y.shape[1])], axis=1)
     macro_f1 = _ratio((f1 * present).sum(axis=1), present.sum(axis=1), empty=np.nan)
-    macro_auc = _ratio(np.where(both, aucs, 0.0).sum(axis=1), both.sum(axis=1), empty=np.nan)
-    return {"micro_f1": micro, "macro_f1": macro_f1, "macro_roc_auc": macro_auc,
-            "subset_accuracy": (W @ (y == predicted).all(axis=1)) / n}
+    out = {"micro_f1": micro, "macro_f1": macro_f1, "subset_accuracy": (W @ (y == predicted).all(axis=1)) / n}
+    if auc:  # one AUC per label and resample: most of the cost at many labels
+        aucs = np.stack([_auc(W, y[:, j], scores[:, j]) for j in range(y.shape[1])], axis=1)
+        out["macro_roc_auc"] = _ratio(np.where(both, aucs, 0.0).sum(axis=1), both.sum(axis=1), empty=np.nan)
+    return out
 
 
 def _moments(W: np.ndarray, a: np.ndarray, b: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -147,7 +148,7 @@ def _spearman(W: np.ndarray, a: np.ndarray, b: np.ndarray, n: np.ndarray) -> np.
     return np.where(ok, cov / np.sqrt(np.where(ok, va * vb, 1.0)), np.nan)
 
 
-def _regression(W, y, scores, threshold):
+def _regression(W, y, scores, threshold, auc=True):
     y, scores = y.reshape(len(y), -1), scores.reshape(len(scores), -1)
     n = W.sum(axis=1)
     error = y - scores
@@ -177,17 +178,19 @@ METRICS = {"binary": _binary, "multiclass": _multiclass, "multilabel": _multilab
 
 
 def metric_samples(task: str, W: np.ndarray, y: np.ndarray, stack: np.ndarray,
-                   threshold: float = 0.5) -> dict[str, np.ndarray]:
-    """Every metric of `task` for each resample in W (B, n): {name: (B,)}.
+                   threshold: float = 0.5, metric: str | None = None) -> dict[str, np.ndarray]:
+    """Every metric of `task` (or only `metric`) for each resample in W (B, n): {name: (B,)}.
 
     `stack` holds one score array per seed, (S, n, ...), each as `featx.metrics.evaluate`
     takes it; the metric is averaged over seeds within each resample, as records average seeds.
     """
     y = np.asarray(y)
     out: dict[str, list[np.ndarray]] = {}
+    auc = metric is None or "auc" in metric
     for scores in np.asarray(stack, dtype=np.float64):
-        for name, values in METRICS[task](W, y, scores, threshold).items():
-            out.setdefault(name, []).append(values)
+        for name, values in METRICS[task](W, y, scores, threshold, auc=auc).items():
+            if metric is None or name == metric:
+                out.setdefault(name, []).append(values)
     return {name: np.mean(values, axis=0) for name, values in out.items()}
 
 
@@ -237,7 +240,7 @@ def standard_error(task: str, metric: str, y: np.ndarray, scores: np.ndarray, th
     """Bootstrap standard error of one metric of `scores` (n, ...) over the rows; None when too
     few resamples define it (a constant prediction's correlation, a single-class split)."""
     y, stack = np.asarray(y), np.asarray(scores)[None]
-    samples = np.concatenate([metric_samples(task, W, y, stack, threshold)[metric]
+    samples = np.concatenate([metric_samples(task, W, y, stack, threshold, metric)[metric]
                               for W in _blocks(len(y), _width(task, stack), n_resamples, seed)])
     finite = samples[np.isfinite(samples)]
     return float(np.std(finite, ddof=1)) if len(finite) >= max(2, 0.9 * len(samples)) else None
@@ -253,12 +256,12 @@ def paired(task: str, metric: str, y: np.ndarray, a: tuple[np.ndarray, float],
     """
     y = np.asarray(y)
     ones = np.ones((1, len(y)))
-    value_a = float(metric_samples(task, ones, y, a[0], a[1])[metric][0])
-    value_b = float(metric_samples(task, ones, y, b[0], b[1])[metric][0])
+    value_a = float(metric_samples(task, ones, y, a[0], a[1], metric)[metric][0])
+    value_b = float(metric_samples(task, ones, y, b[0], b[1], metric)[metric][0])
     diffs, ratios = [], []
     for W in _blocks(len(y), _width(task, np.asarray(a[0])), n_resamples, seed):
-        sa = metric_samples(task, W, y, a[0], a[1])[metric]
-        sb = metric_samples(task, W, y, b[0], b[1])[metric]
+        sa = metric_samples(task, W, y, a[0], a[1], metric)[metric]
+        sb = metric_samples(task, W, y, b[0], b[1], metric)[metric]
         diffs.append(sa - sb)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratios.append(np.where(sb > 0, sa / sb, np.nan))
