@@ -246,6 +246,23 @@ def standard_error(task: str, metric: str, y: np.ndarray, scores: np.ndarray, th
     return float(np.std(finite, ddof=1)) if len(finite) >= max(2, 0.9 * len(samples)) else None
 
 
+def difference_se(task: str, metric: str, y: np.ndarray, a: tuple[np.ndarray, float],
+                  b: tuple[np.ndarray, float], *, n_resamples: int = 200, seed: int = 0) -> float | None:
+    """Bootstrap standard error of metric(a) - metric(b) on the same rows (`a`, `b`: (scores
+    (n, ...), threshold)): how far apart two candidates must score before these rows can tell
+    them apart. Two heads on the same features err on the same rows, so their difference is
+    far less noisy than either score; two unrelated candidates, more. None when too few
+    resamples define the metric."""
+    y = np.asarray(y)
+    diffs = []
+    for W in _blocks(len(y), _width(task, np.asarray(a[0])[None]), n_resamples, seed):
+        diffs.append(metric_samples(task, W, y, np.asarray(a[0])[None], a[1], metric)[metric]
+                     - metric_samples(task, W, y, np.asarray(b[0])[None], b[1], metric)[metric])
+    samples = np.concatenate(diffs)
+    finite = samples[np.isfinite(samples)]
+    return float(np.std(finite, ddof=1)) if len(finite) >= max(2, 0.9 * len(samples)) else None
+
+
 def paired(task: str, metric: str, y: np.ndarray, a: tuple[np.ndarray, float],
            b: tuple[np.ndarray, float], *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict:
     """`a` against `b` ((score stack (S, n, ...), threshold) each) on the same rows, by a paired

@@ -30,7 +30,7 @@ def cmd_probe(pipeline: Pipeline) -> None:
     layer sweep), the other heads on its best features, and the baselines."""
     from featx.probe import format_table, run_probe
 
-    print(format_table(run_probe(pipeline)))
+    print(format_table(run_probe(pipeline), pipeline.runs_dir))
 
 
 def cmd_finetune(pipeline: Pipeline) -> None:

@@ -567,7 +567,7 @@ def _choose(records: list[dict], head: str | None, finetuned: bool, pipeline,
 
     source = pipeline.source or "<pipeline>"
     if finetuned:
-        frozen = best_frozen(records)
+        frozen = best_frozen(records, pipeline.runs_dir)
         metric = frozen["primary_metric"] if frozen else None
         tunes = [r for r in records if r["stage"] == "finetune"]
         tuned = best_tuned(records, metric) if metric else (tunes[0] if tunes else None)
@@ -576,7 +576,7 @@ def _choose(records: list[dict], head: str | None, finetuned: bool, pipeline,
                              f"{_other_finetunes(others, pipeline)}: run `featx finetune {source}` first")
         return tuned
     if head is None:
-        chosen = best_frozen(records)
+        chosen = best_frozen(records, pipeline.runs_dir)
         if chosen is None:
             raise FeatxError(f"no probe record of the current configuration for this cache yet"
                              f"{_other_probes(others)}: run `featx probe {source}` first (the default "

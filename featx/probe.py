@@ -13,6 +13,7 @@ is staged: the first head on every feature set, the others on the best one.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import os
 import time
@@ -312,7 +313,9 @@ def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeC
                 fitted_heads.append((seed, _saved(transformer, fitted)))
             fitted = None
     fit_seconds = time.perf_counter() - start - predict_seconds
-    predictions = _predictions(p, task, np.stack(stack), threshold)
+    predictions = dataclasses.replace(
+        _predictions(p, task, np.stack(stack), threshold), selection_truth=np.asarray(selection.truth),
+        selection_scores=np.asarray(selection.scores, dtype=TASKS[task].score_dtype()))
     record = p.base | new_record(
         protocol=vars(protocol) | ({"folds": cfg.folds} if protocol.name == "cv" else {}),
         hyperparameters=chosen, search=selection.search, seeds=list(cfg.seeds), primary_metric=metric,
@@ -681,7 +684,7 @@ def _write_sweep(directory: Path, records: list[dict], cfg: ProbeConfig) -> None
                    "std": r["metrics_std"][r["primary_metric"]]} for r in curve]})
 
 
-def format_table(records: list[dict]) -> str:
+def format_table(records: list[dict], runs_dir=None) -> str:
     """Records -> a fixed-width text table: features x head, every metric (mean ± std over
     seeds), the primary one's 95% bootstrap interval; `*` marks the frozen choice's row."""
     from featx.records import frozen_choice
@@ -690,7 +693,7 @@ def format_table(records: list[dict]) -> str:
         return "(no records)"
     task = records[0]["task"]
     names = list(M.NAMES[task])
-    choice = frozen_choice(records)
+    choice = frozen_choice(records, runs_dir)
     rows = [["", "features", "head", "protocol", *names, "95% interval", "fit s"]]
     for r in sorted(records, key=lambda r: (r["stage"] != "probe", bool(r.get("baseline")),
                                             r["features"], r["head"])):

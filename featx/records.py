@@ -103,19 +103,28 @@ class FrozenChoice:
     top: dict
     """The probe with the highest selection score."""
     se: float
-    """The standard error of the top selection score (bootstrap over the selection rows)."""
+    """The standard error the chosen probe was judged by: of its paired difference from the
+    top on the selection rows (`paired`), else of the top selection score."""
     within: int
-    """How many probes score within one standard error of the top."""
+    """How many probes the selection rows cannot tell apart from the top."""
+    paired: bool = False
+    """Whether differences were judged paired, on both probes' stored selection predictions."""
 
 
-def frozen_choice(records: list[dict]) -> FrozenChoice | None:
+def frozen_choice(records: list[dict], runs_dir: str | Path | None = None) -> FrozenChoice | None:
     """The frozen configuration the verdict stands for, by the one-standard-error rule: among
     the backbone probes (no baseline, not the mteb check) of the newest metric (a verdict never
-    compares an accuracy with an MCC) whose selection score is within one standard error of
-    the best, the simplest head (no training, linear, MLP, trees), then the fewest features,
-    then the higher score. Many candidates within noise of each other make the maximum an
-    optimistic, unstable pick; the simplest of them is as good as the selection split can
-    tell, and steadier."""
+    compares an accuracy with an MCC) that the selection rows cannot tell apart from the best,
+    the simplest head (no training, linear, MLP, trees), then the fewest features, then the
+    higher score. Many candidates within noise of each other make the maximum an optimistic,
+    unstable pick; the simplest of them is as good as the selection split can tell, and
+    steadier.
+
+    "Cannot tell apart": with `runs_dir` (where the records' predictions are), a probe whose
+    gap to the best is within one bootstrap standard error of the *paired* difference on the
+    same selection rows; two heads on the same features err on the same rows, so a small lead
+    can be real, while two unrelated candidates need a larger one. Without stored selection
+    predictions (older records), within one standard error of the best score itself."""
     from featx.heads import HEADS
 
     backbone = [r for r in records if r["stage"] == "probe" and r["protocol"]["name"] != "mteb"
@@ -125,17 +134,53 @@ def frozen_choice(records: list[dict]) -> FrozenChoice | None:
     primary = max(backbone, key=lambda r: r["created"])["primary_metric"]
     probes = [r for r in backbone if r["primary_metric"] == primary]
     top = max(probes, key=lambda r: (selection_score(r), -(r.get("fit_seconds") or 0)))
-    se = top.get("selection_se") or 0.0
-    within = [r for r in probes if selection_score(r) >= selection_score(top) - se]
+    se_top = top.get("selection_se") or 0.0
+    ses = _paired_ses(top, probes, runs_dir, primary, bound=2.5 * se_top) if runs_dir is not None else {}
+    judged = {id(r): ses.get(id(r), se_top) for r in probes}
+    within = [r for r in probes if selection_score(top) - selection_score(r) <= judged[id(r)] or r is top]
     simplest = lambda r: (HEADS[r["head"]].complexity if r["head"] in HEADS else len(HEADS),  # noqa: E731
                           r.get("n_features") or float("inf"), -selection_score(r),
                           r.get("fit_seconds") or 0)
-    return FrozenChoice(min(within, key=simplest), top, se, len(within))
+    chosen = min(within, key=simplest)
+    paired = chosen is not top and id(chosen) in ses
+    return FrozenChoice(chosen, top, judged[id(chosen)] if chosen is not top else se_top, len(within), paired)
 
 
-def best_frozen(records: list[dict]) -> dict | None:
+def _paired_ses(top: dict, probes: list[dict], runs_dir, metric: str, bound: float) -> dict[int, float]:
+    """{id(record): standard error of (top - record) on the shared selection rows}, for the
+    probes whose gap to the top is below `bound` and whose selection predictions are stored on
+    the same rows as the top's (same protocol, same labels)."""
+    from featx import bootstrap
+
+    def selection(record):
+        try:
+            found = read_predictions(run_dir(runs_dir, record["pipeline"], record["cache_key"]), record)
+        except FeatxError:
+            return None
+        return found if found.selection_scores is not None else None
+
+    mine = selection(top)
+    if mine is None:
+        return {}
+    out = {}
+    for record in probes:
+        gap = selection_score(top) - selection_score(record)
+        if record is top or not 0 < gap <= bound or record["protocol"] != top["protocol"]:
+            continue
+        theirs = selection(record)
+        if theirs is None or not np.array_equal(theirs.selection_truth, mine.selection_truth):
+            continue
+        se = bootstrap.difference_se(top["task"], metric, mine.selection_truth,
+                                     (mine.selection_scores, mine.threshold),
+                                     (theirs.selection_scores, theirs.threshold))
+        if se is not None:
+            out[id(record)] = se
+    return out
+
+
+def best_frozen(records: list[dict], runs_dir: str | Path | None = None) -> dict | None:
     """The chosen frozen probe (`frozen_choice`), or None when there is none."""
-    choice = frozen_choice(records)
+    choice = frozen_choice(records, runs_dir)
     return None if choice is None else choice.record
 
 
@@ -157,6 +202,12 @@ class Predictions:
     """(S, n, ...) one score array per seed, as `featx.metrics.evaluate` takes them."""
     threshold: float
     """The multilabel decision threshold (0.5 otherwise)."""
+    selection_truth: np.ndarray | None = None
+    """A probe's selection rows (dev, out of fold or held out): their labels, in a fixed order
+    every probe of one configuration shares ..."""
+    selection_scores: np.ndarray | None = None
+    """... and the chosen candidate's scores on them (n_selection, ...): the one-standard-error
+    rule compares two probes on the same selection rows with these."""
 
 
 def write_record(directory: Path, record: dict, predictions: Predictions | None = None) -> Path:
@@ -168,8 +219,12 @@ def write_record(directory: Path, record: dict, predictions: Predictions | None 
 
         def save(tmp: Path) -> None:
             with open(tmp, "wb") as f:
+                selection = ({} if predictions.selection_scores is None else
+                             {"selection_truth": predictions.selection_truth,
+                              "selection_scores": predictions.selection_scores})
                 np.savez(f, ids=np.asarray(predictions.ids, dtype=str), labels=predictions.labels,
-                         scores=predictions.scores, threshold=np.float64(predictions.threshold))
+                         scores=predictions.scores, threshold=np.float64(predictions.threshold),
+                         **selection)
         atomic_write(scores, save)
         record["predictions"] = {"file": scores.name, "sha256": _sha256(scores)}
     return write_json(path, record)
@@ -203,6 +258,7 @@ def _load_predictions(path: Path) -> Predictions:
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in ("ids", "labels", "scores", "threshold")}
+            selection = tuple(data[k] for k in ("selection_truth", "selection_scores") if k in data.files)
     except KeyError as exc:
         raise bad(f"no {exc} array") from None
     except (ValueError, OSError, EOFError) as exc:  # an object array, a damaged zip, not a zip
@@ -214,7 +270,10 @@ def _load_predictions(path: Path) -> Predictions:
     if ids.ndim != 1 or labels.ndim < 1 or len(labels) != len(ids) or scores.ndim < 2 \
             or scores.shape[1] != len(ids):
         raise bad("its arrays do not describe the same rows")
-    return Predictions(ids, labels, scores, float(threshold))
+    if selection and (len(selection) != 2 or selection[0].dtype.kind not in "biuf"
+                      or selection[1].dtype.kind != "f" or len(selection[0]) != len(selection[1])):
+        raise bad("its selection arrays do not describe the same rows")
+    return Predictions(ids, labels, scores, float(threshold), *(selection or (None, None)))
 
 
 def read_records(directory: Path) -> list[dict]:

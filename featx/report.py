@@ -22,7 +22,7 @@ import numpy as np
 from featx.bootstrap import MIN_ROWS
 from featx.config import Pipeline, command
 from featx.errors import FeatxError
-from featx.records import best_frozen, best_tuned, frozen_choice, made_by, read_records, selection_score
+from featx.records import FrozenChoice, best_tuned, frozen_choice, made_by, read_records, selection_score
 
 # How the verdict reads the quality ratio (best frozen / fine-tuned primary metric).
 GOOD_ENOUGH, CLOSE = 0.98, 0.90
@@ -38,6 +38,9 @@ class Inputs:
     ignored_caches: int
     notes: list[str] = dataclasses.field(default_factory=list)
     """What was left out (earlier configurations) or is incomplete (an interrupted probe)."""
+    choice: "FrozenChoice | None" = None
+    """The verdict's frozen configuration (`records.frozen_choice` on `main`), chosen once so the
+    verdict, the plots and the notes name the same one."""
 
 
 def collect(runs_dir: str | Path, pipeline: str, current: "Pipeline | None" = None) -> Inputs:
@@ -80,7 +83,7 @@ def collect(runs_dir: str | Path, pipeline: str, current: "Pipeline | None" = No
                 [r for r in records if r["stage"] == "probe"]))
     if current is not None:
         notes = _stale(current, main) + notes
-    return Inputs(pipeline, main, control, ignored, notes)
+    return Inputs(pipeline, main, control, ignored, notes, frozen_choice(main, runs_dir))
 
 
 def _stale(current: "Pipeline", main: list[dict]) -> list[str]:
@@ -181,7 +184,7 @@ def verdict(inputs: Inputs, runs_dir: str | Path | None = None, pipeline: "Pipel
     bootstrap over the same test rows: the difference, its 95% interval and the ratio. An
     unconverged fine-tune is a lower bound: the paragraph leads with that and with the command
     that continues it. With `pipeline`, each verdict ends with the command that acts on it."""
-    choice = frozen_choice(inputs.main)
+    choice = inputs.choice
     run = lambda stage, *extra, args=(): f"`{command(pipeline, stage, *extra, args=args)}`"  # noqa: E731
     if choice is None:
         return Verdict(f"No probe records yet: run {run('probe')} to train heads on the cache.",
@@ -238,7 +241,12 @@ def _frozen_text(choice) -> str:
                "cos": f"the cosine of the two texts' {frozen['pooling']} vectors"}.get(frozen["combine"], frozen["pooling"])
     head = "no training" if frozen["head"] == "identity" else frozen["head"]
     rule = ""
-    if choice.record is not choice.top:
+    if choice.record is not choice.top and choice.paired:
+        rule = (f", the simplest of the {choice.within} configurations that {frozen['protocol']['select_on']} "
+                f"cannot tell apart from the best selection score, {selection_score(choice.top):.4f} "
+                f"({choice.top['features']} {choice.top['head']}): {selection_score(choice.top) - selection_score(frozen):.4f} "
+                f"below it, within one standard error of the paired difference ({choice.se:.4f})")
+    elif choice.record is not choice.top:
         rule = (f", the simplest of the {choice.within} configurations within one standard error "
                 f"({choice.se:.4f}) of the best selection score, {selection_score(choice.top):.4f} "
                 f"({choice.top['features']} {choice.top['head']})")
@@ -474,7 +482,7 @@ def _plot_heads(inputs: Inputs):
 
     probes = [r for r in inputs.main if r["stage"] == "probe" and r["protocol"]["name"] != "mteb"
               and not r["baseline"]]
-    choice = frozen_choice(inputs.main)
+    choice = inputs.choice
     if not probes or choice is None:
         return None
     primary = choice.record["primary_metric"]
@@ -566,7 +574,7 @@ def _plot_cost(inputs: Inputs):
     if not records:
         return None
     primary = records[0]["primary_metric"]
-    best = best_frozen(inputs.main)
+    best = inputs.choice.record if inputs.choice else None
     figure, axis = plt.subplots(figsize=(7.5, 4))
     styles = (("probe", "pretrained", "o", "frozen + head"), ("finetune", "pretrained", "*", "fine-tuned"),
               ("probe", "random", "x", "frozen + head (random init)"), ("finetune", "random", "+", "fine-tuned (random init)"))
@@ -720,10 +728,10 @@ def _notes(inputs: Inputs) -> list[str]:
         first = inputs.main[0]
         notes.append(f"Task: {first['task']}; cache key {first['cache_key'][:16]}; primary metric "
                      f"{first['primary_metric']} (higher is better).")
-    return notes + _label_notes(inputs.main) + _truncation_notes(inputs.main)
+    return notes + _label_notes(inputs.main, inputs.choice) + _truncation_notes(inputs.main)
 
 
-def _label_notes(records: list[dict]) -> list[str]:
+def _label_notes(records: list[dict], choice) -> list[str]:
     """Multilabel: the labels the macro metrics average over, the labels no head could learn,
     the labels each selection fold of the best frozen probe could score."""
     # A probe's summary first: its training rows are all of train (a fine-tune without a dev
@@ -740,7 +748,7 @@ def _label_notes(records: list[dict]) -> list[str]:
         notes.append(f"{len(constant)} label(s) never (or always) present in the training split are "
                      f"predicted as that constant by every head: {', '.join(constant[:10])}"
                      f"{', ...' if len(constant) > 10 else ''}.")
-    frozen = best_frozen(records)
+    frozen = choice.record if choice else None
     folds = frozen["selection_labels"] if frozen else None
     if folds and any(f["labels_scored"] < summary["total"] for f in folds):
         notes.append(f"The best frozen probe was selected on {frozen['protocol']['select_on']}: "

@@ -64,7 +64,7 @@ def test_predictions_equal_the_stored_head_on_cached_features(trained, tmp_path)
 
 
 def test_default_head_is_the_verdicts_and_labels_are_scored(trained, tmp_path):
-    from featx.report import best_frozen
+    from featx.records import best_frozen
 
     pipeline, cache_path, records = trained
     ids, texts, labels, names = cached_split(cache_path, "test")

@@ -18,6 +18,53 @@ KEY = "a" * 64
 CONTROL_KEY = "b" * 64
 
 
+@pytest.mark.parametrize("same_errors, expected", [(True, "mlp"), (False, "logistic")])
+def test_a_lead_is_judged_by_its_paired_difference_on_the_selection_rows(tmp_path, same_errors, expected):
+    """Two heads on one feature set that err on the same rows: a 1-point lead on 1,000 dev rows
+    is far beyond the paired difference's standard error (~0.3 points), though within the top
+    score's own (1.2 here): the lead is real. With errors on unrelated rows it is noise."""
+    import dataclasses
+
+    import numpy as np
+
+    from featx.records import frozen_choice
+
+    rng = np.random.default_rng(0)
+    truth = rng.integers(0, 4, 1000)
+
+    def scores(wrong):
+        guess = np.where(wrong, (truth + 1) % 4, truth)
+        out = np.full((len(truth), 4), 0.1, dtype=np.float32)
+        out[np.arange(len(truth)), guess] = 0.7
+        return out
+
+    top_wrong = np.zeros(1000, bool)
+    top_wrong[rng.choice(1000, 100, replace=False)] = True  # dev accuracy 0.90
+    if same_errors:
+        other_wrong = top_wrong.copy()
+        other_wrong[rng.choice(np.flatnonzero(~top_wrong), 10, replace=False)] = True  # 0.89
+    else:
+        other_wrong = np.zeros(1000, bool)
+        other_wrong[rng.choice(1000, 110, replace=False)] = True  # 0.89, errors elsewhere
+    y = labels(300)
+    made = []
+    for head, wrong, dev in (("mlp", top_wrong, 0.90), ("logistic", other_wrong, 0.89)):
+        record = fake("probe", "multiclass", "mean@5", head, 0, selection=dev) | {
+            "selection_se": 0.012, "n_features": 384}
+        record, predictions = with_predictions(record, predictions_for(y, 0.8, len(made)))
+        made.append((record, dataclasses.replace(predictions, selection_truth=truth,
+                                                 selection_scores=scores(wrong))))
+    write_pairs(tmp_path / "runs", made)
+    inputs = collect(tmp_path / "runs", "fx")
+    assert frozen_choice(inputs.main).record["head"] == "logistic"  # one SE of the top score: 0.012
+    choice = frozen_choice(inputs.main, tmp_path / "runs")
+    assert choice.record["head"] == expected and choice.top["head"] == "mlp"
+    text = verdict(inputs, tmp_path / "runs").text
+    if expected == "logistic":
+        assert choice.paired and "within one standard error of the paired difference" in text, text
+    assert inputs.choice.record is choice.record or inputs.choice.record == choice.record
+
+
 def fake(stage: str, task: str, features: str, head: str, primary_value: float, *,
          selection: float | None = None, init: str = "pretrained", key: str = KEY, seed_std: float = 0.0):
     names = M.NAMES[task]
