@@ -110,6 +110,9 @@ class DataConfig:
     """Extra columns stored in the cache beside the labels (TREC keeps its fine label)."""
     max_rows: int | None = None
     """Use only the first N rows of each split (after splitting): quick trials."""
+    drop_empty: bool = False
+    """Drop the rows whose text (or second text) is empty or missing, instead of refusing the data
+    with the list of them; the cache and every record say how many rows were dropped per split."""
 
     def __post_init__(self):
         _check_finite(self)

@@ -76,7 +76,7 @@ class Plan:
             "model_source": self.model.source, "n_layers": self.n_layers, "hidden_size": self.hidden,
             "dataset_name": self.pipeline.name, "dataset_source": self.dataset.source,
             "task": self.dataset.task, "label_names": list(self.dataset.label_names),
-            "text_pair": self.dataset.pairs,
+            "text_pair": self.dataset.pairs, "dropped_empty": self.dataset.dropped_empty,
             "sentence_pooling": dataclasses.asdict(self.sentence) if self.sentence else None,
         }
 
