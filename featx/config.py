@@ -614,12 +614,27 @@ def command(pipeline: Pipeline | None, stage: str, *extra: str, args: tuple[str,
     override of the same key replaces the pipeline's)."""
     import shlex
 
+    source, shown = _command_parts(pipeline, extra)
+    return " ".join(["featx", stage, shlex.quote(source), *args] + [shlex.quote(o) for o in shown])
+
+
+def make_command(pipeline: Pipeline | None, target: str, *extra: str) -> str:
+    """`command`'s `make` form: `make report PIPELINE=pipelines/x.toml ARGS='key=value ...'`."""
+    import shlex
+
+    source, shown = _command_parts(pipeline, extra)
+    overrides = " ".join(shlex.quote(o) for o in shown)  # the Makefile hands ARGS to a shell
+    return " ".join(["make", target, f"PIPELINE={shlex.quote(source)}"]
+                    + ([f"ARGS={shlex.quote(overrides)}"] if overrides else []))
+
+
+def _command_parts(pipeline: Pipeline | None, extra) -> tuple[str, list[str]]:
     overrides = pipeline.overrides if pipeline is not None else ()
     shown = [o for o in overrides if o.partition("=")[0].strip() != "progress"]
     keys = {e.partition("=")[0] for e in extra}
     shown = [o for o in shown if o.partition("=")[0].strip() not in keys] + list(extra)
     source = pipeline.source if pipeline is not None and pipeline.source else "PIPELINE.toml"
-    return " ".join(["featx", stage, shlex.quote(source), *args] + [shlex.quote(o) for o in shown])
+    return source, shown
 
 
 def _toml(text: str) -> dict:

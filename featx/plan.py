@@ -146,6 +146,19 @@ def remember(plan: Plan, path: Path) -> None:
         log.debug("no cache pointer written (%s): later stages plan again", exc)  # only a shortcut
 
 
+def last_cache_key(pipeline: Pipeline) -> str | None:
+    """The key (16 hex digits) of the cache this pipeline's extraction wrote last, whether or not
+    its data and model files are still what they were (the report names records by it when the
+    pipeline as it is now has no cache); None when there is no pointer."""
+    from featx.files import loads_json
+
+    try:
+        name = loads_json(_pointer(pipeline).read_text())["cache"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return name.removesuffix(".h5") if isinstance(name, str) and re.fullmatch(r"[0-9a-f]{16}\.h5", name) else None
+
+
 def find_cache(pipeline: Pipeline) -> Path:
     """The complete cache of this pipeline, for the stages after extract: from the pointer
     extract left when neither the configuration nor any data or model file changed since (no
