@@ -623,9 +623,13 @@ def make_command(pipeline: Pipeline | None, target: str, *extra: str) -> str:
     import shlex
 
     source, shown = _command_parts(pipeline, extra)
-    overrides = " ".join(shlex.quote(o) for o in shown)  # the Makefile hands ARGS to a shell
-    return " ".join(["make", target, f"PIPELINE={shlex.quote(source)}"]
-                    + ([f"ARGS={shlex.quote(overrides)}"] if overrides else []))
+    # make expands $ in ARGS ($$ is a $), then hands it to a shell in the recipe
+    overrides = " ".join(shlex.quote(o) for o in shown).replace("$", "$$")
+    if "'" in overrides:  # quoted overrides inside: double quotes around them read better than '"'"'
+        quoted = '"' + re.sub(r'(["\\$`])', r"\\\1", overrides) + '"'
+    else:
+        quoted = shlex.quote(overrides)
+    return " ".join(["make", target, f"PIPELINE={shlex.quote(source)}"] + ([f"ARGS={quoted}"] if overrides else []))
 
 
 def _command_parts(pipeline: Pipeline | None, extra) -> tuple[str, list[str]]:

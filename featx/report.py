@@ -756,6 +756,7 @@ def configuration_of(inputs: Inputs) -> dict:
             "finetune_settings": tuned.get("finetune") or (dataclasses.asdict(current.finetune) if current else None),
             "run_hash": tune["run_hash"] if tune else None,
             "stopped": None if tune is None else _stop(tune),
+            "device": tune["device"] if tune and "device" in tune else "?",
             "command": command(current, "report"), "make": _make(current, "report")}
 
 
@@ -815,7 +816,7 @@ def _configuration_lines(inputs: Inputs, d: dict) -> list[str]:
                      f"batch {tuned.get('batch_size')}; up to {tuned.get('max_epochs')} epochs"
                      + (f" or {tuned['max_seconds']:g} s" if tuned.get("max_seconds") else "")
                      + f", patience {tuned.get('patience')} (min_delta {tuned.get('min_delta')}); seed "
-                     f"{tuned.get('seed')}; {tuned.get('dtype')} on {tuned.get('device', '?')}; {d['stopped']}.")
+                     f"{tuned.get('seed')}; {tuned.get('dtype')} on {d['device']}; {d['stopped']}.")
     else:
         lines.append("Fine-tune: no record of this configuration yet.")
     lines.append(f"This configuration: `{d['id']}`; this report: `{d['command']}` (`{d['make']}`); every "

@@ -186,3 +186,22 @@ def test_converged_is_never_said_to_be_stopped_by_a_cap():
     labels = [t.get_text() for axis in figure.axes if axis.get_legend() for t in axis.get_legend().get_texts()]
     assert any("lr 2e-05: converged" in label for label in labels), labels
     assert not any("budget" in label or "cap" in label for label in labels), labels
+
+
+def test_the_make_command_hands_every_override_to_featx_unchanged(tmp_path):
+    import dataclasses
+    import shutil
+    import subprocess
+
+    from featx.config import make_command, pipeline_from_dict
+
+    if shutil.which("make") is None:
+        pytest.skip("no make on this machine")
+    overrides = ('probe.heads=["logistic"]', "probe.sweep=false", "model.name=/a b/c", 'extract.prompt="$HOME `x` \\ q"')
+    pipeline = dataclasses.replace(pipeline_from_dict({"name": "fx", "data": {"builtin": "trec"}}),
+                                   source="pipelines/x.toml", overrides=overrides)
+    (tmp_path / "Makefile").write_text("ARGS ?=\nPIPELINE ?=\nreport:\n\t@printf '%s\\n' $(PIPELINE) $(ARGS)\n")
+    done = subprocess.run(make_command(pipeline, "report"), shell=True, cwd=tmp_path, capture_output=True, text=True)
+    assert done.stdout.splitlines() == ["pipelines/x.toml", *overrides], done.stderr
+    assert make_command(dataclasses.replace(pipeline, overrides=("model.name=/x/y",)), "all") == \
+        "make all PIPELINE=pipelines/x.toml ARGS=model.name=/x/y"
