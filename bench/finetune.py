@@ -175,7 +175,7 @@ def against_trainer(scratch: Path) -> dict:
 
 def record_epochs(featx_dir: Path, default: int) -> int:
     """The schedule length featx used (its max_epochs), so Trainer decays over the same epochs."""
-    found = list(featx_dir.glob("runs/*/*/finetune/*.json"))
+    found = list(featx_dir.glob("runs/*/*/finetune-*/*.json"))
     if found:
         return int(json.loads(found[0].read_text())["hyperparameters"]["max_epochs"])
     return default
@@ -183,7 +183,7 @@ def record_epochs(featx_dir: Path, default: int) -> int:
 
 def bf16_against_fp32(scratch: Path) -> list[dict]:
     from featx import bootstrap
-    from featx.records import read_predictions, run_dir
+    from featx.records import read_predictions, record_dir
 
     out = []
     for labels, overrides in (("coarse", []), ("fine", ['data.label="fine"'])):
@@ -192,8 +192,8 @@ def bf16_against_fp32(scratch: Path) -> list[dict]:
             directory = scratch / f"{labels}-{dtype}"
             records[dtype] = (featx_child(directory, [*overrides, f'finetune.dtype="{dtype}"']), directory)
         (a, da), (b, db) = records["bfloat16"], records["float32"]
-        pa = read_predictions(run_dir(da / "runs", a["pipeline"], a["cache_key"]), a)
-        pb = read_predictions(run_dir(db / "runs", b["pipeline"], b["cache_key"]), b)
+        pa = read_predictions(record_dir(da / "runs", a), a)
+        pb = read_predictions(record_dir(db / "runs", b), b)
         paired = bootstrap.paired("multiclass", "accuracy", pa.labels, (pa.scores, 0.5), (pb.scores, 0.5))
         row = {"labels": labels, "fp32_accuracy": b["metrics"]["accuracy"], "bf16_accuracy": a["metrics"]["accuracy"],
                "difference": paired["difference"], "difference_ci": paired["difference_ci"],

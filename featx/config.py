@@ -110,6 +110,9 @@ class DataConfig:
     """Extra columns stored in the cache beside the labels (TREC keeps its fine label)."""
     max_rows: int | None = None
     """Use only the first N rows of each split (after splitting): quick trials."""
+    drop_empty: bool = False
+    """Drop the rows whose text (or second text) is empty or missing, instead of refusing the data
+    with the list of them; the cache and every record say how many rows were dropped per split."""
 
     def __post_init__(self):
         _check_finite(self)
@@ -611,12 +614,31 @@ def command(pipeline: Pipeline | None, stage: str, *extra: str, args: tuple[str,
     override of the same key replaces the pipeline's)."""
     import shlex
 
+    source, shown = _command_parts(pipeline, extra)
+    return " ".join(["featx", stage, shlex.quote(source), *args] + [shlex.quote(o) for o in shown])
+
+
+def make_command(pipeline: Pipeline | None, target: str, *extra: str) -> str:
+    """`command`'s `make` form: `make report PIPELINE=pipelines/x.toml ARGS='key=value ...'`."""
+    import shlex
+
+    source, shown = _command_parts(pipeline, extra)
+    # make expands $ in ARGS ($$ is a $), then hands it to a shell in the recipe
+    overrides = " ".join(shlex.quote(o) for o in shown).replace("$", "$$")
+    if "'" in overrides:  # quoted overrides inside: double quotes around them read better than '"'"'
+        quoted = '"' + re.sub(r'(["\\$`])', r"\\\1", overrides) + '"'
+    else:
+        quoted = shlex.quote(overrides)
+    return " ".join(["make", target, f"PIPELINE={shlex.quote(source)}"] + ([f"ARGS={quoted}"] if overrides else []))
+
+
+def _command_parts(pipeline: Pipeline | None, extra) -> tuple[str, list[str]]:
     overrides = pipeline.overrides if pipeline is not None else ()
     shown = [o for o in overrides if o.partition("=")[0].strip() != "progress"]
     keys = {e.partition("=")[0] for e in extra}
     shown = [o for o in shown if o.partition("=")[0].strip() not in keys] + list(extra)
     source = pipeline.source if pipeline is not None and pipeline.source else "PIPELINE.toml"
-    return " ".join(["featx", stage, shlex.quote(source), *args] + [shlex.quote(o) for o in shown])
+    return source, shown
 
 
 def _toml(text: str) -> dict:

@@ -82,6 +82,9 @@ class Dataset:
     """Where the rows came from (files or built-in), for messages and the cache's metadata."""
     files: tuple[str, ...] = ()
     """The files read (a later stage knows the cache is still this data's when none changed)."""
+    dropped_empty: dict[str, int] = field(default_factory=dict)
+    """Rows dropped for an empty or missing text (data.drop_empty), per split ("all": rows of one
+    file featx split itself, dropped before the split)."""
 
     @property
     def pairs(self) -> bool:
@@ -490,7 +493,14 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
         files = tuple(str(Path(p)) for spec in (cfg.path, cfg.train, cfg.dev, cfg.test) if spec
                       for p in ([spec] if isinstance(spec, str) else spec))
     columns = _Columns.from_config(cfg, keep, id_column)
-    raw = {s: columns.extract(t) for s, t in tables.items()}
+    empty = {s: columns.empty_rows(t) for s, t in tables.items()}
+    if any(empty.values()) and not cfg.drop_empty:
+        raise FeatxError(_empty_message(tables, empty, columns))
+    raw = {s: columns.extract(t, skip=set(empty[s])) for s, t in tables.items()}
+    dropped = _dropped_per_split(tables, empty, columns)
+    if dropped:
+        log.warning("data.drop_empty: dropped %d row(s) with an empty or missing text (%s)",
+                    sum(dropped.values()), ", ".join(f"{s} {n}" for s, n in dropped.items()))
     if None in raw:  # one file: split by column or by a seeded stratified split
         raw = _split_single(raw[None], cfg, columns, task)
     for split_name, rows in raw.items():  # no id column: number the rows of each split file
@@ -513,7 +523,7 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
     _check_unique_ids(raw)
     if isinstance(cfg.label_names, str):
         files += (cfg.label_names,)
-    return Dataset(name, task, encoder.names, splits, source, files)
+    return Dataset(name, task, encoder.names, splits, source, files, dropped)
 
 
 @dataclass
@@ -555,7 +565,16 @@ class _Columns:
         return cls(cfg.text or "text", cfg.text_pair, labels, id_column, cfg.split_column,
                    tuple(keep), cfg.label_sep, cfg.label_regex)
 
-    def extract(self, table: Table) -> _Rows:
+    def empty_rows(self, table: Table) -> list[int]:
+        """Rows whose text (or second text) is empty or missing: listed together in one error, or
+        dropped under data.drop_empty."""
+        for column, role in ((self.text, "text"), (self.pair, "text_pair")):
+            if column is not None:
+                table.require(column, role)
+        return [i for i, row in enumerate(table.rows)
+                if any(_is_missing(row.get(c)) for c in (self.text, self.pair) if c is not None)]
+
+    def extract(self, table: Table, skip: set[int] = frozenset()) -> _Rows:
         roles = [(self.text, "text"), (self.pair, "text_pair"), (self.id, "id"),
                  (self.split, "split_column")]
         roles += [(c, "label") for c in self.labels] + [(c, "keep") for c in self.keep]
@@ -564,6 +583,8 @@ class _Columns:
                 table.require(column, role)
         rows = _Rows([], [], [] if self.pair else None, [], {k: [] for k in self.keep}, [], [])
         for i, row in enumerate(table.rows):
+            if i in skip:
+                continue
             where = table.where(i)
             rows.where.append(where)
             rows.texts.append(_text(row.get(self.text), where, self.text))
@@ -638,6 +659,52 @@ def _text(value, where: str, column: str) -> str:
         raise FeatxError(f"{where}, column {shown(column)}: text is {state} (value {shown(value)}); remove the "
                          "row or fill in its text")
     return _storable(value, where, column, "text")
+
+
+# Rows an empty-text error names; the total is always given.
+EMPTY_SHOWN = 20
+
+
+def _empty_message(tables: dict, empty: dict[str | None, list[int]], columns: _Columns) -> str:
+    """Every row with an empty or missing text, in one message: the first EMPTY_SHOWN by file
+    and line, the total, and both fixes."""
+    named = [c for c in (columns.text, columns.pair) if c is not None]
+    places: dict[str, list[str]] = {}
+    total = 0
+    for split, rows in empty.items():
+        table = tables[split]
+        for i in rows:
+            total += 1
+            if total > EMPTY_SHOWN:
+                continue
+            row = table.rows[i]
+            state = ", ".join(f"{'missing' if row.get(c) is None else 'empty'}"
+                              + (f" {shown(c)}" if len(named) > 1 else "") for c in named
+                              if _is_missing(row.get(c)))
+            places.setdefault(table.files[i] if table.files else table.path, []).append(
+                f"{table.lines[i]} ({state})")
+    listed = "; ".join(f"{path}, row{'s' if len(rows) > 1 else ''} {', '.join(rows)}" for path, rows in places.items())
+    more = f" (the first {EMPTY_SHOWN} of {total:,})" if total > EMPTY_SHOWN else ""
+    column = " or ".join(shown(c) for c in named)
+    return (f"{total:,} row{'s' if total > 1 else ''} with no text (the text is empty or missing in column "
+            f"{column}): {listed}{more}. Fill in or remove {'these rows' if total > 1 else 'the row'}, or set "
+            "`drop_empty = true` in [data] (or data.drop_empty=true) to drop every such row; the cache "
+            "then says how many rows were dropped per split")
+
+
+def _dropped_per_split(tables: dict, empty: dict[str | None, list[int]], columns: _Columns) -> dict[str, int]:
+    """How many rows data.drop_empty dropped, per split: a split file's rows under its split, a
+    split column's rows under the split they name, one file featx splits itself under "all"."""
+    counts: Counter = Counter()
+    for split, rows in empty.items():
+        for i in rows:
+            if split is not None:
+                counts[split] += 1
+            elif columns.split is not None:
+                counts[_split_value(tables[split].rows[i].get(columns.split), tables[split].where(i), columns.split)] += 1
+            else:
+                counts["all"] += 1
+    return dict(counts)
 
 
 def _id(value, where: str, column: str) -> str:

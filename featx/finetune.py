@@ -55,11 +55,14 @@ from featx.modeling import (
 from featx.records import (
     OPTIONAL,
     Predictions,
+    cache_facts,
     checkpoint_path,
+    configuration,
+    finetune_dir,
     finetune_run_hash,
     new_record,
     record_name,
-    run_dir,
+    stop_reason,
     write_json,
     write_record,
 )
@@ -232,20 +235,20 @@ def run_finetune(pipeline: Pipeline) -> dict:
     plan = make_plan(pipeline)
     cache_path = plan.find_cache()
     with Cache(cache_path) as cache:
-        key = cache.key
+        key, facts = cache.key, cache_facts(cache.meta)
         if cache.meta["model_fingerprint"] != plan.fingerprint:
             raise FeatxError(f"{cache_path} was built from other model files; rerun featx extract")
     task = plan.dataset.task
     M.check_trainable(task, plan.dataset.splits["train"].labels, plan.dataset.label_names)
     metric = M.primary(task, pipeline.probe.metric)  # chosen on and reported in the same metric
     run_hash = finetune_run_hash(cfg, key, pipeline.extract.max_length, metric)  # the key covers the rest
-    name = f"{cfg.head_input}{'-lpft' if cfg.init_head_from_probe else ''}-seed{cfg.seed}-{run_hash[:8]}"
-    directory = writable_dir(run_dir(pipeline.runs_dir, pipeline.name, key), root=pipeline.root)
-    checkpoints = writable_dir(directory / "finetune" / name, root=pipeline.root)
+    # One folder per run (its budget aside): its record, its best weights, and while a cap may be
+    # raised, each learning rate's last epoch.
+    directory = writable_dir(finetune_dir(pipeline.runs_dir, pipeline.name, key, run_hash), root=pipeline.root)
     features = f"finetune:{cfg.head_input}"
     head = (reference_class_name(plan.model, pipeline.model.trust_remote_code) if cfg.head_input == MODEL_HEAD
             else "lp-ft" if cfg.init_head_from_probe else "linear")
-    done = directory / "finetune" / record_name(features, head)
+    done = directory / record_name(features, head)
     rows = _protocol_rows(plan.dataset, cfg)
     select_split, report_split, _, select_rows = rows
     M.check_defined(task, metric, {
@@ -257,25 +260,25 @@ def run_finetune(pipeline: Pipeline) -> dict:
     previous = _previous(done, run_hash)
     if previous is not None and not _continues(previous, max_epochs, max_seconds):
         if previous["converged"] is False:
-            log.info("this configuration's fine-tune stopped at its cap (%s) while still improving; "
-                     "continue it with: %s", previous["stopped_by"], previous["continue_with"])
+            log.info("reused this configuration's fine-tune (%s); continue it with: %s",
+                     stop_reason(previous["converged"], previous["stopped_by"]), previous["continue_with"])
         else:
-            log.info("already fine-tuned with this configuration: %s (delete it to train again)", done)
+            log.info("reused the finished fine-tune of this configuration (%s): %s (delete its folder to "
+                     "train again)", stop_reason(previous["converged"], previous["stopped_by"]), done)
         return previous
     start = time.perf_counter()
     setup = _prepare(pipeline, plan, cache_path, rows, metric=metric, run_hash=run_hash,
-                     directory=checkpoints, max_epochs=max_epochs, max_seconds=max_seconds)
+                     directory=directory, max_epochs=max_epochs, max_seconds=max_seconds)
     _announce(setup, plan)
     candidates = search(setup)
     record = _record(pipeline, plan, setup, candidates, key=key, features=features, head=head,
-                     seconds=time.perf_counter() - start, previous=previous)
+                     seconds=time.perf_counter() - start, previous=previous) | facts
     write_record(directory, record, record.pop("_predictions"))
     log.info("fine-tuned in %.0f s: learning rate %g, best epoch %d of %d (%s), %s = %.4f on %s; "
              "record %s", record["wall_seconds"], record["learning_rate"], record["best_epoch"],
-             record["epochs"], "converged" if record["converged"] else
-             f"NOT converged: stopped by {record['stopped_by']} while still improving; continue it "
-             f"with: {record['continue_with']}", metric, record["metrics"][metric],
-             record["protocol"]["report_on"], done)
+             record["epochs"], stop_reason(record["converged"], record["stopped_by"])
+             + (f"; continue it with: {record['continue_with']}" if record["continue_with"] else ""),
+             metric, record["metrics"][metric], record["protocol"]["report_on"], done)
     return record
 
 
@@ -283,7 +286,7 @@ def _previous(done: Path, run_hash: str) -> dict | None:
     """This configuration's finished record, if its best weights are still there."""
     previous = _json_or_none(done) if done.is_file() else None
     if not isinstance(previous, dict) or previous.get("run_hash") != run_hash \
-            or not checkpoint_path(done.parents[1], previous).is_file():
+            or not checkpoint_path(done.parent, previous).is_file():
         return None
     return OPTIONAL | {"continue_with": None, "continued": []} | previous
 
@@ -423,7 +426,8 @@ def _record(pipeline: Pipeline, plan, setup: "Setup", candidates: list["Candidat
         wall_seconds=round(seconds + (previous["wall_seconds"] or 0.0 if previous else 0.0), 3),
         curve={"loss": chosen.loss, "select": chosen.select}, device=str(setup.device),
         # Relative to the run's folder: a data_dir that moves keeps its records true.
-        run_hash=setup.run_hash, checkpoint=str(best.relative_to(setup.directory.parents[1])),
+        run_hash=setup.run_hash, checkpoint=str(best.relative_to(setup.directory)),
+        configuration=configuration(pipeline, "finetune"),
         checkpoint_bytes=best.stat().st_size,
         checkpoint_sha256=_sha256(best),  # predict loads these weights only if they are these bytes
         target_scaler={"mean": setup.scaler.mean.tolist(), "std": setup.scaler.std.tolist()} if setup.scaler else None,

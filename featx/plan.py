@@ -76,7 +76,7 @@ class Plan:
             "model_source": self.model.source, "n_layers": self.n_layers, "hidden_size": self.hidden,
             "dataset_name": self.pipeline.name, "dataset_source": self.dataset.source,
             "task": self.dataset.task, "label_names": list(self.dataset.label_names),
-            "text_pair": self.dataset.pairs,
+            "text_pair": self.dataset.pairs, "dropped_empty": self.dataset.dropped_empty,
             "sentence_pooling": dataclasses.asdict(self.sentence) if self.sentence else None,
         }
 
@@ -144,6 +144,19 @@ def remember(plan: Plan, path: Path) -> None:
         atomic_write(_pointer(plan.pipeline), lambda tmp: tmp.write_text(json.dumps(record)))
     except (OSError, FeatxError) as exc:
         log.debug("no cache pointer written (%s): later stages plan again", exc)  # only a shortcut
+
+
+def last_cache_key(pipeline: Pipeline) -> str | None:
+    """The key (16 hex digits) of the cache this pipeline's extraction wrote last, whether or not
+    its data and model files are still what they were (the report names records by it when the
+    pipeline as it is now has no cache); None when there is no pointer."""
+    from featx.files import loads_json
+
+    try:
+        name = loads_json(_pointer(pipeline).read_text())["cache"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return name.removesuffix(".h5") if isinstance(name, str) and re.fullmatch(r"[0-9a-f]{16}\.h5", name) else None
 
 
 def find_cache(pipeline: Pipeline) -> Path:

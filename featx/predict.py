@@ -500,7 +500,7 @@ def manifest_for(pipeline, head: str | None, finetuned: bool) -> Manifest:
     """The chosen record of the pipeline's current cache, as a Manifest."""
     from featx.cache import Cache
     from featx.plan import make_plan
-    from featx.records import made_by, read_records, run_dir
+    from featx.records import made_by, probe_config_hash, probe_dir, read_records, record_dir
 
     if head is not None and finetuned:
         raise FeatxError("give --head or --finetuned, not both")
@@ -512,19 +512,23 @@ def manifest_for(pipeline, head: str | None, finetuned: bool) -> Manifest:
         raise FeatxError(f"the model files now resolved for {pipeline.model.name!r} (fingerprint "
                          f"{plan.fingerprint[:16]}) are not the ones the cache was built from "
                          f"(fingerprint {meta['model_fingerprint'][:16]}); rerun featx extract")
-    directory = run_dir(pipeline.runs_dir, pipeline.name, meta["key"])
-    # The current configuration's records only, as the report takes them.
-    everything = [r for r in read_records(directory) if r["pipeline"] == pipeline.name] if directory.is_dir() else []
-    records = [r for r in everything if made_by(r, pipeline)]
+    # The current configuration's records only, as the report takes them; the others (another
+    # probe or fine-tune configuration on this cache, or another cache) are named when nothing fits.
+    pipeline_runs = Path(pipeline.runs_dir) / pipeline.name
+    everything = [r for folder in sorted(pipeline_runs.glob("*")) if folder.is_dir()
+                  for r in read_records(folder) if r["pipeline"] == pipeline.name]
+    records = [r for r in everything if made_by(r, pipeline) and r["cache_key"] == meta["key"]]
+    probes = probe_dir(pipeline.runs_dir, pipeline.name, meta["key"], probe_config_hash(pipeline.probe))
     try:
         record = _choose(records, head, finetuned, pipeline, others=[r for r in everything if r not in records])
     except FeatxError as exc:
-        from featx.records import probe_config_hash, probe_interrupted
+        from featx.records import probe_interrupted
 
-        if not finetuned and probe_interrupted(directory, probe_config_hash(pipeline.probe)) is not None:
+        if not finetuned and probe_interrupted(probes, probe_config_hash(pipeline.probe)) is not None:
             raise FeatxError(f"{exc}. The last probe of this configuration was interrupted before it "
                              "wrote them: rerun it to finish") from None
         raise
+    directory = record_dir(pipeline.runs_dir, record)
     if record["stage"] == "probe":
         _check_probe_finished(directory, pipeline, record, chosen_by_verdict=head is None)
     common = dict(allow_pickle=pipeline.model.allow_pickle,
@@ -562,7 +566,7 @@ def manifest_for(pipeline, head: str | None, finetuned: bool) -> Manifest:
 def _choose(records: list[dict], head: str | None, finetuned: bool, pipeline,
             others: tuple | list = ()) -> dict:
     """The record to predict with; `others` are this pipeline's records of other configurations
-    (named when nothing of the current one fits, with the override that selects them)."""
+    (named when nothing of the current one fits, with the command that selects them)."""
     from featx.records import best_frozen, best_tuned
 
     source = pipeline.source or "<pipeline>"
@@ -573,14 +577,15 @@ def _choose(records: list[dict], head: str | None, finetuned: bool, pipeline,
         tuned = best_tuned(records, metric) if metric else (tunes[0] if tunes else None)
         if tuned is None:
             raise FeatxError(f"no fine-tune record of the current configuration for this cache"
-                             f"{_other_finetunes(others, pipeline)}: run `featx finetune {source}` first")
+                             f"{_elsewhere(others, pipeline, 'finetune', ('INPUT', '--finetuned'))}: run "
+                             f"`featx finetune {source}` first")
         return tuned
     if head is None:
         chosen = best_frozen(records, pipeline.runs_dir)
         if chosen is None:
             raise FeatxError(f"no probe record of the current configuration for this cache yet"
-                             f"{_other_probes(others)}: run `featx probe {source}` first (the default "
-                             "head is the verdict's best frozen configuration)")
+                             f"{_elsewhere(others, pipeline, 'probe', ('INPUT',))}: run `featx probe {source}` "
+                             "first (the default head is the verdict's best frozen configuration)")
         return chosen
     features, sep, name = head.partition("/")
     matches = [r for r in records if r["stage"] == "probe" and r["features"] == features and r["head"] == name]
@@ -589,64 +594,17 @@ def _choose(records: list[dict], head: str | None, finetuned: bool, pipeline,
                            and r["protocol"]["name"] != "mteb")
         raise FeatxError(f"no probe record {shown(head)} for this cache; heads are named features/head, "
                          f"and these exist: {', '.join(available) or 'none (run featx probe)'}"
-                         f"{_other_probes(others)}")
+                         f"{_elsewhere(others, pipeline, 'probe', ('INPUT', '--head', head))}")
     return max(matches, key=lambda r: r["created"])
 
 
-def _other_probes(others) -> str:
-    probes = [r for r in others if r["stage"] == "probe"]
-    if not probes:
-        return ""
-    return (f" ({len(probes)} probe record(s) of another probe configuration exist: give the probe.* "
-            "overrides they were made with, or rerun featx probe with the current ones)")
+def _elsewhere(others, pipeline, stage: str, args: tuple[str, ...]) -> str:
+    """The configurations of `stage` records of this pipeline other than the current one, each
+    with the command that predicts with it (featx.records.elsewhere)."""
+    from featx.records import elsewhere
 
-
-def _other_finetunes(others, pipeline) -> str:
-    """Says that a fine-tune of other settings exists, with the overrides that select it (when
-    its recorded settings reproduce its run hash)."""
-    import itertools
-
-    from featx.records import made_by
-
-    tunes = [r for r in others if r["stage"] == "finetune"]
-    if not tunes:
-        return ""
-    record = max(tunes, key=lambda r: r["created"])
-    settings = record["hyperparameters"] if isinstance(record.get("hyperparameters"), dict) else {}
-    current = dataclasses.asdict(pipeline.finetune)
-    # Recorded as the run resolved them (max_epochs 0 -> the epochs it ran, search auto ->
-    # halving): each is tried as recorded, as configured now, and at its default.
-    resolved = {"max_epochs": 0, "max_seconds": None, "search": "auto", "dtype": "auto"}
-    differ = {k: _as_config(settings[k]) for k in current
-              if k in settings and k not in resolved and _as_config(settings[k]) != _as_config(current[k])}
-    choices = [[{}, {k: _as_config(settings[k])} if k in settings else {}, {k: default}]
-               for k, default in resolved.items()]
-    for extra in itertools.product(*choices):
-        overrides = differ | {k: v for part in extra for k, v in part.items()}
-        try:
-            candidate = dataclasses.replace(pipeline, finetune=dataclasses.replace(pipeline.finetune, **overrides))
-        except (FeatxError, TypeError, ValueError):
-            continue
-        if made_by(record, candidate):
-            changed = {k: v for k, v in overrides.items() if _as_config(current[k]) != v}
-            listed = " ".join(f"finetune.{k}={_toml(v)}" for k, v in changed.items())
-            return f" (one of another configuration exists: select it with {listed})"
-    return (f" (one of another configuration exists, made {record['created']}; its settings differ in "
-            f"{', '.join(sorted(differ)) or 'settings its record does not show'})")
-
-
-def _as_config(value):
-    return tuple(value) if isinstance(value, list) else value
-
-
-def _toml(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_toml(v) for v in value) + "]"
-    if isinstance(value, str):
-        return json.dumps(value)
-    return repr(value)
+    lines = elsewhere([r for r in others if r["stage"] == stage], pipeline, "predict", args=args, limit=4)
+    return (f" (records of {len(lines)} other configuration(s) exist: " + "; ".join(lines) + ")") if lines else ""
 
 
 def _check_probe_finished(directory: Path, pipeline, record: dict, chosen_by_verdict: bool) -> None:

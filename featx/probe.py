@@ -32,10 +32,16 @@ from featx.errors import FeatxError
 from featx.files import writable_dir
 from featx.pairs import combine
 from featx.records import (
+    OPTIONAL,
     Predictions,
+    cache_facts,
+    configuration,
     new_record,
     probe_config_hash,
-    run_dir,
+    probe_dir,
+    read_records,
+    read_run_status,
+    record_name,
     save_heads,
     selection_score,
     write_json,
@@ -236,7 +242,7 @@ def load_problem(cache_path: str | Path, features: Features, head: str, cfg: Pro
                     # (a baseline on the texts costs none).
                     backbone_forward_passes=0 if baseline else int(stats.get("rows_total", 0)),
                     extract_seconds=None if baseline else stats.get("seconds"),
-                    cache_bytes=Path(cache_path).stat().st_size)
+                    cache_bytes=Path(cache_path).stat().st_size, **cache_facts(cache.meta))
         return Problem(task, names, protocol, X, y, X_dev, y_dev, X_report, y_report,
                        cache.ids(protocol.report_on), base, cache.meta.get("sentence_pooling"))
 
@@ -614,13 +620,20 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
         M.check_defined(cache.task, metric, {s: cache.labels(s) for s in dict.fromkeys(
             [protocol.report_on] + (["dev"] if protocol.name == "dev" else []))}, cache.label_names)
         _warn_constant_labels(cache)
-        directory = writable_dir(run_dir(pipeline.runs_dir, pipeline.name, cache.key), root=pipeline.root)
+        directory = writable_dir(probe_dir(pipeline.runs_dir, pipeline.name, cache.key, probe_config_hash(cfg)),
+                                 root=pipeline.root)
+    finished = finished_run(directory, cfg)
+    if finished is not None:
+        log.info("reused the %d records of the finished identical probe run (this configuration, this "
+                 "cache) in %s; delete that folder to probe again", len(finished), directory)
+        return finished
     heads_dir = directory / "heads" if cfg.save_heads else None
     total = len(first) + len(later)
     log.info("probing %s: %d (features, head) fits%s", path.name, total,
              f" ({len(later)} on the best feature set of the first {len(first)})" if later else "")
     start = time.perf_counter()
     records: list[dict] = []
+    settings = configuration(pipeline, "probe")
     # What this run will write: the report tells an interrupted run from a finished one by it.
     manifest = {"config_hash": probe_config_hash(cfg), "planned": total, "finished": False}
     write_run_status(directory, manifest)
@@ -640,14 +653,50 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
                          selection_score(best), ", ".join(later))
                 stage = [(chosen, head) for head in later]
             for record, predictions in _run_jobs(stage, path, cfg, pipeline.name, heads_dir):
+                record["configuration"] = settings
                 write_record(directory, record, predictions)
                 records.append(record)
                 bar.update(1)
     if cfg.sweep:
         _write_sweep(directory, records, cfg)
     write_run_status(directory, manifest | {"planned": len(records), "finished": True})
-    log.info("probe done in %.1f s; records in %s", time.perf_counter() - start, directory / "probe")
+    _remove_stale(directory, records)
+    log.info("probe done in %.1f s; records in %s", time.perf_counter() - start, directory)
     return records
+
+
+def finished_run(directory: Path, cfg: ProbeConfig) -> list[dict] | None:
+    """The records of this configuration's last run when it finished and left every record (with
+    its heads, when heads are to be saved), else None: an identical probe is not fitted twice."""
+    status = read_run_status(directory, probe_config_hash(cfg))
+    if status is None or status.get("finished") is not True:
+        return None
+    try:
+        records = read_records(directory)
+    except FeatxError:
+        return None  # a damaged record: the run is redone, and its records replaced
+    if len(records) != status.get("planned") or any(r["config_hash"] != status["config_hash"] for r in records):
+        return None
+    if cfg.save_heads and any(r["heads"] is None for r in records if r["protocol"]["name"] != "mteb"):
+        return None  # made with probe.save_heads = false: fitted again, to save them
+    return records
+
+
+def _remove_stale(directory: Path, records: list[dict]) -> None:
+    """After a finished run, the files of its configuration that it did not write: records of an
+    earlier run of the same configuration whose staged second stage chose other features, or the
+    fits of a run interrupted before; never anything of another configuration (in its own folder)."""
+    keep = set()
+    for record in records:
+        name = record_name(record["features"], record["head"])
+        keep |= {name, name.removesuffix(".json") + ".scores.npz"}
+        keep |= {entry["file"] for entry in (OPTIONAL | record)["heads"] or []}
+    stale = [p for pattern in ("*__*.json", "*__*.scores.npz", "heads/*__*") for p in directory.glob(pattern)
+             if p.name not in keep and not p.name.startswith(".")]
+    for path in stale:
+        path.unlink()  # unlinking a planted link removes the link, never what it points to
+    if stale:
+        log.info("removed %d file(s) of an earlier run of this configuration that this run replaced", len(stale))
 
 
 def _warn_constant_labels(cache: Cache) -> None:
@@ -677,7 +726,7 @@ def _run_jobs(jobs: list[tuple[Features, str]], path: Path, cfg: ProbeConfig, pi
 def _write_sweep(directory: Path, records: list[dict], cfg: ProbeConfig) -> None:
     curve = sorted((r for r in records if r["pooling"] == cfg.sweep_pooling and r["head"] == cfg.sweep_head
                     and len(r["layers"]) == 1), key=lambda r: r["layers"][0])
-    write_json(directory / "probe" / f"sweep-{cfg.sweep_pooling}-{cfg.sweep_head}.json", {
+    write_json(directory / f"sweep-{cfg.sweep_pooling}-{cfg.sweep_head}.json", {
         "pooling": cfg.sweep_pooling, "head": cfg.sweep_head,
         "primary_metric": curve[0]["primary_metric"] if curve else None,
         "curve": [{"layer": r["layers"][0], "mean": r["metrics"][r["primary_metric"]],

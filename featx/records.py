@@ -1,8 +1,11 @@
 """Run records: one JSON file per (features, head) or fine-tune, shared by probe and finetune.
 
-    data/runs/<pipeline>/<cache key[:16]>/<stage>/<features>__<head>.json
+    data/runs/<pipeline>/<cache key[:16]>/probe-<probe config hash>/<features>__<head>.json
+    data/runs/<pipeline>/<cache key[:16]>/finetune-<run hash[:16]>/<features>__<head>.json
 
-The fields of a record are described once, in docs/records.md; `REQUIRED` and `OPTIONAL`
+One folder per configuration: the cache key covers the data, the model and the extraction, the
+probe's config hash and the fine-tune's run hash the rest, so runs of two configurations live
+side by side and never overwrite each other. The layout is described once, in docs/records.md; `REQUIRED` and `OPTIONAL`
 below are what a reader may rely on. Beside each record, its predictions on the report split
 (`<features>__<head>.scores.npz`, hash-checked) let the report compare two records on the same
 rows.
@@ -31,21 +34,50 @@ SCHEMA = 1
 
 
 def run_dir(runs_dir: str | Path, pipeline: str, cache_key: str) -> Path:
-    """One pipeline's records for one cache: two pipelines over the same data and model share
-    the cache but never their records."""
+    """One pipeline's records for one cache (every configuration folder of it): two pipelines
+    over the same data and model share the cache but never their records."""
     return Path(runs_dir) / pipeline / cache_key[:16]
+
+
+def probe_dir(runs_dir: str | Path, pipeline: str, cache_key: str, config_hash: str) -> Path:
+    """The records, heads and run status of one probe configuration on one cache."""
+    return run_dir(runs_dir, pipeline, cache_key) / f"probe-{config_hash}"
+
+
+def finetune_dir(runs_dir: str | Path, pipeline: str, cache_key: str, run_hash: str) -> Path:
+    """The record and checkpoints of one fine-tune configuration on one cache (its budget
+    aside: a larger budget continues the same run in the same folder)."""
+    return run_dir(runs_dir, pipeline, cache_key) / f"finetune-{run_hash[:16]}"
+
+
+def record_dir(runs_dir: str | Path, record: dict) -> Path:
+    """The configuration folder a record lives in (its predictions, heads and weights beside it)."""
+    if record["stage"] == "probe":
+        return probe_dir(runs_dir, record["pipeline"], record["cache_key"], str(record["config_hash"]))
+    return finetune_dir(runs_dir, record["pipeline"], record["cache_key"], str(record["run_hash"]))
+
+
+# ProbeConfig fields that cannot change a probe's numbers: not part of its hash.
+PROBE_UNHASHED = ("n_jobs", "save_heads")
+# Fine-tune settings that say how long to train, not how: a run stopped by one continues under
+# a larger one (same run, same checkpoints), so they are not part of the run's hash.
+BUDGET_FIELDS = ("max_epochs", "max_seconds", "keep_checkpoints", "log_every")
+
+
+def settings_hash(fields: dict) -> str:
+    """16 hex digits of a section's settings (a record's `configuration` section hashes the same)."""
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def probe_config_hash(cfg) -> str:
     """What made a probe record: every ProbeConfig field that can change its numbers (not the
     process count, not whether heads are saved)."""
-    fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("n_jobs", "save_heads")}
-    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return settings_hash({k: v for k, v in dataclasses.asdict(cfg).items() if k not in PROBE_UNHASHED})
 
 
-# Fine-tune settings that say how long to train, not how: a run stopped by one continues under
-# a larger one (same run, same checkpoints), so they are not part of the run's hash.
-BUDGET_FIELDS = ("max_epochs", "max_seconds", "keep_checkpoints", "log_every")
+def finetune_config_hash(cfg) -> str:
+    """The fine-tune settings without their budget (the run hash adds the cache and the metric)."""
+    return settings_hash({k: v for k, v in dataclasses.asdict(cfg).items() if k not in BUDGET_FIELDS})
 
 
 def finetune_run_hash(cfg, cache_key: str, max_length: int, metric: str) -> str:
@@ -154,7 +186,7 @@ def _paired_ses(top: dict, probes: list[dict], runs_dir, metric: str, bound: flo
 
     def selection(record):
         try:
-            found = read_predictions(run_dir(runs_dir, record["pipeline"], record["cache_key"]), record)
+            found = read_predictions(record_dir(runs_dir, record), record)
         except FeatxError:
             return None
         return found if found.selection_scores is not None else None
@@ -211,9 +243,9 @@ class Predictions:
 
 
 def write_record(directory: Path, record: dict, predictions: Predictions | None = None) -> Path:
-    """Write the record; its predictions (if given) go beside it, named and hashed in the
+    """Write the record in its configuration folder (`record_dir`); its predictions (if given) go beside it, named and hashed in the
     record's `predictions` entry (added to `record` itself, so the caller's copy can find them)."""
-    path = directory / record["stage"] / record_name(record["features"], record["head"])
+    path = Path(directory) / record_name(record["features"], record["head"])
     if predictions is not None:
         scores = path.with_name(path.stem + ".scores.npz")
 
@@ -230,16 +262,17 @@ def write_record(directory: Path, record: dict, predictions: Predictions | None 
     return write_json(path, record)
 
 
-def checkpoint_path(run_directory: Path, record: dict) -> Path:
-    """Where a fine-tune record's best weights are: under its run folder (the record names them
-    relative to it, so a data_dir that moves keeps its records true)."""
-    return Path(run_directory) / str(record.get("checkpoint") or "")
+def checkpoint_path(directory: Path, record: dict) -> Path:
+    """Where a fine-tune record's best weights are: in its configuration folder (the record names
+    them relative to it, so a data_dir that moves keeps its records true)."""
+    return Path(directory) / str(record.get("checkpoint") or "")
 
 
 def read_predictions(directory: Path, record: dict) -> Predictions:
-    """The predictions a record was computed from, checked against the hash it names."""
+    """The predictions a record was computed from (in its configuration folder, `directory`),
+    checked against the hash it names."""
     entry = record.get("predictions") or {}
-    path = Path(directory) / record["stage"] / str(entry.get("file", ""))
+    path = Path(directory) / str(entry.get("file", ""))
     if not entry.get("file") or not path.is_file():
         raise FeatxError(f"the predictions of {record['features']}/{record['head']} are missing "
                          f"({path}); rerun its stage (featx {record['stage']})")
@@ -277,9 +310,12 @@ def _load_predictions(path: Path) -> Predictions:
 
 
 def read_records(directory: Path) -> list[dict]:
-    """Every record under a run directory (probe and finetune), oldest schema refused."""
+    """Every record of a configuration folder, or of every configuration folder of a cache's
+    folder (`run_dir`: probe-*/ and finetune-*/), oldest schema refused."""
+    directory = Path(directory)
+    paths = [p for pattern in ("*.json", "probe-*/*.json", "finetune-*/*.json") for p in directory.glob(pattern)]
     out = []
-    for path in sorted(Path(directory).glob("*/*.json")):
+    for path in sorted(paths):
         try:
             record = loads_json(path.read_text())
         except (OSError, ValueError) as exc:
@@ -312,7 +348,8 @@ OPTIONAL = {"baseline": None, "metrics_ci": {}, "search": [], "seeds": [0], "n_e
             "converged": None, "stopped_by": None, "wall_seconds": None, "learning_rate": None,
             "curve": None, "threshold": None, "combine": "joint", "selection_se": None,
             "n_features": None, "continue_with": None, "continued": [], "budget": None, "heads": None,
-            "labels": None, "selection_labels": None, "truncated": None}
+            "labels": None, "selection_labels": None, "truncated": None, "configuration": None,
+            "backbone": None, "extraction": None}
 
 
 def _malformed(record: dict) -> str | None:
@@ -427,25 +464,169 @@ def read_head(path: str | Path, *, sha256: str | None = None, binding: dict | No
 # Probe runs: finished or interrupted
 
 
-def run_status_path(directory: Path, config_hash: str) -> Path:
-    return Path(directory) / "probe" / f"run-{config_hash}.json"
+def run_status_path(directory: Path) -> Path:
+    """A probe configuration's `run.json`: what its last run planned and whether it finished."""
+    return Path(directory) / "run.json"
 
 
 def write_run_status(directory: Path, status: dict) -> None:
-    """What a probe run will write and whether it finished: `probe/run.json` (the latest run,
-    which the report reads) and `probe/run-<config hash>.json` (per configuration, so a later
-    run of another configuration cannot hide that this one was interrupted)."""
-    write_json(Path(directory) / "probe" / "run.json", status)
-    write_json(run_status_path(directory, status["config_hash"]), status)
+    """What a probe run will write and whether it finished, in its configuration folder (so a
+    run of another configuration, in its own folder, cannot hide that this one was interrupted)."""
+    write_json(run_status_path(directory), status)
+
+
+def read_run_status(directory: Path, config_hash: str) -> dict | None:
+    """The status of the last probe run of this configuration in `directory`, or None."""
+    try:
+        status = loads_json(run_status_path(directory).read_text())
+    except (OSError, ValueError):
+        return None
+    return status if isinstance(status, dict) and status.get("config_hash") == config_hash else None
 
 
 def probe_interrupted(directory: Path, config_hash: str) -> dict | None:
     """The status of the last probe run of this configuration when it did not finish, else None."""
-    for path in (run_status_path(directory, config_hash), Path(directory) / "probe" / "run.json"):
-        try:
-            status = loads_json(path.read_text())
-        except (OSError, ValueError):
+    status = read_run_status(directory, config_hash)
+    return None if status is None or status.get("finished") is True else status
+
+
+# ---------------------------------------------------------------------------------------------
+# Configurations: what a record rests on, and the overrides that reach another one
+
+# The settings of each section a configuration folder rests on. The cache key covers the data
+# (every field: any can change the rows), these model and extraction fields (the others say
+# how to run, not what to compute), the probe's config hash and the fine-tune's run hash theirs.
+MODEL_KEYED = ("name", "init", "seed", "revision")
+EXTRACT_KEYED = ("poolings", "layers", "max_length", "dtype", "store_dtype", "prompt", "attention",
+                 "pair_singles")
+
+
+def configuration(pipeline, stage: str | None = None) -> dict:
+    """The settings a record of `stage` rests on, by section, as JSON values (what a record
+    stores as `configuration`, and what `overrides_to` compares); every section without `stage`."""
+    sections = {"data": dataclasses.asdict(pipeline.data),
+                "model": {k: getattr(pipeline.model, k) for k in MODEL_KEYED},
+                "extract": {k: getattr(pipeline.extract, k) for k in EXTRACT_KEYED}}
+    probe = {k: v for k, v in dataclasses.asdict(pipeline.probe).items() if k not in PROBE_UNHASHED}
+    finetune = {k: v for k, v in dataclasses.asdict(pipeline.finetune).items() if k not in BUDGET_FIELDS}
+    if stage in (None, "probe"):
+        sections["probe"] = probe
+    if stage in (None, "finetune"):
+        sections["finetune"] = finetune
+        sections.setdefault("probe", {"metric": probe["metric"]})  # the fine-tune's metric
+    return json.loads(json.dumps(sections, default=str))
+
+
+def cache_facts(meta: dict) -> dict:
+    """What a record says of the cache it was made from: the backbone (name, fingerprint,
+    revision, init) and the extraction (layers per pooling, max_length, prompt, dtypes, the rows
+    data.drop_empty dropped). `meta` is the cache's metadata (an absent attribute is None)."""
+    return {"backbone": {"name": meta.get("model_name"), "fingerprint": meta.get("model_fingerprint"),
+                         "revision": meta.get("model_revision"), "init": meta.get("init"),
+                         "init_seed": meta.get("init_seed"), "source": meta.get("model_source")},
+            "extraction": {"layers": meta.get("layers"), "max_length": meta.get("max_length"),
+                           "prompt": meta.get("prompt"), "compute_dtype": meta.get("compute_dtype"),
+                           "store_dtype": meta.get("store_dtype"), "attention": meta.get("attention"),
+                           "data_fingerprint": meta.get("dataset_fingerprint"),
+                           "dropped_empty": meta.get("dropped_empty") or {}}}
+
+
+def overrides_to(recorded: dict, pipeline) -> tuple[list[str], list[str]]:
+    """(the `section.key=value` overrides that turn `pipeline` into the configuration a record
+    was made with, the keys that must be unset: a null TOML cannot write)."""
+    now = configuration(pipeline)
+    overrides, unset = [], []
+    for section, fields in recorded.items():
+        for key, value in (fields if isinstance(fields, dict) else {}).items():
+            if section in now and key in now[section] and now[section][key] != value:
+                if value is None:
+                    unset.append(f"{section}.{key}")
+                else:
+                    overrides.append(f"{section}.{key}={_literal(value)}")
+    return overrides, unset
+
+
+def _literal(value, inside: bool = False) -> str:
+    """A value as the command line's `key=value` takes it: a bare word where one reads back as
+    this string, else a TOML literal."""
+    import tomllib
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ",".join(_literal(v, inside=True) for v in value) + "]"
+    if isinstance(value, str):
+        if not inside and re.fullmatch(r"[A-Za-z0-9_./@:+~-]+", value):
+            try:
+                tomllib.loads(f"v = {value}")  # a number, a boolean or a date: quote it
+            except tomllib.TOMLDecodeError:
+                return value
+        return json.dumps(value)
+    return repr(value)
+
+
+def elsewhere(others: list[dict], pipeline, stage: str, *, args: tuple[str, ...] = (),
+              limit: int = 6) -> list[str]:
+    """One line per configuration the `others` records (this pipeline's, not made by `pipeline`
+    as configured) were made with: the overrides that select it, what it holds, and the command
+    that runs `stage` on it (also as `make`, for the stages the Makefile has)."""
+    from featx.config import command, make_command
+
+    groups: dict[tuple, list[dict]] = {}
+    for record in others:
+        recorded = record["configuration"]
+        if isinstance(recorded, dict):
+            overrides, unset = overrides_to(recorded, pipeline)
+            key = tuple(sorted(overrides) + [f"unset {k}" for k in sorted(unset)])
+        else:
+            key = ("unrecorded",)
+        groups.setdefault(key, []).append(record)
+    lines = []
+    for key, records in sorted(groups.items(), key=lambda g: max(r["created"] for r in g[1]), reverse=True):
+        probes = sum(r["stage"] == "probe" for r in records)
+        tunes = len(records) - probes
+        held = ", ".join(part for part in (f"{probes} probe record(s)" if probes else "",
+                                           f"{tunes} fine-tune(s)" if tunes else "") if part)
+        newest = max(r["created"] for r in records)
+        if key == ("unrecorded",):
+            lines.append(f"{held} whose settings their records do not show (newest {newest})")
             continue
-        if isinstance(status, dict) and status.get("config_hash") == config_hash:
-            return None if status.get("finished") is True else status
-    return None
+        overrides = [k for k in key if not k.startswith("unset ")]
+        unset = [k.removeprefix("unset ") for k in key if k.startswith("unset ")]
+        if not overrides and not unset:
+            lines.append(f"{held} of these same settings on an earlier cache (newest {newest}): a data or "
+                         "model file has changed since, so they describe other data or weights")
+            continue
+        base = pipeline
+        if unset and pipeline is not None:  # an override of a key to unset is dropped from the command
+            base = dataclasses.replace(pipeline, overrides=tuple(
+                o for o in pipeline.overrides if o.partition("=")[0].strip() not in unset))
+        run = f"`{command(base, stage, *overrides, args=args)}`"
+        if stage in ("extract", "probe", "finetune", "report", "all") and not args:
+            run += f" (`{make_command(base, stage, *overrides)}`)"
+        still = (f"; and unset {', '.join(unset)} in the pipeline file if it sets them" if unset else "")
+        lines.append(f"{' '.join(overrides) or 'unset ' + ', '.join(unset)}: {held} (newest {newest}): {run}{still}")
+    if len(lines) > limit:
+        lines = lines[:limit] + [f"... and {len(lines) - limit} more"]
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Why a fine-tune stopped: one statement, wherever it is said
+
+
+def stop_reason(converged: bool | None, stopped_by: str | None) -> str:
+    """Why a fine-tune (or one learning rate of its search) stopped, in the words the log, the
+    report's verdict, table and learning-curve legend all use: a run recorded as converged is
+    never said to be stopped by a cap, whatever cap ended its last epoch."""
+    if stopped_by == "diverged":
+        return "diverged (its training loss was not finite)"
+    if stopped_by == "halving":
+        return "dropped by the search (successive halving)"
+    if converged:
+        return "converged"
+    caps = {"max_epochs": "its epoch cap (finetune.max_epochs)",
+            "budget": "its wall-time cap (finetune.max_seconds)"}
+    if stopped_by in caps:
+        return f"not converged: stopped by {caps[stopped_by]} while still improving"
+    return "unfinished"

@@ -32,96 +32,150 @@ GOOD_ENOUGH, CLOSE = 0.98, 0.90
 class Inputs:
     pipeline: str
     main: list[dict]
-    """Records of the pipeline's pretrained cache: probes and fine-tunes."""
+    """Records of the configuration reported, on its cache: probes and fine-tunes."""
     control: list[dict]
-    """Records of the random-init control (its own cache), if any."""
-    ignored_caches: int
+    """Records of the same configuration on the random-init control's cache, if any."""
     notes: list[str] = dataclasses.field(default_factory=list)
-    """What was left out (earlier configurations) or is incomplete (an interrupted probe)."""
+    """What is incomplete (an interrupted probe) or uncertain (no cache to check the records by)."""
+    others: list[str] = dataclasses.field(default_factory=list)
+    """The pipeline's other configurations with records, each with the command that reports it."""
+    current: "Pipeline | None" = None
+    """The pipeline as configured for this report (None: a library call on records alone)."""
     choice: "FrozenChoice | None" = None
     """The verdict's frozen configuration (`records.frozen_choice` on `main`), chosen once so the
     verdict, the plots and the notes name the same one."""
 
 
 def collect(runs_dir: str | Path, pipeline: str, current: "Pipeline | None" = None) -> Inputs:
-    """The pipeline's records, grouped by cache: the newest pretrained cache is the main one.
+    """The records of one configuration of the pipeline, never a mix of two.
 
-    With `current` (the pipeline as configured now), only records its configuration made are
-    kept: a probe record of another probe configuration, or a fine-tune of other settings, is
-    left out and counted, never compared with the new ones."""
-    groups: dict[tuple[str, str], list[dict]] = {}
-    folders: dict[str, Path] = {}
-    for directory in sorted((Path(runs_dir) / pipeline).glob("*")):
-        for record in read_records(directory):
-            if record["pipeline"] == pipeline:
-                groups.setdefault((record["init"], record["cache_key"]), []).append(record)
-                folders[record["cache_key"]] = directory
-    if not groups:
-        raise FeatxError(f"no run records for pipeline {pipeline!r} under {runs_dir}: run "
-                         "`make probe` (and `make finetune`) first")
-    notes: list[str] = []
-    if current is not None:
-        stale = 0
-        for key, records in groups.items():
-            kept = [r for r in records if made_by(r, current)]
-            stale += len(records) - len(kept)
-            groups[key] = kept
-        if stale:
-            notes.append(f"{stale} record(s) of an earlier probe or fine-tune configuration were left "
-                         "out (rerun the stage to replace them).")
-    groups = {k: g for k, g in groups.items() if g}
-    if not groups:
-        raise FeatxError(f"no run records of the current configuration for pipeline {pipeline!r}: "
-                         "rerun `make probe` (and `make finetune`)")
-    newest = lambda init: max((g for (i, _), g in groups.items() if i == init),  # noqa: E731
-                              key=lambda g: max(r["created"] for r in g), default=[])
-    main, control = newest("pretrained"), newest("random")
-    ignored = len(groups) - bool(main) - bool(control)
-    for records in (main, control):
-        if records and current is not None:
-            notes += _interrupted(folders[records[0]["cache_key"]], current, len(
-                [r for r in records if r["stage"] == "probe"]))
-    if current is not None:
-        notes = _stale(current, main) + notes
-    return Inputs(pipeline, main, control, ignored, notes, frozen_choice(main, runs_dir))
+    With `current` (the pipeline as configured now, overrides included): the records its
+    configuration made (its probe config hash, fine-tunes of its settings) on its cache (the one
+    `featx extract` with the same overrides finds) and on its random-init control's cache.
+    Records only under other overrides are an error that names each configuration with the
+    command that reports it. Without `current` (a library call on records alone): the newest
+    probe configuration and the newest fine-tune of the newest pretrained cache."""
+    from featx.config import make_command
+    from featx.records import elsewhere
+
+    root = Path(runs_dir) / pipeline
+    folders = sorted(d for d in root.glob("*") if d.is_dir()) if root.is_dir() else []
+    everything = [r for d in folders for r in read_records(d) if r["pipeline"] == pipeline]
+    older = [d.name for d in folders if (d / "probe").is_dir() or (d / "finetune").is_dir()]
+    legacy = (f" (the records under {root}/{older[0]}/probe and /finetune are in an earlier featx's "
+              "layout, which this one does not read: rerun the stages)") if older else ""
+    if not everything:
+        raise FeatxError(f"no run records for pipeline {pipeline!r} under {runs_dir}{legacy}: run "
+                         f"`{command(current, 'probe')}` (`{make_command(current, 'probe')}`), and "
+                         "the fine-tune, first")
+    if current is None:
+        main, control = _newest(everything)
+        return Inputs(pipeline, main, control, notes=[], choice=frozen_choice(main, runs_dir))
+    main, control, notes = _current(runs_dir, everything, current)
+    shown = {id(r) for r in main + control}
+    others = elsewhere([r for r in everything if id(r) not in shown], current, "report")
+    if not main:
+        listed = "".join(f"\n  - {line}" for line in others)
+        raise FeatxError(
+            f"no run records of this configuration of pipeline {pipeline!r} ({_brief(current)})"
+            + (f"; records exist under other settings (the command that reports each):{listed}\n"
+               if others else "; ")
+            + f"to make this configuration's: `{command(current, 'all')}` (`{make_command(current, 'all')}`)"
+            + legacy)
+    if legacy:
+        said = legacy.strip(" ()")
+        notes.append(said[0].upper() + said[1:] + ".")
+    return Inputs(pipeline, main, control, notes, others, current, frozen_choice(main, runs_dir))
 
 
-def _stale(current: "Pipeline", main: list[dict]) -> list[str]:
-    """A note, first, when the records are not of the cache the pipeline's data and model give
-    now (a data file edited since, even with its size and time kept): probe and predict refuse
-    such records; the report shows them, and says so."""
-    from featx.plan import find_cache
+def _brief(pipeline: "Pipeline") -> str:
+    return (f"model {pipeline.model.name}, init {pipeline.model.init}, probe protocol "
+            f"{pipeline.probe.protocol}, grid {pipeline.probe.grid}")
 
-    if not main or main[0]["init"] != current.model.init:
-        return []
+
+def _newest(everything: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(main, control) without a pipeline: on the newest pretrained (and random-init) cache, the
+    records of its newest probe configuration and of its newest fine-tune."""
+    def pick(init: str) -> list[dict]:
+        records = [r for r in everything if r["init"] == init]
+        if not records:
+            return []
+        key = max(records, key=lambda r: r["created"])["cache_key"]
+        records = [r for r in records if r["cache_key"] == key]
+        chosen = []
+        for stage, field in (("probe", "config_hash"), ("finetune", "run_hash")):
+            staged = [r for r in records if r["stage"] == stage]
+            if staged:
+                newest = max(staged, key=lambda r: r["created"])[field]
+                chosen += [r for r in staged if r[field] == newest]
+        return chosen
+    return pick("pretrained"), pick("random")
+
+
+def _current(runs_dir, everything: list[dict], current: "Pipeline") -> tuple[list[dict], list[dict], list[str]]:
+    """(main, control, notes) of the pipeline as configured: its records on its cache; when it
+    has no cache, on the newest cache of the same settings, said first."""
+    from featx.plan import find_cache, last_cache_key
+    from featx.records import probe_config_hash, probe_dir
+
+    mine = [r for r in everything if made_by(r, current)]
+    notes = []
     try:
-        path = find_cache(current)
+        key16 = find_cache(current).stem
+        main = [r for r in mine if r["cache_key"][:16] == key16 and r["init"] == current.model.init]
     except FeatxError as exc:
-        return [f"The pipeline as it is now has no cache ({str(exc)[:160]}): if a data or model file "
-                "changed since these records were made, they describe other data; rerun `featx "
-                "extract`, `featx probe` and `featx finetune` before trusting this report."]
-    if path.stem == main[0]["cache_key"][:16]:
+        # No cache for the pipeline as it is now: the cache its extraction wrote last, if its
+        # records are of these model and extraction settings, else the newest of all these settings.
+        last = last_cache_key(current)
+        main = [r for r in mine if r["cache_key"][:16] == last and r["init"] == current.model.init
+                and _same_cache_settings(r, current, current.model.init, sections=("model", "extract"))]
+        main = main or _newest_cache([r for r in mine if r["init"] == current.model.init
+                                      and _same_cache_settings(r, current, current.model.init)])
+        if main:
+            notes.append(f"The pipeline as it is now has no cache ({str(exc)[:160]}): if a data or model file "
+                         "changed since these records were made, they describe other data; rerun `featx "
+                         "extract`, `featx probe` and `featx finetune` before trusting this report.")
+    control = []
+    if main and current.model.init == "pretrained":
+        fingerprint = (main[0]["backbone"] or {}).get("fingerprint")
+        control = _newest_cache([r for r in mine if r["init"] == "random" and _same_cache_settings(r, current, "random")
+                                 and (r["backbone"] or {}).get("fingerprint") == fingerprint])
+    for records in (main, control):
+        if records:
+            folder = probe_dir(runs_dir, current.name, records[0]["cache_key"], probe_config_hash(current.probe))
+            notes += _interrupted(folder, current, len([r for r in records if r["stage"] == "probe"]))
+    return main, control, notes
+
+
+def _same_cache_settings(record: dict, pipeline: "Pipeline", init: str,
+                         sections: tuple[str, ...] = ("data", "model", "extract")) -> bool:
+    """Whether a record was made on a cache of the pipeline's data, model (with `init`) and
+    extraction settings (those of `sections`), as its `configuration` says."""
+    from featx.records import configuration
+
+    recorded = record["configuration"]
+    if not isinstance(recorded, dict):
+        return False
+    now = configuration(pipeline)
+    now["model"]["init"] = init
+    return all(recorded.get(section) == now[section] for section in sections)
+
+
+def _newest_cache(records: list[dict]) -> list[dict]:
+    if not records:
         return []
-    return ["These records are not of the data and model the pipeline names now: a data or model "
-            "file changed since they were made. Rerun `featx probe` and `featx finetune` on the new "
-            "cache before trusting this report."]
+    key = max(records, key=lambda r: r["created"])["cache_key"]
+    return [r for r in records if r["cache_key"] == key]
 
 
 def _interrupted(directory: Path, pipeline: "Pipeline", found: int) -> list[str]:
-    from featx.files import loads_json
-    from featx.records import probe_config_hash
+    from featx.records import probe_config_hash, probe_interrupted
 
-    path = directory / "probe" / "run.json"
-    try:
-        run = loads_json(path.read_text())
-    except (OSError, ValueError):
+    run = probe_interrupted(directory, probe_config_hash(pipeline.probe))
+    if run is None:
         return []
-    if not isinstance(run, dict):
-        return []
-    if run.get("config_hash") == probe_config_hash(pipeline.probe) and not run.get("finished"):
-        return [f"The probe run was interrupted: {found} of its {run.get('planned')} fits have "
-                "records; rerun `make probe` to finish it (finished fits are redone, not lost)."]
-    return []
+    return [f"The probe run was interrupted: {found} of its {run.get('planned')} fits have records; rerun "
+            f"`{command(pipeline, 'probe')}` to finish it (finished fits are redone, not lost)."]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,6 +241,13 @@ def verdict(inputs: Inputs, runs_dir: str | Path | None = None, pipeline: "Pipel
     choice = inputs.choice
     run = lambda stage, *extra, args=(): f"`{command(pipeline, stage, *extra, args=args)}`"  # noqa: E731
     if choice is None:
+        mteb = [r for r in inputs.main if r["stage"] == "probe" and r["protocol"]["name"] == "mteb"]
+        if mteb:
+            return Verdict(f"No verdict: the mteb protocol reproduces MTEB's classification evaluator "
+                           f"({mteb[0]['features']}: accuracy = {_with_ci(mteb[0], 'accuracy')}), a check "
+                           "against leaderboard numbers, not a frozen side to set against a fine-tune; "
+                           f"the verdict rests on the default protocol's probes: {run('probe', 'probe.protocol=auto')}.",
+                           None, None, None, None)
         return Verdict(f"No probe records yet: run {run('probe')} to train heads on the cache.",
                        None, None, None, None)
     frozen = choice.record
@@ -355,13 +416,13 @@ def _paired(inputs: Inputs, a: dict, b: dict, metric: str, runs_dir) -> dict | N
     """featx.bootstrap.paired on the two records' stored predictions; None when either is
     missing or they are not predictions of the same rows."""
     from featx import bootstrap
-    from featx.records import read_predictions, run_dir
+    from featx.records import read_predictions, record_dir
 
     if runs_dir is None or a["task"] != b["task"]:
         return None
     try:
-        pa = read_predictions(run_dir(runs_dir, a["pipeline"], a["cache_key"]), a)
-        pb = read_predictions(run_dir(runs_dir, b["pipeline"], b["cache_key"]), b)
+        pa = read_predictions(record_dir(runs_dir, a), a)
+        pb = read_predictions(record_dir(runs_dir, b), b)
     except FeatxError:
         return None
     if not (np.array_equal(pa.ids, pb.ids) and np.array_equal(pa.labels, pb.labels)):
@@ -551,8 +612,7 @@ def _plot_curve(inputs: Inputs):
             metric_axis.plot([e * per_step for e in epochs], values, marker="s", markersize=4,
                              linestyle="-" if chosen else ":", color="black" if chosen else "grey",
                              label=f"{record['primary_metric']} per epoch (selection split)"
-                                   + (f", lr {lr:g}" if lr else "")
-                                   + (f", stopped by {candidate.get('stopped_by')}" if candidate.get("stopped_by") else ""))
+                                   + (f", lr {lr:g}" if lr else "") + f": {_stopped(record, candidate)}")
     loss_axis.set(xlabel="step (of the chosen learning rate)", ylabel="training loss",
                   title="Fine-tuning: training loss and the selection score per epoch")
     metric_axis.set_ylabel("selection metric")
@@ -561,6 +621,17 @@ def _plot_curve(inputs: Inputs):
     loss_axis.legend(handles[0] + more[0], handles[1] + more[1], fontsize=7, loc="upper center",
                      bbox_to_anchor=(0.5, -0.15), ncol=2)
     return figure
+
+
+def _stopped(record: dict, candidate: dict) -> str:
+    """Why a learning rate's curve ends, in the record's own words (featx.records.stop_reason):
+    the chosen one's are the record's `converged` and `stopped_by`, whatever its search entry says."""
+    from featx.records import stop_reason
+
+    chosen = candidate.get("params", {}).get("learning_rate") in (None, record["learning_rate"])
+    if chosen:
+        return stop_reason(record["converged"], record["stopped_by"])
+    return stop_reason(candidate.get("converged"), candidate.get("stopped_by"))
 
 
 def _plot_cost(inputs: Inputs):
@@ -646,27 +717,204 @@ def _num(value, digits: int = 4) -> str:
 
 def write_report(runs_dir: str | Path, reports_dir: str | Path, pipeline: str,
                  current: Pipeline | None = None) -> dict[str, Path]:
-    """Build the report for one pipeline (with `current`, of its present configuration's records
-    only); returns the paths written (md, html, csv, and json: the verdict with its numbers)."""
+    """Build the report of one configuration of a pipeline (with `current`, of the pipeline as
+    configured, else of its newest records) in its own folder, `reports/<pipeline>/<config id>/`,
+    and the pipeline's index of configurations beside them; returns the paths written (md, html,
+    csv, json: the verdict with its numbers and the configuration; index, latest)."""
     from featx.files import writable_dir
 
     inputs = collect(runs_dir, pipeline, current)
+    described = configuration_of(inputs)
     root = Path(reports_dir).parent
-    out_dir = writable_dir(Path(reports_dir) / pipeline, "the report directory", root=root)
+    base = Path(reports_dir) / pipeline
+    out_dir = writable_dir(base / described["id"], "the report directory", root=root)
     all_rows = rows(inputs)
     header, cells = table_rows(all_rows)
     judged = verdict(inputs, runs_dir, current)
     images = plots(inputs, _matplotlib_dir(Path(reports_dir) / ".matplotlib", root))
     notes = _notes(inputs)
+    settings = _configuration_lines(inputs, described)
     paths = {"md": out_dir / "report.md", "html": out_dir / "report.html", "csv": out_dir / "results.csv",
-             "json": out_dir / "verdict.json"}
+             "json": out_dir / "verdict.json", "index": base / "index.md", "latest": base / "latest.json"}
     contents = {out_dir / f"{name}.png": data for name, data in images.items()}
-    contents[paths["md"]] = _markdown(inputs, header, cells, judged, images, notes).encode()
-    contents[paths["html"]] = _html(inputs, header, cells, judged, images, notes).encode()
+    contents[paths["md"]] = _markdown(inputs, header, cells, judged, images, notes, settings).encode()
+    contents[paths["html"]] = _html(inputs, header, cells, judged, images, notes, settings).encode()
     contents[paths["csv"]] = _csv_text(all_rows).encode()
-    contents[paths["json"]] = _json_text(judged).encode()
+    contents[paths["json"]] = _json_text(judged, described).encode()
+    index, latest = _index(base, described, judged)
+    contents[paths["index"]], contents[paths["latest"]] = index.encode(), latest.encode()
     write_all(contents)
     return paths
+
+
+# ---------------------------------------------------------------------------------------------
+# The configuration a report rests on, and the index of a pipeline's reports
+
+
+def configuration_of(inputs: Inputs) -> dict:
+    """What the report's records rest on: the backbone (name, fingerprint, revision), the
+    extraction, the probe and the fine-tune settings, and the id of this configuration
+    (`<cache key[:8]>-<probe config hash[:8]>-<fine-tune settings hash[:8]>`), which names its
+    report folder."""
+    from featx.files import utc_now
+    from featx.records import finetune_config_hash, probe_config_hash, settings_hash
+
+    probes = [r for r in inputs.main if r["stage"] == "probe"]
+    tunes = [r for r in inputs.main if r["stage"] == "finetune"]
+    probe = max(probes, key=lambda r: r["created"]) if probes else None
+    tune = max(tunes, key=lambda r: r["created"]) if tunes else None
+    source = probe or tune or max(inputs.control, key=lambda r: r["created"])  # a control alone: its own
+    recorded = (probe["configuration"] if probe else None) or {}
+    tuned = (tune["configuration"] if tune else None) or {}
+    current = inputs.current
+    if current is not None:
+        probe_hash, tune_hash = probe_config_hash(current.probe), finetune_config_hash(current.finetune)
+    else:
+        probe_hash = probe["config_hash"] if probe else None
+        tune_hash = (settings_hash(tuned["finetune"]) if "finetune" in tuned
+                     else tune["run_hash"] if tune else None)
+    config_id = "-".join(part[:8] if part else "none" for part in (source["cache_key"], probe_hash, tune_hash))
+    return {"id": config_id, "pipeline": inputs.pipeline, "cache_key": source["cache_key"], "written": utc_now(),
+            "backbone": source["backbone"] or {}, "extraction": source["extraction"] or {},
+            "extract": recorded.get("extract") or tuned.get("extract") or {},
+            "data": recorded.get("data") or tuned.get("data") or {},
+            "probe": recorded.get("probe"), "probe_config_hash": probe_hash,
+            "protocol": probe["protocol"] if probe else None,
+            "finetune": None if tune is None else (tune["hyperparameters"] if "hyperparameters" in tune else {}),
+            "finetune_settings": tuned.get("finetune") or (dataclasses.asdict(current.finetune) if current else None),
+            "run_hash": tune["run_hash"] if tune else None,
+            "stopped": None if tune is None else _stop(tune),
+            "device": tune["device"] if tune and "device" in tune else "?",
+            "command": command(current, "report"), "make": _make(current, "report")}
+
+
+def _stop(tune: dict) -> str:
+    from featx.records import stop_reason
+
+    return stop_reason(tune["converged"], tune["stopped_by"])
+
+
+def _make(pipeline, target: str) -> str:
+    from featx.config import make_command
+
+    return make_command(pipeline, target)
+
+
+def _configuration_lines(inputs: Inputs, d: dict) -> list[str]:
+    """The report's "Configuration" list: the backbone and every setting the numbers rest on."""
+    backbone, extraction = d["backbone"], d["extraction"]
+    lines = []
+    if backbone.get("name"):
+        lines.append(f"Backbone: `{backbone['name']}` (fingerprint `{str(backbone.get('fingerprint'))[:16]}`, "
+                     f"revision {_code_or(backbone.get('revision'), 'none (the files as found)')}, "
+                     f"init {backbone.get('init')}"
+                     + (f", seed {backbone['init_seed']}" if backbone.get("init_seed") is not None else "")
+                     + f"; from {backbone.get('source') or 'its folder'}).")
+    else:
+        lines.append("Backbone: not recorded (records of an older featx).")
+    layers = extraction.get("layers") or {}
+    stored = "; ".join(f"{p} {_span(v)}" for p, v in layers.items()) if isinstance(layers, dict) else ""
+    dropped = extraction.get("dropped_empty") or {}
+    extract = d["extract"]
+    lines.append(f"Extraction: poolings and layers stored: {stored or 'not recorded'}; max_length "
+                 f"{extraction.get('max_length', extract.get('max_length'))}; prompt "
+                 f"{_code_or(extraction.get('prompt'), 'none')}; compute {extraction.get('compute_dtype', '?')}, "
+                 f"stored {extraction.get('store_dtype', '?')}; rows dropped for an empty text: "
+                 + (", ".join(f"{s} {n}" for s, n in dropped.items()) if dropped else "none")
+                 + f"; cache key `{d['cache_key'][:16]}`.")
+    probe, protocol = d["probe"], d["protocol"]
+    if probe:
+        chosen = (f" ({protocol['name']}: chosen on {protocol['select_on']}, reported on {protocol['report_on']})"
+                  if protocol else "")
+        lines.append(f"Probe (config `{d['probe_config_hash']}`): protocol {probe['protocol']}{chosen}; grid "
+                     f"{probe['grid']}; heads {', '.join(probe['heads'])}; baselines "
+                     f"{', '.join(probe['baselines']) or 'none'}; poolings {_listed(probe['poolings'], 'every one cached')}; "
+                     f"layers {_listed(probe['layers'], '?')}; seeds {_listed(probe['seeds'], '?')}; metric "
+                     f"{probe['metric'] or 'the task default'}.")
+    elif protocol:
+        lines.append(f"Probe: protocol {protocol['name']} (chosen on {protocol['select_on']}, reported on "
+                     f"{protocol['report_on']}); its other settings are not recorded.")
+    else:
+        lines.append("Probe: no record of this configuration yet.")
+    tuned = d["finetune"]
+    if tuned is not None:
+        lines.append(f"Fine-tune (run `{str(d['run_hash'])[:16]}`): head {tuned.get('head_input')}"
+                     + (" with LP-FT" if tuned.get("init_head_from_probe") else "")
+                     + f"; learning rates {_listed(tuned.get('learning_rates'), '?')} (search {tuned.get('search')}); "
+                     f"batch {tuned.get('batch_size')}; up to {tuned.get('max_epochs')} epochs"
+                     + (f" or {tuned['max_seconds']:g} s" if tuned.get("max_seconds") else "")
+                     + f", patience {tuned.get('patience')} (min_delta {tuned.get('min_delta')}); seed "
+                     f"{tuned.get('seed')}; {tuned.get('dtype')} on {d['device']}; {d['stopped']}.")
+    else:
+        lines.append("Fine-tune: no record of this configuration yet.")
+    lines.append(f"This configuration: `{d['id']}`; this report: `{d['command']}` (`{d['make']}`); every "
+                 "stage takes the same overrides.")
+    if inputs.others:
+        lines.append("Other configurations of this pipeline with records (the command that reports each): "
+                     + " | ".join(inputs.others))
+    return lines
+
+
+def _code_or(value, absent: str) -> str:
+    return absent if value in (None, "") else f"`{value}`"
+
+
+def _listed(values, absent: str) -> str:
+    if values is None:
+        return absent
+    return ", ".join(str(v) for v in values) if isinstance(values, (list, tuple)) else str(values)
+
+
+def _span(layers) -> str:
+    """[0, 1, 2, 3] -> "0-3", [6] -> "6"."""
+    if not isinstance(layers, list) or not layers:
+        return str(layers)
+    if layers == list(range(layers[0], layers[-1] + 1)) and len(layers) > 2:
+        return f"{layers[0]}-{layers[-1]}"
+    return ",".join(map(str, layers))
+
+
+def _index(base: Path, described: dict, judged: "Verdict") -> tuple[str, str]:
+    """(index.md, latest.json) of a pipeline's reports: every configuration's report folder, the
+    newest first, and a stable pointer to the one just written (no link: a file)."""
+    import json
+
+    from featx.files import loads_json
+
+    entries = {}
+    for path in sorted(base.glob("*/verdict.json")):
+        try:
+            found = loads_json(path.read_text())["configuration"]
+            entries[found["id"]] = found | {"headline": str(found.get("headline", ""))}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a report folder of an older featx, or a damaged one: left out of the index
+    entries[described["id"]] = described | {"headline": _headline(judged.text)}
+    ordered = sorted(entries.values(), key=lambda e: str(e.get("written")), reverse=True)
+    cell = lambda value: str(value).replace("|", "/").replace("\n", " ")  # noqa: E731
+    lines = [f"# featx reports: {described['pipeline']}", "",
+             f"Latest: [{described['id']}]({described['id']}/report.md), written {described['written']} "
+             f"(`{described['command']}`).", "",
+             "| configuration | backbone | fingerprint | init | probe | fine-tune | written | verdict |",
+             "|---|---|---|---|---|---|---|---|"]
+    for e in ordered:
+        backbone = e.get("backbone") if isinstance(e.get("backbone"), dict) else {}
+        probe = e.get("probe") if isinstance(e.get("probe"), dict) else {}
+        tuned = e.get("finetune") if isinstance(e.get("finetune"), dict) else {}
+        lines.append("| " + " | ".join(cell(v) for v in (
+            f"[{e['id']}]({e['id']}/report.md)", backbone.get("name", "?"), str(backbone.get("fingerprint", "?"))[:12],
+            backbone.get("init", "?"), f"{probe.get('protocol', '-')}, {probe.get('grid', '-')}" if probe else "-",
+            f"{tuned.get('head_input')}, lr {_listed(tuned.get('learning_rates'), '?')}" if tuned else "-",
+            e.get("written", "?"), e.get("headline", ""))) + " |")
+    latest = {"id": described["id"], "report": f"{described['id']}/report.md",
+              "html": f"{described['id']}/report.html", "verdict": f"{described['id']}/verdict.json",
+              "written": described["written"], "command": described["command"]}
+    return "\n".join(lines) + "\n", json.dumps(latest, indent=1) + "\n"
+
+
+def _headline(text: str) -> str:
+    """The verdict's first sentence, for the index."""
+    first = text.split(". ")[0]
+    return first if first.endswith(".") else first + "."
 
 
 def write_all(contents: dict[Path, bytes]) -> None:
@@ -702,32 +950,34 @@ def _matplotlib_dir(folder: Path, root: Path) -> Path:
     return folder
 
 
-def _json_text(judged: "Verdict") -> str:
+def _json_text(judged: "Verdict", described: dict) -> str:
     import json
 
     pick = lambda r: None if r is None else {k: r.get(k) for k in (  # noqa: E731
         "features", "head", "init", "primary_metric", "metrics", "metrics_ci", "n_eval", "converged")}
     return json.dumps({"text": judged.text, "frozen": pick(judged.frozen), "tuned": pick(judged.tuned),
                        "quality_ratio": judged.quality_ratio, "compute_ratio": judged.compute_ratio,
-                       "comparison": judged.comparison, "lexical": judged.lexical}, indent=1) + "\n"
+                       "comparison": judged.comparison, "lexical": judged.lexical,
+                       "configuration": described | {"headline": _headline(judged.text)}},
+                      indent=1, default=str) + "\n"
 
 
 def _notes(inputs: Inputs) -> list[str]:
     notes = list(inputs.notes)
     stages = {r["stage"] for r in inputs.main}
+    current = inputs.current
     if "probe" not in stages:
-        notes.append("No probe records: run `make probe`.")
+        notes.append(f"No probe records of this configuration: run `{command(current, 'probe')}` "
+                     f"(`{_make(current, 'probe')}`).")
     if "finetune" not in stages:
-        notes.append("No fine-tune record: run `make finetune` for the baseline.")
+        notes.append(f"No fine-tune record of this configuration: run `{command(current, 'finetune')}` "
+                     f"(`{_make(current, 'finetune')}`) for the baseline.")
     if not inputs.control:
-        notes.append("No random-init control: `featx extract PIPELINE model.init=random` then "
-                     "`featx probe` / `featx finetune` with the same override.")
-    if inputs.ignored_caches:
-        notes.append(f"{inputs.ignored_caches} older cache(s) of this pipeline were left out.")
+        notes.append(f"No random-init control: `{command(current, 'extract', 'model.init=random')}`, then "
+                     "`featx probe` and `featx finetune` with the same overrides.")
     if inputs.main:
         first = inputs.main[0]
-        notes.append(f"Task: {first['task']}; cache key {first['cache_key'][:16]}; primary metric "
-                     f"{first['primary_metric']} (higher is better).")
+        notes.append(f"Task: {first['task']}; primary metric {first['primary_metric']} (higher is better).")
     return notes + _label_notes(inputs.main, inputs.choice) + _truncation_notes(inputs.main)
 
 
@@ -771,9 +1021,10 @@ def _truncation_notes(records: list[dict]) -> list[str]:
     return notes
 
 
-def _markdown(inputs, header, cells, judged, images, notes) -> str:
+def _markdown(inputs, header, cells, judged, images, notes, settings) -> str:
     lines = [f"# featx report: {inputs.pipeline}", "", f"**Verdict.** {judged.text}", ""]
-    lines += [f"- {n}" for n in notes] + [""]
+    lines += ["## Configuration", ""] + [f"- {n}" for n in settings] + [""]
+    lines += ["## Results", ""] + [f"- {n}" for n in notes] + [""]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in cells]
     lines.append("")
@@ -782,7 +1033,7 @@ def _markdown(inputs, header, cells, judged, images, notes) -> str:
     return "\n".join(lines)
 
 
-def _html(inputs, header, cells, judged, images, notes) -> str:
+def _html(inputs, header, cells, judged, images, notes, settings) -> str:
     e = html.escape
     parts = ["<!DOCTYPE html>", "<html><head><meta charset=\"utf-8\">",
              f"<title>featx report: {e(inputs.pipeline)}</title>",
@@ -791,7 +1042,8 @@ def _html(inputs, header, cells, judged, images, notes) -> str:
              "padding:3px 6px;text-align:right}td:first-child,th:first-child{text-align:left}"
              "img{max-width:100%}</style></head><body>",
              f"<h1>featx report: {e(inputs.pipeline)}</h1>",
-             f"<p><strong>Verdict.</strong> {_code(e(judged.text))}</p>", "<ul>"]
+             f"<p><strong>Verdict.</strong> {_code(e(judged.text))}</p>", "<h2>Configuration</h2>", "<ul>"]
+    parts += [f"<li>{_code(e(n))}</li>" for n in settings] + ["</ul>", "<h2>Results</h2>", "<ul>"]
     parts += [f"<li>{_code(e(n))}</li>" for n in notes] + ["</ul>", "<table>"]
     parts.append("<tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>")
     parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in cells]

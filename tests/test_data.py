@@ -191,6 +191,52 @@ def test_empty_text(tmp_path, text):
     assert "row 6" in message and "'text'" in message and "empty" in message
 
 
+def test_every_empty_text_is_listed_in_one_error(tmp_path):
+    rows = classification_rows(60)
+    for i, text in ((3, ""), (8, "  "), (41, "")):
+        rows[i]["text"] = text
+    train = write_rows(tmp_path / "train.csv", rows)
+    dev_rows = classification_rows(10, seed=1)
+    dev_rows[2]["text"] = ""
+    dev = write_rows(tmp_path / "dev.csv", dev_rows)
+    message = error_of(DataConfig(train=str(train), dev=str(dev)))
+    assert message.startswith("4 rows with no text")
+    assert "train.csv, rows 5 (empty), 10 (empty), 43 (empty)" in message and "dev.csv, row 4 (empty)" in message
+    assert "data.drop_empty=true" in message and "Traceback" not in message
+    many = classification_rows(100)
+    for row in many[::3]:
+        row["text"] = ""
+    message = error_of(DataConfig(path=str(write_rows(tmp_path / "many.csv", many))))
+    assert message.startswith("34 rows with no text") and "(the first 20 of 34)" in message
+    assert "rows 2 (empty), 5 (empty)" in message and " 62 (empty)" not in message
+
+
+def test_drop_empty_drops_them_and_counts_them_per_split(tmp_path):
+    train_rows, test_rows = classification_rows(60), classification_rows(20, seed=1)
+    train_rows[3]["text"] = train_rows[9]["text"] = ""
+    test_rows[0]["text"] = " "
+    train, test = write_rows(tmp_path / "train.csv", train_rows), write_rows(tmp_path / "test.csv", test_rows)
+    data = load_dataset(DataConfig(train=str(train), test=str(test), drop_empty=True))
+    assert data.dropped_empty == {"train": 2, "test": 1}
+    assert len(data.splits["train"]) == 58 and len(data.splits["test"]) == 19
+    assert all(text.strip() for split in data.splits.values() for text in split.texts)
+    whole = [r | {"split": "train" if i < 40 else "test"} for i, r in enumerate(classification_rows(60))]
+    whole[5]["text"] = whole[50]["text"] = whole[51]["text"] = ""
+    by_column = load_dataset(DataConfig(path=str(write_rows(tmp_path / "s.csv", whole)), split_column="split",
+                                        drop_empty=True))
+    assert by_column.dropped_empty == {"train": 1, "test": 2}
+    assert load_dataset(DataConfig(path=str(write_rows(tmp_path / "one.csv", train_rows)),
+                                   drop_empty=True)).dropped_empty == {"all": 2}
+    pairs = classification_rows(30, pairs=True)
+    pairs[7]["text2"] = ""
+    path = write_rows(tmp_path / "pairs.csv", pairs)
+    message = error_of(DataConfig(path=str(path), text_pair="text2"))
+    assert "row 9 (empty 'text2')" in message and "'text' or 'text2'" in message
+    assert load_dataset(DataConfig(path=str(path), text_pair="text2", drop_empty=True)).dropped_empty == {"all": 1}
+    assert load_dataset(DataConfig(path=str(write_rows(tmp_path / "clean.csv", classification_rows(30))),
+                                   drop_empty=True)).dropped_empty == {}
+
+
 @pytest.mark.parametrize("label", ["", "  "])
 def test_missing_label(tmp_path, label):
     rows = classification_rows(10)

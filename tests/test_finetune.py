@@ -179,9 +179,9 @@ def test_tiny_dataset_is_overfitted(make_pipeline, tmp_path):
     assert record["stage"] == "finetune" and record["features"] == "finetune:mean"
     assert record["epochs"] == 20 and record["steps"] == 20 * 5 and 1 <= record["best_epoch"] <= 20
     assert record["stopped_by"] == "max_epochs" and record["learning_rate"] == 1e-3
-    from featx.records import checkpoint_path, run_dir
+    from featx.records import checkpoint_path, record_dir
 
-    best = checkpoint_path(run_dir(pipeline.runs_dir, pipeline.name, record["cache_key"]), record)
+    best = checkpoint_path(record_dir(pipeline.runs_dir, record), record)
     assert best.is_file() and not Path(record["checkpoint"]).is_absolute()
     assert record["primary_metric"] == "accuracy" and record["metrics"]["accuracy"] >= 0.9  # separable
     assert record["protocol"] == {"name": "finetune", "select_on": "dev", "report_on": "test"}
@@ -319,7 +319,7 @@ def test_interrupted_training_resumes_from_the_last_epoch(tmp_path, tiny_bert):
     job = run_featx("finetune", str(toml), wait=False)
     deadline = time.time() + 120
     while time.time() < deadline and job.poll() is None:
-        if list((tmp_path / "data" / "runs").glob("*/*/finetune/*/lr-*/state.json")):
+        if list((tmp_path / "data" / "runs").glob("*/*/finetune-*/lr-*/state.json")):
             break
         time.sleep(0.01)
     assert job.poll() is None, "training finished before it could be interrupted"

@@ -15,7 +15,7 @@ from featx.extract import extract
 from featx.finetune import run_finetune
 from featx.predict import export, load_predictor, predict_file
 from featx.probe import run_probe
-from featx.records import load_head, read_predictions, run_dir
+from featx.records import load_head, read_predictions, record_dir
 from tests.conftest import write_rows
 from tests.test_finetune import separable_rows
 
@@ -55,7 +55,7 @@ def test_predictions_equal_the_stored_head_on_cached_features(trained, tmp_path)
     result = predict_file(pipeline, str(new), head="mean@2/logistic", out=tmp_path / "out.csv")
     rows = read_csv(result["out"])
     assert [r["id"] for r in rows] == ids[::-1] and result["metrics"] is None  # input order kept
-    head = load_head(run_dir(pipeline.runs_dir, pipeline.name, records[0]["cache_key"]) / "heads" / "mean@2__logistic__seed0.safetensors")
+    head = load_head(record_dir(pipeline.runs_dir, records[0]) / "heads" / "mean@2__logistic__seed0.safetensors")
     with Cache(cache_path) as cache:
         expected = head.predict(cache.features("test", "mean", -1))[::-1]
     assert [r["prediction"] for r in rows] == [names[i] for i in expected]
@@ -84,7 +84,7 @@ def test_finetuned_predictions_equal_the_fine_tunes(trained, tmp_path):
     record = run_finetune(pipeline)
     ids, texts, labels, names = cached_split(cache_path, "test")
     predictor = load_predictor(pipeline, finetuned=True)
-    stored = read_predictions(run_dir(pipeline.runs_dir, pipeline.name, record["cache_key"]), record)
+    stored = read_predictions(record_dir(pipeline.runs_dir, record), record)
     np.testing.assert_allclose(predictor.scores(texts), stored.scores[0], atol=1e-5)
     assert list(predictor.predict(texts[:3])) == [names[i] for i in stored.scores[0][:3].argmax(axis=1)]
 

@@ -16,7 +16,7 @@ from featx.cache import Cache
 from featx.config import ProbeConfig
 from featx.errors import FeatxError
 from featx.probe import Features, choose_protocol, probe_one, run_probe, undersample
-from featx.records import head_binding, load_head, read_records, save_heads
+from featx.records import head_binding, load_head, probe_config_hash, probe_dir, read_records, save_heads
 from tests.conftest import write_rows, write_synthetic_cache
 
 SPLITS = {"train": 300, "dev": 120, "test": 120}
@@ -215,7 +215,7 @@ def test_featx_probe_end_to_end(make_pipeline, csv_dataset, tmp_path):
     assert {("mean@2", "logistic"), ("cls@0+1+2", "lightgbm")} <= names
     assert {f"mean@{i}" for i in stored} <= {f for f, h in names if h == "logistic"}
     assert len(names) == len(records)
-    run = tmp_path / "data" / "runs" / "test" / key[:16]
+    run = probe_dir(tmp_path / "data" / "runs", "test", key, probe_config_hash(pipeline.probe))
     on_disk = read_records(run)
     assert len(on_disk) == len(records)
     record = next(r for r in on_disk if r["features"] == "mean@2" and r["head"] == "logistic")
@@ -224,13 +224,19 @@ def test_featx_probe_end_to_end(make_pipeline, csv_dataset, tmp_path):
     assert record["hyperparameters"] in [c["params"] for c in record["search"]] and len(record["search"]) >= 5
     assert record["primary_metric"] == "accuracy" and 0 <= record["metrics"]["accuracy"] <= 1
     assert record["n_train"] == 96 and record["n_eval"] == 12 and record["fit_seconds"] > 0
-    sweep = json.loads((run / "probe" / "sweep-mean-logistic.json").read_text())
+    sweep = json.loads((run / "sweep-mean-logistic.json").read_text())
     assert [p["layer"] for p in sweep["curve"]] == list(stored)
     saved = sorted((run / "heads").glob("*.safetensors"))
     assert len(saved) == len(records) and not list((run / "heads").glob("*.joblib"))
     entry = records[0]["heads"][0]
     load_head(run / "heads" / entry["file"], sha256=entry["sha256"], binding=head_binding(records[0], 0))
-    # a second run gives the same numbers (probe runs are idempotent)
+    # a second run of the same configuration on the same cache reuses the finished one ...
+    reused = {(r["features"], r["head"]): r["created"] for r in run_probe(pipeline)}
+    assert all(reused[(r["features"], r["head"])] == r["created"] for r in records)
+    # ... and a run from scratch gives the same numbers (probe runs are idempotent)
+    import shutil
+
+    shutil.rmtree(run)
     again = {(r["features"], r["head"]): r["metrics"] for r in run_probe(pipeline)}
     assert all(again[(r["features"], r["head"])] == r["metrics"] for r in records)
 
@@ -468,7 +474,7 @@ def test_majority_and_tfidf_baselines(tmp_path, make_pipeline):
         commonest = np.bincount(cache.labels("train")).argmax()
     assert majority["metrics"]["accuracy"] == pytest.approx(np.mean(test_labels == commonest))
     assert tfidf["metrics"]["accuracy"] > 0.95  # the words give the class away
-    run = tmp_path / "data" / "runs" / "test" / tfidf["cache_key"][:16]
+    run = probe_dir(tmp_path / "data" / "runs", "test", tfidf["cache_key"], tfidf["config_hash"])
     stored = read_predictions(run, tfidf)
     assert stored.scores.shape == (1, len(test_labels), 3) and np.array_equal(stored.labels, test_labels)
     for record in records.values():  # every metric has an interval around its value

@@ -3,6 +3,7 @@ then `featx predict` on new texts, with the real packaged model."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 import subprocess
@@ -30,19 +31,22 @@ def test_readme_quickstart_runs_as_written(tmp_path):
     from featx.config import DataConfig
     from featx.data import load_dataset
 
+    import tomllib
+
     toml, commands = quickstart()
     (tmp_path / "pipelines").mkdir()
     (tmp_path / "pipelines" / "mine.toml").write_text(toml)
-    data_file = re.search(r'path = "([^"]+)"', toml).group(1)
+    data = tomllib.loads(toml)["data"]  # the columns the README names
+    data_file, text, label = data["path"], data.get("text", "text"), data.get("label", "label")
     trec = load_dataset(DataConfig(builtin="trec"))
     train = trec.splits["train"]
-    rows = [{"text": t, "label": trec.label_names[y]} for t, y in zip(train.texts[:300], train.labels[:300])]
+    rows = [{text: t, label: trec.label_names[y]} for t, y in zip(train.texts[:300], train.labels[:300])]
     (tmp_path / data_file).parent.mkdir(parents=True)
     with open(tmp_path / data_file, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["text", "label"])
+        writer = csv.DictWriter(f, fieldnames=[text, label])
         writer.writeheader()
         writer.writerows(rows)
-    (tmp_path / "new.csv").write_text("id,text\n1,What is the capital of France ?\n2,Who wrote Hamlet ?\n")
+    (tmp_path / "new.csv").write_text(f"id,{text}\n1,What is the capital of France ?\n2,Who wrote Hamlet ?\n")
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT))
     bin_dir = Path(sys.executable).parent
     for command in commands:
@@ -54,7 +58,9 @@ def test_readme_quickstart_runs_as_written(tmp_path):
         result = subprocess.run([str(bin_dir / "featx"), *args], cwd=tmp_path, env=env,
                                 capture_output=True, text=True, timeout=900)
         assert result.returncode == 0, f"{command}\n{result.stderr[-3000:]}"
-    assert (tmp_path / "data" / "reports" / "mine" / "report.md").is_file()
+    reports = tmp_path / "data" / "reports" / "mine"
+    latest = json.loads((reports / "latest.json").read_text())
+    assert (reports / latest["report"]).is_file() and latest["id"] in (reports / "index.md").read_text()
     with open(tmp_path / "data" / "predictions" / "mine.csv") as f:
         predicted = list(csv.DictReader(f))
     assert [r["id"] for r in predicted] == ["1", "2"]

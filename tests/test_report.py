@@ -11,7 +11,7 @@ import pytest
 
 from featx import metrics as M
 from featx.errors import FeatxError
-from featx.records import new_record, run_dir, write_record
+from featx.records import new_record, record_dir, run_dir, write_record
 from featx.report import collect, verdict, write_report
 
 KEY = "a" * 64
@@ -81,7 +81,8 @@ def fake(stage: str, task: str, features: str, head: str, primary_value: float, 
         metrics_std={k: seed_std for k in names}, per_seed=[metrics], threshold=None,
         n_train=100, n_eval=50, fit_seconds=1.5, predict_seconds=0.01,
         backbone_forward_passes=1000 if stage == "probe" else 40000,
-        extract_seconds=10.0 if stage == "probe" else None, cache_bytes=5_000_000)
+        extract_seconds=10.0 if stage == "probe" else None, cache_bytes=5_000_000,
+        **({"config_hash": "c" * 16} if stage == "probe" else {"run_hash": "f" * 64}))
     if stage == "finetune":
         record |= {"wall_seconds": 120.0, "epochs": 3, "steps": 30, "best_epoch": 3,
                    "learning_rate": 2e-5,
@@ -92,7 +93,7 @@ def fake(stage: str, task: str, features: str, head: str, primary_value: float, 
 
 def write_all(runs: Path, records: list[dict]) -> None:
     for record in records:
-        write_record(run_dir(runs, record["pipeline"], record["cache_key"]), record)
+        write_record(record_dir(runs, record), record)
 
 
 class Images(HTMLParser):
@@ -114,7 +115,7 @@ def test_report_of_every_task_type(tmp_path, task):
                 fake("probe", task, "mean@3", "logistic", 0.40, init="random", key=CONTROL_KEY)]
     write_all(tmp_path / "runs", records)
     paths = write_report(tmp_path / "runs", tmp_path / "reports", "fx")
-    assert set(paths) == {"md", "html", "csv", "json"} and all(p.is_file() for p in paths.values())
+    assert set(paths) == {"md", "html", "csv", "json", "index", "latest"} and all(p.is_file() for p in paths.values())
 
     with open(paths["csv"]) as f:
         table = list(csv.DictReader(f))
@@ -151,7 +152,7 @@ def test_missing_finetune_is_reported_not_fatal(tmp_path):
     write_all(tmp_path / "runs", [fake("probe", "binary", "mean@6", "logistic", 0.7)])
     paths = write_report(tmp_path / "runs", tmp_path / "reports", "fx")
     text = paths["md"].read_text()
-    assert "No fine-tune record yet" in text and "run `make finetune`" in text
+    assert "No fine-tune record yet" in text and "`make finetune PIPELINE=" in text
     parser = Images()
     parser.feed(paths["html"].read_text())
     assert parser.sources  # the plots that can be drawn still are
@@ -211,7 +212,7 @@ def with_predictions(record: dict, predictions) -> tuple[dict, object]:
 
 def write_pairs(runs: Path, pairs) -> None:
     for record, predictions in pairs:
-        write_record(run_dir(runs, record["pipeline"], record["cache_key"]), record, predictions)
+        write_record(record_dir(runs, record), record, predictions)
 
 
 def labels(n: int, seed: int = 0):

@@ -106,7 +106,8 @@ def test_records_of_an_earlier_configuration_are_left_out(tmp_path, make_pipelin
     inputs = collect(new.runs_dir, new.name, new)
     assert {r["features"] for r in inputs.main} == {"mean@2"}  # cls@2 was the earlier configuration
     assert {r["primary_metric"] for r in inputs.main} == {"mcc"}
-    assert any("earlier probe or fine-tune configuration" in n for n in inputs.notes)
+    # the earlier configuration is named, with the overrides that report it, never mixed in
+    assert any('probe.poolings=["cls"]' in line and "featx report" in line for line in inputs.others)
 
 
 def test_an_interrupted_probe_is_said(tmp_path, make_pipeline, csv_dataset):
@@ -114,7 +115,7 @@ def test_an_interrupted_probe_is_said(tmp_path, make_pipeline, csv_dataset):
                                                                 "baselines": []})
     extract(pipeline)
     records = run_probe(pipeline)
-    run = next(Path(pipeline.runs_dir).glob("*/*/probe"))
+    run = next(Path(pipeline.runs_dir).glob("*/*/probe-*"))
     manifest = json.loads((run / "run.json").read_text())
     (run / "run.json").write_text(json.dumps(manifest | {"finished": False, "planned": len(records) + 3}))
     notes = collect(pipeline.runs_dir, pipeline.name, pipeline).notes

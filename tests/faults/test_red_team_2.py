@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import pickle
+import re
 import shutil
 import signal
 from pathlib import Path
@@ -26,7 +27,7 @@ from featx.extract import extract
 from featx.finetune import run_finetune
 from featx.predict import export, load_predictor, predict_file
 from featx.probe import run_probe
-from featx.records import read_records, run_dir
+from featx.records import probe_config_hash, read_records
 from featx.report import collect, write_report
 from tests.conftest import ROOT, build_tiny_bert, run_featx, write_rows
 from tests.faults.conftest import FIGURES, FULL
@@ -85,11 +86,12 @@ def project(built, tmp_path):
 
 
 def runs(pipeline) -> Path:
-    return next(Path(pipeline.runs_dir).glob(f"{pipeline.name}/*"))
+    """The folder of the pipeline's probe configuration on its (one) cache."""
+    return next(Path(pipeline.runs_dir).glob(f"{pipeline.name}/*")) / f"probe-{probe_config_hash(pipeline.probe)}"
 
 
 def probe_record(pipeline, features="mean@2", head="logistic") -> tuple[Path, dict]:
-    path = runs(pipeline) / "probe" / f"{features}__{head}.json"
+    path = runs(pipeline) / f"{features}__{head}.json"
     return path, json.loads(path.read_text())
 
 
@@ -258,11 +260,12 @@ def victim(tmp_path: Path, name: str = "victim.txt") -> Path:
     return path
 
 
-@pytest.mark.parametrize("name", ["report.md", "results.csv", "report.html", "verdict.json", "cost.png"])
+@pytest.mark.parametrize("name", ["report.md", "results.csv", "report.html", "verdict.json", "cost.png",
+                                  "index.md", "latest.json"])
 def test_report_files_replaced_by_links_are_not_followed(project, tmp_path, name):
-    write_report(project.runs_dir, project.reports_dir, project.name, project)
+    paths = write_report(project.runs_dir, project.reports_dir, project.name, project)
     target = victim(tmp_path)
-    planted = Path(project.reports_dir) / project.name / name
+    planted = (paths["index"] if name in ("index.md", "latest.json") else paths["md"]).parent / name
     before = {p.name: p.read_bytes() for p in planted.parent.iterdir() if p.is_file() and not p.is_symlink()}
     planted.unlink()
     planted.symlink_to(target)
@@ -335,13 +338,13 @@ def test_every_file_featx_writes_refuses_a_planted_link(project, tmp_path):
 
 
 FOLDERS = ["reports/rt", "cache", "runs/rt/KEY/heads"] + (
-    ["runs/rt", "predictions", "reports/.matplotlib", "runs/rt/KEY/probe"] if FULL else [])
+    ["runs/rt", "predictions", "reports/.matplotlib", "runs/rt/KEY"] if FULL else [])
 
 
 @pytest.mark.slow  # every stage rerun per generated case
 @pytest.mark.parametrize("folder", FOLDERS)
 def test_a_folder_link_below_data_dir_is_refused(project, tmp_path, folder):
-    key = runs(project).name
+    key = str(runs(project).relative_to(Path(project.runs_dir) / project.name))  # <cache key>/probe-<hash>
     path = Path(project.data_dir) / folder.replace("KEY", key)
     outside = tmp_path / "outside-folder"
     if path.exists():
@@ -369,8 +372,9 @@ def test_predictions_to_a_link_are_refused(project, tmp_path):
 
 
 def report_files(pipeline) -> dict[str, bytes]:
+    """Every report file of the pipeline: each configuration's folder, the index, the pointer."""
     folder = Path(pipeline.reports_dir) / pipeline.name
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def full_disk_after(monkeypatch, writes: int):
@@ -395,19 +399,20 @@ def test_a_full_disk_during_the_report_changes_nothing(project, monkeypatch):
     the new ones, never a mix, and the error is one FeatxError."""
     write_report(project.runs_dir, project.reports_dir, project.name, project)
     old = report_files(project)
-    run_finetune(dataclasses.replace(project, finetune=dataclasses.replace(project.finetune, seed=1)))
+    other = dataclasses.replace(project, finetune=dataclasses.replace(project.finetune, seed=1))
+    run_finetune(other)  # another configuration: its report goes beside, and the index changes
     moments = range(0, len(old) + 10) if FULL else (0, len(old) // 2, len(old), len(old) + 10)
     for writes in moments:
         with monkeypatch.context() as patch:
             full_disk_after(patch, writes)
-            result = featx_only("disk full during the report", write_report, project.runs_dir,
-                                project.reports_dir, project.name, project)
+            result = featx_only("disk full during the report", write_report, other.runs_dir,
+                                other.reports_dir, other.name, other)
         now = report_files(project)
         if result is None and now != old:
             silent("disk full during the report", f"after {writes} writes the old report was changed")
         if result is not None:
             break
-    assert report_files(project) != old  # with space, the new report replaced the old one
+    assert report_files(project) != old  # with space, the new configuration's report is written
 
 
 @pytest.mark.slow  # a featx process under a file-size limit
@@ -475,17 +480,20 @@ def test_a_record_without_its_head_never_pairs_with_another_runs_head(project):
     first = load_predictor(project, "mean@2/logistic").scores(["the cat sat"])
     other = dataclasses.replace(project, probe=dataclasses.replace(project.probe, heads=("logistic",),
                                                                       save_heads=False, folds=3, protocol="cv"))
-    run_probe(other)  # replaces the records, not the head files
+    run_probe(other)  # in its own folder: the first configuration's records and heads stay
     refused("save_heads = false", load_predictor, other, "mean@2/logistic")
-    refused("of another probe configuration exist", load_predictor, project, "mean@2/logistic")
+    np.testing.assert_array_equal(load_predictor(project, "mean@2/logistic").scores(["the cat sat"]), first)
     assert first.shape == (1, 3)
 
 
 def test_a_probe_killed_between_saving_heads_and_writing_records(project, monkeypatch):
     from featx import probe
 
+    from featx.records import run_status_path
+
     expected = load_predictor(project, "mean@2/logistic").scores(["the cat sat"])
-    other = dataclasses.replace(project, probe=dataclasses.replace(project.probe, metric="macro_f1"))
+    status = run_status_path(runs(project))  # an unfinished run of this configuration: fitted again
+    status.write_text(json.dumps(json.loads(status.read_text()) | {"finished": False}))
 
     real = probe.write_record
 
@@ -495,7 +503,7 @@ def test_a_probe_killed_between_saving_heads_and_writing_records(project, monkey
         return real(directory, record, predictions)
     monkeypatch.setattr(probe, "write_record", killed)
     with pytest.raises(KeyboardInterrupt):
-        run_probe(other)
+        run_probe(project)
     refused("not the head its record names", load_predictor(project, "mean@2/logistic").scores, ["the cat sat"])
     monkeypatch.undo()
     run_probe(project)  # the fix it names
@@ -505,9 +513,9 @@ def test_a_probe_killed_between_saving_heads_and_writing_records(project, monkey
 def test_predict_refuses_the_default_head_of_an_interrupted_probe(project, caplog):
     import logging
 
-    from featx.records import probe_config_hash, run_status_path
+    from featx.records import run_status_path
 
-    status = run_status_path(runs(project), probe_config_hash(project.probe))
+    status = run_status_path(runs(project))
     status.write_text(json.dumps(json.loads(status.read_text()) | {"finished": False, "planned": 9}))
     refused("interrupted", load_predictor, project)
     with caplog.at_level(logging.WARNING, logger="featx"):
@@ -531,12 +539,12 @@ def test_ctrl_c_during_the_mlp_interrupts(project, monkeypatch):
             signal.raise_signal(signal.SIGINT)  # a real Ctrl-C, in the middle of scikit-learn's loop
         return real(self, *args, **kwargs)
     monkeypatch.setattr(MLPClassifier, "_backprop", interrupted)
-    mlp_record = runs(project) / "probe" / "mean@2__mlp.json"
+    mlp_record = runs(project) / "mean@2__mlp.json"
     before = mlp_record.read_bytes()
     other = dataclasses.replace(project, probe=dataclasses.replace(project.probe, metric="macro_f1"))
     with pytest.raises(KeyboardInterrupt):
         run_probe(other)
-    assert json.loads((runs(project) / "probe" / "run.json").read_text())["finished"] is False
+    assert json.loads((runs(other) / "run.json").read_text())["finished"] is False
     assert mlp_record.read_bytes() == before  # no record of the interrupted fit
     FIGURES["checks"]["red team 2: Ctrl-C in the MLP interrupts"] += 1
 
@@ -766,14 +774,13 @@ def test_deep_nesting_anywhere_featx_parses(tmp_path, depth, kind, where):
         (folder / "d.jsonl").write_text(f'{{"text": "a", "label": {deep_json}}}\n' * 4)
         featx_only("deep nesting", load_dataset, DataConfig(path=str(folder / "d.jsonl")))
     elif where == "record":
-        (folder / "probe").mkdir()
-        (folder / "probe" / "r.json").write_text(deep_json)
+        (folder / "probe-abc").mkdir()
+        (folder / "probe-abc" / "r.json").write_text(deep_json)
         featx_only("deep nesting", read_records, folder)
     elif where == "run status":
         from featx.records import probe_interrupted
 
-        (folder / "probe").mkdir()
-        (folder / "probe" / "run.json").write_text(deep_json)
+        (folder / "run.json").write_text(deep_json)
         featx_only("deep nesting", probe_interrupted, folder, "abc")
     elif where == "pointer":
         from featx.plan import find_cache
@@ -836,7 +843,7 @@ def test_predictions_holding_an_object_array(project, tmp_path):
     from featx.records import read_predictions
 
     record_path, record = probe_record(project)
-    scores = runs(project) / "probe" / record["predictions"]["file"]
+    scores = runs(project) / record["predictions"]["file"]
     with open(scores, "wb") as f:
         np.savez(f, ids=np.array(["a"], dtype=object), labels=np.array([0]), scores=np.zeros((1, 1, 3)),
                  threshold=np.float64(0.5))
@@ -859,11 +866,11 @@ def test_crafted_predictions_files(tmp_path, arrays):
             "ints": np.arange(2), "floats3": np.zeros((1, 2, 3)), "floats2": np.zeros((2, 3)),
             "scalar": np.float64(0.5), "empty": np.zeros(0)}
     folder = tmp_path / f"p{len(list(tmp_path.iterdir()))}"
-    (folder / "probe").mkdir(parents=True)
-    with open(folder / "probe" / "x.scores.npz", "wb") as f:
+    folder.mkdir(parents=True)
+    with open(folder / "x.scores.npz", "wb") as f:
         np.savez(f, **{k: made[v] for k, v in arrays.items()})
     record = {"stage": "probe", "features": "f", "head": "h",
-              "predictions": {"file": "x.scores.npz", "sha256": sha((folder / "probe" / "x.scores.npz").read_bytes())}}
+              "predictions": {"file": "x.scores.npz", "sha256": sha((folder / "x.scores.npz").read_bytes())}}
     featx_only("crafted predictions files", read_predictions, folder, record)
 
 
@@ -972,8 +979,7 @@ def test_a_fine_tune_of_another_configuration_is_named_with_its_overrides(projec
     with pytest.raises(FeatxError, match="finetune.weight_decay=0.01") as caught:
         load_predictor(other, finetuned=True)
     FIGURES["checks"]["red team 2: the override that selects another fine-tune"] += 1
-    override = str(caught.value).split("select it with ")[1].split(")")[0]
-    key, value = override.split("=")
+    override = re.search(r"finetune\.weight_decay=[0-9.]+[0-9]", str(caught.value)).group(0)
     chosen = load_pipeline(pipeline_toml(project.root.parent, other), [override])
     assert load_predictor(chosen, finetuned=True).manifest.kind == "finetuned"
 
@@ -1070,7 +1076,7 @@ def test_predict_after_a_probe_killed_by_sigkill(project, tmp_path):
 
     other = dataclasses.replace(project, probe=dataclasses.replace(project.probe, metric="macro_f1", baselines=("majority", "tfidf")))
     toml = pipeline_toml(tmp_path, other)
-    status = runs(project) / "probe"
+    status = runs(other)  # the new configuration's own folder
     before = {p: p.stat().st_mtime_ns for p in status.glob("*.json")}
     child = run_featx("probe", str(toml), wait=False)
     while child.poll() is None:  # killed once it has written a record of the new configuration

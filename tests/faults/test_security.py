@@ -54,7 +54,7 @@ def test_tampered_head_is_refused(make_pipeline, csv_dataset, tmp_path):
                                                                 "poolings": ["mean"]})
     extract(pipeline)
     run_probe(pipeline)
-    head = next((tmp_path / "data" / "runs").glob("*/*/heads/*.safetensors"))
+    head = next((tmp_path / "data" / "runs").glob("*/*/probe-*/heads/*.safetensors"))
     load_head(head)
     head.write_bytes(head.read_bytes().replace(b"sklearn", b"sklearm", 1))
     with pytest.raises(FeatxError, match="not one a head is made of"):
