@@ -81,10 +81,18 @@ def cmd_verify(pipeline: Pipeline) -> None:
 
 
 def cmd_info(pipeline: Pipeline) -> None:
-    """Show the pipeline's cache: where it is, what it holds."""
+    """Show where the pipeline's model resolves to, and its cache: where it is, what it holds."""
+    from featx.backbone import resolve
     from featx.cache import Cache
     from featx.plan import find_cache
 
+    found = resolve(pipeline.model.name, pipeline.model.revision)
+    print(f"model {pipeline.model.name}: {found.path} (found as {found.source}; resolved from a local "
+          "folder, the Hugging Face cache, a packaged copy, then the hub)")
+    if pipeline.data.text_pair:
+        print(f"text pairs: {pipeline.data.text!r} and {pipeline.data.text_pair!r} reach the backbone as one "
+              "sequence (the tokenizer's pair encoding: [CLS] a [SEP] b [SEP] for BERT, with token types "
+              "where the model uses them) and, with extract.pair_singles, each text alone as well")
     with Cache(find_cache(pipeline)) as cache:
         print(cache)
         for key in ("model_name", "model_source", "init", "max_length", "compute_dtype",

@@ -17,7 +17,7 @@ import numpy as np
 
 from featx import backbone
 from featx.cache import SINGLES, CacheSpec, cache_path, partial_path
-from featx.config import MODEL_POOLINGS, Pipeline, resolve_layers
+from featx.config import MODEL_POOLINGS, Pipeline, command, make_command, resolve_layers
 from featx.data import Dataset, Split, load_dataset
 from featx.errors import FeatxError
 
@@ -95,8 +95,8 @@ class Plan:
         if partial:
             raise FeatxError(f"the cache for pipeline {self.pipeline.name!r} is unfinished "
                              f"({partial[0]}); rerun featx extract to complete it")
-        raise FeatxError(f"no cache for pipeline {self.pipeline.name!r} yet: run `featx extract "
-                         f"{self.pipeline.source or '<pipeline>'}` (make extract) first")
+        raise FeatxError(f"no cache for pipeline {self.pipeline.name!r} yet: run "
+                         f"`{command(self.pipeline, 'extract')}` (`{make_command(self.pipeline, 'extract')}`) first")
 
 
 def _state(pipeline: Pipeline, data_files: list[str], model_files: list[str]) -> dict:

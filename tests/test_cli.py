@@ -42,7 +42,9 @@ def test_bad_data_names_file_row_and_column(tmp_path, tiny_bert):
 def test_info_before_extract_says_what_to_run(tmp_path, tiny_bert):
     data_file = write_rows(tmp_path / "r.csv", classification_rows(20))
     pipeline = write_pipeline_toml(tmp_path / "p.toml", data_file, tiny_bert, tmp_path / "data")
-    assert_user_error(run_featx("info", str(pipeline)), "featx extract")
+    before = run_featx("info", str(pipeline))
+    assert_user_error(before, "featx extract", "make extract PIPELINE=")
+    assert f"model {tiny_bert}: {Path(tiny_bert).resolve()} (found as local" in before.stdout  # where the model is
 
 
 @pytest.mark.slow  # a subprocess run
