@@ -147,8 +147,8 @@ def frozen_choice(records: list[dict], runs_dir: str | Path | None = None) -> Fr
     """The frozen configuration the verdict stands for, by the one-standard-error rule: among
     the backbone probes (no baseline, not the mteb check) of the newest metric (a verdict never
     compares an accuracy with an MCC) that the selection rows cannot tell apart from the best,
-    the simplest head (no training, linear, MLP, trees), then the fewest features, then the
-    higher score. Many candidates within noise of each other make the maximum an optimistic,
+    the simplest head (no training, then linear and MLP heads alike, then trees), then the
+    fewest features, then the higher score. Many candidates within noise of each other make the maximum an optimistic,
     unstable pick; the simplest of them is as good as the selection split can tell, and
     steadier.
 

@@ -18,7 +18,7 @@ KEY = "a" * 64
 CONTROL_KEY = "b" * 64
 
 
-@pytest.mark.parametrize("same_errors, expected", [(True, "mlp"), (False, "logistic")])
+@pytest.mark.parametrize("same_errors, expected", [(True, "lightgbm"), (False, "logistic")])
 def test_a_lead_is_judged_by_its_paired_difference_on_the_selection_rows(tmp_path, same_errors, expected):
     """Two heads on one feature set that err on the same rows: a 1-point lead on 1,000 dev rows
     is far beyond the paired difference's standard error (~0.3 points), though within the top
@@ -48,7 +48,7 @@ def test_a_lead_is_judged_by_its_paired_difference_on_the_selection_rows(tmp_pat
         other_wrong[rng.choice(1000, 110, replace=False)] = True  # 0.89, errors elsewhere
     y = labels(300)
     made = []
-    for head, wrong, dev in (("mlp", top_wrong, 0.90), ("logistic", other_wrong, 0.89)):
+    for head, wrong, dev in (("lightgbm", top_wrong, 0.90), ("logistic", other_wrong, 0.89)):
         record = fake("probe", "multiclass", "mean@5", head, 0, selection=dev) | {
             "selection_se": 0.012, "n_features": 384}
         record, predictions = with_predictions(record, predictions_for(y, 0.8, len(made)))
@@ -58,7 +58,7 @@ def test_a_lead_is_judged_by_its_paired_difference_on_the_selection_rows(tmp_pat
     inputs = collect(tmp_path / "runs", "fx")
     assert frozen_choice(inputs.main).record["head"] == "logistic"  # one SE of the top score: 0.012
     choice = frozen_choice(inputs.main, tmp_path / "runs")
-    assert choice.record["head"] == expected and choice.top["head"] == "mlp"
+    assert choice.record["head"] == expected and choice.top["head"] == "lightgbm"
     text = verdict(inputs, tmp_path / "runs").text
     if expected == "logistic":
         assert choice.paired and "within one standard error of the paired difference" in text, text
