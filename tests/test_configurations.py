@@ -190,6 +190,7 @@ def test_converged_is_never_said_to_be_stopped_by_a_cap():
 
 def test_the_make_command_hands_every_override_to_featx_unchanged(tmp_path):
     import dataclasses
+    import os
     import shutil
     import subprocess
 
@@ -201,7 +202,10 @@ def test_the_make_command_hands_every_override_to_featx_unchanged(tmp_path):
     pipeline = dataclasses.replace(pipeline_from_dict({"name": "fx", "data": {"builtin": "trec"}}),
                                    source="pipelines/x.toml", overrides=overrides)
     (tmp_path / "Makefile").write_text("ARGS ?=\nPIPELINE ?=\nreport:\n\t@printf '%s\\n' $(PIPELINE) $(ARGS)\n")
-    done = subprocess.run(make_command(pipeline, "report"), shell=True, cwd=tmp_path, capture_output=True, text=True)
+    # Under `make test` the inner make would see MAKELEVEL and print "Entering directory" lines.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES")}
+    done = subprocess.run(make_command(pipeline, "report"), shell=True, cwd=tmp_path, capture_output=True,
+                          text=True, env=env)
     assert done.stdout.splitlines() == ["pipelines/x.toml", *overrides], done.stderr
     assert make_command(dataclasses.replace(pipeline, overrides=("model.name=/x/y",)), "all") == \
         "make all PIPELINE=pipelines/x.toml ARGS=model.name=/x/y"
