@@ -184,7 +184,11 @@ def test_two_nodes_write_the_single_process_cache_and_a_killed_node_resumes(tmp_
                 host = next((p for p in launchers
                              if any(_rank_of(c) == rank for c in _children(p.pid))), None)
                 if host is not None:
-                    os.killpg(host.pid, signal.SIGKILL)  # one whole host: its launcher and its rank
+                    # One whole host: its workers (which need not share the launcher's process
+                    # group, and would finish the job orphaned) and then its launcher.
+                    for worker in _children(host.pid):
+                        os.kill(worker, signal.SIGKILL)
+                    os.killpg(host.pid, signal.SIGKILL)
                     killed = True
                     break
         time.sleep(0.02)

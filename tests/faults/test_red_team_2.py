@@ -527,7 +527,16 @@ def test_predict_refuses_the_default_head_of_an_interrupted_probe(project, caplo
     refused("interrupted", load_predictor, project)
 
 
-def test_ctrl_c_during_the_mlp_interrupts(project, monkeypatch):
+@pytest.fixture
+def ctrl_c():
+    """Python's own Ctrl-C handler, even where the test process was started with SIGINT ignored
+    (a background job of a non-interactive shell): these tests raise a real SIGINT."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_during_the_mlp_interrupts(project, monkeypatch, ctrl_c):
     from sklearn.neural_network import MLPClassifier
 
     real = MLPClassifier._backprop
@@ -549,7 +558,7 @@ def test_ctrl_c_during_the_mlp_interrupts(project, monkeypatch):
     FIGURES["checks"]["red team 2: Ctrl-C in the MLP interrupts"] += 1
 
 
-def test_a_library_that_swallows_ctrl_c_does_not_turn_it_into_a_result():
+def test_a_library_that_swallows_ctrl_c_does_not_turn_it_into_a_result(ctrl_c):
     from featx import heads as H
 
     class Swallowing:
