@@ -70,7 +70,7 @@ def test_default_head_is_the_verdicts_and_labels_are_scored(trained, tmp_path):
     ids, texts, labels, names = cached_split(cache_path, "test")
     labeled = write_texts(tmp_path / "labeled.csv", ids, texts, [names[i] for i in labels])
     result = predict_file(pipeline, str(labeled), out=tmp_path / "scored.jsonl")
-    chosen = best_frozen(records)
+    chosen = best_frozen(records, pipeline.runs_dir)  # as predict and the report choose: paired
     assert f"{chosen['features']}/{chosen['head']}" in result["predictor"]
     # the same rows the record was scored on: the same numbers
     for name, value in chosen["metrics"].items():
