@@ -61,14 +61,36 @@ class Split:
                      {k: pick(v) for k, v in self.columns.items()})
 
     def fingerprint(self) -> str:
-        """sha256 of everything the cache depends on: ids, texts, pairs, labels."""
+        """sha256 of everything the cache depends on: ids, texts, pairs, labels. Computed once
+        (the rows never change; a streamed split would read its file again)."""
+        if "_fingerprint" not in self.__dict__:
+            self.__dict__["_fingerprint"] = self._hash()
+        return self.__dict__["_fingerprint"]
+
+    def _hash(self) -> str:
         h = hashlib.sha256()
         h.update(self.name.encode())
         for part in (self.ids, self.texts, self.text_pairs or []):
-            h.update(json.dumps(part, ensure_ascii=False).encode("utf-8"))
+            for piece in json_pieces(part):
+                h.update(piece)
         h.update(str(self.labels.dtype).encode() + repr(self.labels.shape).encode())
         h.update(np.ascontiguousarray(self.labels).tobytes())
         return h.hexdigest()
+
+
+JSON_BLOCK = 1 << 16
+
+
+def json_pieces(values):
+    """The UTF-8 of `json.dumps(list(values), ensure_ascii=False)`, a block of values at a time
+    (the same bytes, never the whole text of millions of rows at once)."""
+    if not len(values):
+        yield b"[]"
+        return
+    for start in range(0, len(values), JSON_BLOCK):
+        inner = json.dumps(list(values[start:start + JSON_BLOCK]), ensure_ascii=False)[1:-1]
+        yield (", " if start else "[").encode() + inner.encode("utf-8")
+    yield b"]"
 
 
 @dataclass(frozen=True)
