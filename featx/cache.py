@@ -46,6 +46,7 @@ from featx.config import resolve_layers
 from featx.data import Split
 from featx.errors import FeatxError
 from featx.files import loads_json, open_nofollow, refuse_link, utc_now
+from featx.stream import Column
 from featx.tasks import TASKS
 from featx.version import __version__
 
@@ -536,7 +537,8 @@ def _estimate_bytes(spec: CacheSpec, splits: list[Split], hidden: int) -> int:
     """Bytes of the vectors and texts of every group (splits, singles), with some margin."""
     rows = sum(len(s.texts) for s in splits)
     per_row = sum(len(v) for v in spec.layers.values()) * hidden * np.dtype(spec.store_dtype).itemsize
-    text = sum(len(t) for s in splits for t in s.texts) * 2
+    # A streamed split's texts are still in its file: their size is bounded by its share of it.
+    text = sum(s.texts.nbytes if isinstance(s.texts, Column) else sum(map(len, s.texts)) for s in splits) * 2
     return rows * (per_row + 16) + text + (1 << 20)
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from featx import stream
 from featx.config import DataConfig
 from featx.errors import FeatxError, shown
 from featx.stratify import iterative_assignment, proportional_sizes
@@ -74,7 +75,7 @@ class Split:
             for piece in json_pieces(part):
                 h.update(piece)
         h.update(str(self.labels.dtype).encode() + repr(self.labels.shape).encode())
-        h.update(np.ascontiguousarray(self.labels).tobytes())
+        h.update(np.ascontiguousarray(self.labels))  # the array's bytes, not a copy of them
         return h.hexdigest()
 
 
@@ -502,6 +503,11 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
         id_column = cfg.id or "id"
         cfg = dataclasses.replace(cfg, label=cfg.label or builtin.label)
     else:
+        if stream.streamable(cfg):
+            try:
+                return stream.load(cfg, name, _format_from_suffix)
+            except stream.Fallback as why:
+                log.debug("reading the data whole (not streamed): %s", why)
         files = {"train": cfg.train, "dev": cfg.dev, "test": cfg.test}
         if cfg.path is not None or not (cfg.dev or cfg.test):
             tables = {None: read_tables(cfg.path or cfg.train, cfg)}
