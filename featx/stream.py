@@ -1,23 +1,20 @@
-"""Large CSV/TSV files read in a stream (pyarrow): splits whose texts stay in the file. No torch.
+"""Large CSV/TSV files read in a stream (pyarrow), a block of rows at a time. No torch.
 
 `featx.data.load_dataset` reads a file whole into Python lists; past `STREAM_BYTES` a plain
-CSV/TSV of texts and class labels is read here instead, a block of rows at a time:
+CSV/TSV of texts and class labels is read with these pieces instead (data.py assembles them):
 
-    pass 1 (here)   every column parsed by pyarrow, checked with vectorised kernels; per row
-                    only a label code (int16/int32) and, for one file, a split code (int8)
-    splits          the same seeded stratified split as data.py, by those codes
-    texts, ids      `Column`s: sequences of str that read the file again when asked, a block
-                    at a time (the fingerprint, the cache's text datasets, the extraction's
-                    windows each read them in order)
+    parse           pass 1: every column parsed by pyarrow, checked with vectorised kernels; per
+                    row only a label code (int16) and a split column's code (int8), never a text
+    Column, RowIds  sequences of str that read the file again (or number rows) when asked, a
+                    block at a time: the fingerprint, the cache's text datasets and the
+                    extraction's windows each read them in order
 
-The Dataset it returns equals the one `data.py` builds from the same file (same ids, texts,
-labels, split; so the same fingerprint and cache key). Anything pass 1 finds wrong, or any
-file pyarrow cannot parse, is read again by `data.py`'s exact reader, which names the row
-and the fix: one error message, whatever the path.
+Anything pass 1 finds wrong, or any file pyarrow cannot parse, raises `Fallback`: data.py's
+exact reader reads the file again and names the row and the fix, so a bad file gives one
+error message, whatever the path.
 """
 from __future__ import annotations
 
-import importlib.util
 import logging
 import operator
 import sys
@@ -192,13 +189,14 @@ class RowIds(Lazy):
 
 @dataclass
 class Parsed:
-    """Pass 1 over one file: per record its label code (and split code, from a split column),
-    the distinct raw labels; never the texts."""
+    """Pass 1 over one file: per record the code of its label (and of its split column's value),
+    the distinct raw values they index; never the texts."""
     source: Source
     n: int
     codes: np.ndarray            # (n,) int16 (int32 past 32,767 labels) index into `labels`
     labels: list[str]            # distinct raw label values, first appearance first
-    splits: np.ndarray | None    # (n,) int8 split codes from the split column (0 train, 1 dev, 2 test)
+    splits: np.ndarray | None    # (n,) int8 index into `split_values`, from the split column
+    split_values: list[str]      # distinct raw values of the split column
 
 
 def source_of(path: Path, cfg, fmt: str) -> Source:
@@ -232,7 +230,7 @@ def _state(path: Path) -> tuple[int, int, int]:
 
 def parse(source: Source, text: str, label: str, split_column: str | None) -> Parsed:
     """Pass 1: check every text (present, not only whitespace, no NUL) and label (present),
-    code the labels and split names; Fallback on anything data.py must report."""
+    code the labels and split values; Fallback on anything the exact reader must report."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -262,117 +260,16 @@ def parse(source: Source, text: str, label: str, split_column: str | None) -> Pa
                 encoded.indices.to_numpy(zero_copy_only=False)])
             if split_column is not None:
                 names = pc.dictionary_encode(batch.column(wanted.index(split_column)))
-                local = np.array([split_index.setdefault(_split_code(v), len(split_index))
-                                  for v in names.dictionary.to_pylist()], dtype=np.int8)
-                splits.append(local[names.indices.to_numpy(zero_copy_only=False)])
+                local = np.array([split_index.setdefault(v, len(split_index))
+                                  for v in names.dictionary.to_pylist()], dtype=np.int32)
+                if len(split_index) > 100:
+                    raise Fallback("more than 100 distinct split names")
+                splits.append(local.astype(np.int8)[names.indices.to_numpy(zero_copy_only=False)])
             n += batch.num_rows
             if len(index) > 100_000:
                 raise Fallback("more than 100,000 distinct labels: not classes")
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowKeyError, UnicodeError) as exc:  # data.py names the row
         raise Fallback(f"pyarrow: {str(exc)[:200]}") from None
-    names = {code: name for name, code in split_index.items()}
-    split_codes = None
-    if split_column is not None:  # codes -> featx's split order (0 train, 1 dev, 2 test)
-        from featx.data import SPLITS
-
-        order = np.array([SPLITS.index(names[c]) for c in range(len(names))], dtype=np.int8)
-        split_codes = order[np.concatenate(splits)] if splits else np.zeros(0, np.int8)
-    return Parsed(source, n, np.concatenate(codes) if codes else np.zeros(0, np.int16),
-                  list(index), split_codes)
-
-
-def _split_code(value: str) -> str:
-    from featx.data import SPLIT_ALIASES
-
-    key = value.strip().lower()
-    if key not in SPLIT_ALIASES:
-        raise Fallback("a split value that is not one featx knows")
-    return SPLIT_ALIASES[key]
-
-
-def streamable(cfg) -> bool:
-    """Whether `load` may read this configuration (the file's size and content decide next)."""
-    if importlib.util.find_spec("pyarrow") is None:
-        return False
-    single = [cfg.path] if cfg.path is not None else [cfg.train, cfg.dev, cfg.test]
-    return (cfg.builtin is None and all(f is None or isinstance(f, str) for f in single)
-            and cfg.text_pair is None and (cfg.label is None or isinstance(cfg.label, str))
-            and cfg.label_sep is None and cfg.label_regex is None and cfg.label_names is None
-            and not cfg.keep and cfg.max_rows is None and cfg.id is None
-            and cfg.task in (None, "binary", "multiclass"))
-
-
-def load(cfg, name: str, fmt_of) -> "Dataset":
-    """The Dataset of a large CSV/TSV (see the module's docstring), or Fallback."""
-    from featx import data as D
-
-    if cfg.path is not None or not (cfg.dev or cfg.test):
-        files = {None: cfg.path or cfg.train}
-    else:
-        files = {s: f for s, f in (("train", cfg.train), ("dev", cfg.dev), ("test", cfg.test)) if f}
-    sizes = {s: Path(f).stat().st_size for s, f in files.items() if Path(f).is_file()}
-    if len(sizes) != len(files) or sum(sizes.values()) < STREAM_BYTES:
-        raise Fallback("small or missing files")
-    if cfg.split_column is not None and None not in files:
-        raise Fallback("a split column beside split files")
-    text, label = cfg.text or "text", cfg.label if cfg.label is not None else "label"
-    parsed = {s: parse(source_of(Path(f), cfg, cfg.format or fmt_of(Path(f))), text, label,
-                       cfg.split_column if s is None else None) for s, f in files.items()}
-    columns = D._Columns.from_config(cfg, (), None)
-    task = cfg.task
-    if None in parsed:  # one file: split it as data.py does
-        one = parsed[None]
-        if one.splits is not None:
-            assignment = one.splits
-        else:
-            task = task or D._infer_task(_Distinct(one.labels), columns)
-            if task not in ("binary", "multiclass"):
-                raise Fallback(f"task {task}")
-            keys = [D._class_key(v) for v in one.labels]
-            rank = {k: i for i, k in enumerate(sorted(set(keys)))}
-            strata = np.array([rank[k] for k in keys], dtype=one.codes.dtype)[one.codes]
-            assignment = D.stratified_assignment(strata, cfg.dev_fraction, cfg.test_fraction, cfg.split_seed)
-            del strata
-        parts = {split: (one, assignment, code) for code, split in enumerate(D.SPLITS)
-                 if (assignment == code).any()}
-        numbered = "record" if one.splits is None else "split"
-    else:
-        parts = {split: (p, None, 0) for split, p in parsed.items()}
-        numbered = "split"
-    if "train" not in parts:
-        raise Fallback("no training rows")  # data.py says the training split is empty
-    # Per split, its rows' label codes (2 bytes a row: the only per-row data besides the split codes)
-    in_split = {split: (p.codes if a is None else p.codes[a == code]) for split, (p, a, code) in parts.items()}
-    train_values = [parts["train"][0].labels[c] for c in np.unique(in_split["train"])]
-    task = task or D._infer_task(_Distinct(train_values), columns)
-    if task not in ("binary", "multiclass"):
-        raise Fallback(f"task {task}")
-    names = tuple(sorted({D._class_key(v) for v in train_values}, key=D._natural_key))
-    if len(names) < 2 or (task == "binary" and len(names) != 2):
-        raise Fallback("too few or too many classes")  # data.py says which
-    index = {n: i for i, n in enumerate(names)}
-    splits = {}
-    for split in D.SPLITS:
-        if split not in parts:
-            continue
-        p, a, code = parts[split]
-        lookup = np.array([index.get(D._class_key(v), -1) for v in p.labels], dtype=np.int64)
-        labels = lookup[in_split.pop(split)]
-        if (labels < 0).any():
-            raise Fallback("a label of dev or test that train lacks")  # data.py names the row
-        n = len(labels)
-        prefix = "row-" if numbered == "record" else f"{split}-"
-        ids = RowIds(prefix, a, code, n) if numbered == "record" else RowIds(prefix, None, 0, n)
-        share = p.source.path.stat().st_size * n // max(p.n, 1)
-        splits[split] = D.Split(split, ids, Column(p.source, text, a, code, n, share), None, labels)
-    paths = [str(f) for f in files.values()]
-    log.info("read %s in a stream (%s rows): texts stay in the file until the cache holds them",
-             ", ".join(paths), f"{sum(len(s) for s in splits.values()):,}")
-    return D.Dataset(name, task, names, splits, ", ".join(paths), tuple(str(Path(f)) for f in paths))
-
-
-@dataclass
-class _Distinct:
-    """What data._infer_task reads of the rows: their label values (here: the distinct ones,
-    which decide the task as all of them would)."""
-    labels: list
+    return Parsed(source, n, np.concatenate(codes) if codes else np.zeros(0, np.int16), list(index),
+                  None if split_column is None else (np.concatenate(splits) if splits else np.zeros(0, np.int8)),
+                  list(split_index))

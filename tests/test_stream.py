@@ -149,3 +149,18 @@ def test_a_column_reads_its_file_in_order_and_whole_when_asked_out_of_order(monk
     ids = streamed.splits["dev"].ids
     assert list(ids) == whole.splits["dev"].ids and all(i.startswith("row-") for i in ids)
     assert np.array_equal(streamed.splits["dev"].labels, whole.splits["dev"].labels)
+
+
+def test_a_byte_order_mark_and_crlf_lines_read_the_same(monkeypatch, tmp_path):
+    path = write_rows(tmp_path / "rows.csv", tricky_rows(200))
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes().replace(b"\r\n", b"\n").replace(b"\n", b"\r\n"))
+    assert_same_dataset(*read_both(monkeypatch, path=str(path)))
+
+
+def test_a_file_that_changes_between_passes_is_an_error(monkeypatch, tmp_path):
+    path = write_rows(tmp_path / "rows.csv", tricky_rows(200))
+    _, streamed = read_both(monkeypatch, path=str(path))
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("one more row,7\n")
+    with pytest.raises(FeatxError, match="changed while featx was reading it"):
+        list(streamed.splits["train"].texts)
