@@ -15,6 +15,7 @@ error message, whatever the path.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 import sys
@@ -30,8 +31,12 @@ log = logging.getLogger("featx")
 
 STREAM_BYTES = 64 << 20  # files this large or larger are streamed, smaller ones read whole
 BLOCK_BYTES = 1 << 20    # bytes of the file pyarrow parses at a time (its read-ahead holds several)
-# What str.strip() strips (str.isspace()): a text of only these is empty, in both readers.
-WHITESPACE = "".join(chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace())
+
+
+@functools.cache
+def whitespace() -> str:
+    """What str.strip() strips (str.isspace()): a text of only these is empty, in both readers."""
+    return "".join(chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace())
 
 
 class Fallback(Exception):
@@ -244,11 +249,11 @@ def parse(source: Source, text: str, label: str, split_column: str | None) -> Pa
     try:
         for batch in source.batches(wanted):
             texts = batch.column(wanted.index(text))
-            if pc.any(pc.equal(pc.utf8_length(pc.utf8_trim(texts, WHITESPACE)), 0)).as_py() \
+            if pc.any(pc.equal(pc.utf8_length(pc.utf8_trim(texts, whitespace())), 0)).as_py() \
                     or pc.any(pc.match_substring(texts, "\x00")).as_py():
                 raise Fallback("an empty text or a NUL byte")
             labels = batch.column(wanted.index(label))
-            if pc.any(pc.equal(pc.utf8_length(pc.utf8_trim(labels, WHITESPACE)), 0)).as_py() \
+            if pc.any(pc.equal(pc.utf8_length(pc.utf8_trim(labels, whitespace())), 0)).as_py() \
                     or pc.any(pc.match_substring(labels, "\x00")).as_py():
                 raise Fallback("a missing label or a NUL byte")
             encoded = pc.dictionary_encode(labels)

@@ -29,6 +29,9 @@ from tests.conftest import (
 pytestmark = pytest.mark.slow
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+# Rows of the jobs killed mid-run: a tiny BERT computes a batch of 4 rows in about a millisecond,
+# so a rank's share must last long enough for the test to find it running.
+ROWS = 12000
 
 
 def torchrun(pipeline: Path, *overrides: str, wait: bool = True):
@@ -100,16 +103,17 @@ def _rank_of(pid: int) -> int | None:
 
 
 def test_a_killed_rank_resumes_without_recomputing(tmp_path, tiny_bert):
-    pipeline = job(tmp_path, tiny_bert, "killed", rows=4000, token_budget=128, max_batch_rows=4,
+    pipeline = job(tmp_path, tiny_bert, "killed", rows=ROWS, token_budget=128, max_batch_rows=4,
                    flush_rows=32)
     launcher = torchrun(pipeline, wait=False)
     shards = tmp_path / "killed" / "cache"
-    # The ranks start seconds apart (model loading) and each computes its half in about a
-    # second, so wait for *a* rank that is mid-run and kill that one, whatever the other does.
+    # The ranks start seconds apart (model loading) and each computes its half in a second or
+    # two, so wait for *a* rank that is mid-run, at most halfway through its rows (a kill needs
+    # a few milliseconds to land), and kill that one, whatever the other does.
     deadline, victim = time.time() + 180, None
     while time.time() < deadline and launcher.poll() is None:
         for partial in sorted(shards.glob("*.shards/rank*.partial")):
-            if 64 <= done_rows(partial) < 1900:
+            if 64 <= done_rows(partial) < ROWS // 4:
                 rank = int(partial.name[len("rank"):len("rank") + 3])
                 victim = next((pid for pid in _children(launcher.pid) if _rank_of(pid) == rank), None)
                 if victim:
@@ -123,14 +127,14 @@ def test_a_killed_rank_resumes_without_recomputing(tmp_path, tiny_bert):
     assert launcher.returncode != 0
     shard_files = sorted(shards.glob("*.shards/rank*.h5*"))
     before = sum(done_rows(p) for p in shard_files)  # claimed by a partial or a finished shard
-    assert 0 < before < 4000 and any(p.suffix == ".partial" for p in shard_files)
+    assert 0 < before < ROWS and any(p.suffix == ".partial" for p in shard_files)
     resumed = torchrun(pipeline)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     path = Path(resumed.stdout.strip().splitlines()[-1])
     with Cache(path) as cache:
         computed = cache.meta["extract_stats"]["rows_computed"]
-    assert computed <= 4000 - before  # only the rows no rank had claimed
-    single = extract(load_pipeline(job(tmp_path, tiny_bert, "single", rows=4000, token_budget=128,
+    assert computed <= ROWS - before  # only the rows no rank had claimed
+    single = extract(load_pipeline(job(tmp_path, tiny_bert, "single", rows=ROWS, token_budget=128,
                                        max_batch_rows=4, flush_rows=32)))
     assert_same_cache(path, single.path)
 
@@ -169,12 +173,7 @@ def nodes(pipeline: Path, port: int, *overrides: str):
             for _ in range(2)]
 
 
-ROWS = 12000
-
-
 def test_two_nodes_write_the_single_process_cache_and_a_killed_node_resumes(tmp_path, tiny_bert):
-    # Enough rows that a rank is still computing when the test gets to kill it: a tiny BERT's
-    # batch of 4 rows takes about a millisecond.
     pipeline = job(tmp_path, tiny_bert, "nodes", rows=ROWS, token_budget=128, max_batch_rows=4,
                    flush_rows=32)
     launchers = nodes(pipeline, _free_port())
@@ -182,14 +181,23 @@ def test_two_nodes_write_the_single_process_cache_and_a_killed_node_resumes(tmp_
     deadline, killed = time.time() + 240, False
     while time.time() < deadline and all(p.poll() is None for p in launchers) and not killed:
         for partial in sorted(shards.glob("*.shards/rank*.partial")):
-            if 64 <= done_rows(partial) < ROWS // 2 - 100:
+            if 64 <= done_rows(partial) < ROWS // 4:  # at most halfway: a kill takes milliseconds
                 # Which host got which rank is the rendezvous's choice: stop the host whose rank
                 # is mid-run (killing the other could hit one that already wrote its shard).
                 rank = int(partial.name[len("rank"):len("rank") + 3])
                 host = next((p for p in launchers
                              if any(_rank_of(c) == rank for c in _children(p.pid))), None)
                 if host is not None:
-                    os.killpg(host.pid, signal.SIGKILL)  # one whole host: its launcher and its rank
+                    # One whole host: its launcher and its rank. torchrun starts each worker in a
+                    # session of its own, so the launcher's process group does not hold it: a
+                    # worker left running finishes its shard (and, fast, the whole job).
+                    workers = [c for c in _children(host.pid) if _rank_of(c) == rank]
+                    os.killpg(host.pid, signal.SIGKILL)
+                    for worker in workers:
+                        try:
+                            os.killpg(os.getpgid(worker), signal.SIGKILL)
+                        except ProcessLookupError:  # it died with its launcher after all
+                            pass
                     killed = True
                     break
         time.sleep(0.02)
