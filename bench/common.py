@@ -18,9 +18,33 @@ def machine() -> dict:
                    if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+    return {"cpu": cpu, "cores": os.cpu_count(), "flags": cpu_flags(), "load": load_average(),
+            "torch_threads": torch.get_num_threads(),
             "python": platform.python_version(), "torch": str(torch.__version__),
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+# The CPU features a rate depends on: vector width, fused multiply-add, native bf16 / int8.
+FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
+         "amx_tile", "amx_bf16", "amx_int8")
+
+
+def cpu_flags() -> list[str]:
+    """Which of FLAGS this CPU has (from /proc/cpuinfo; empty where it cannot be read)."""
+    try:
+        line = next(line for line in open("/proc/cpuinfo") if line.startswith("flags"))
+    except (OSError, StopIteration):
+        return []
+    have = set(line.split(":", 1)[1].split())
+    return [f for f in FLAGS if f in have]
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages: how busy the shared machine was."""
+    try:
+        return "/".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
 
 
 def save(name: str, result: dict) -> Path:

@@ -36,7 +36,7 @@ import shutil
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import h5py
@@ -46,6 +46,7 @@ from featx.config import resolve_layers
 from featx.data import Split
 from featx.errors import FeatxError
 from featx.files import loads_json, open_nofollow, refuse_link, utc_now
+from featx.stream import Column
 from featx.tasks import TASKS
 from featx.version import __version__
 
@@ -138,9 +139,10 @@ class CacheWriter:
     """Creates or resumes `<path>.partial`; rows are written at their original positions.
 
     HDF5 only creates the file and writes attributes. Rows go straight to the contiguous,
-    pre-allocated datasets' bytes with `pwrite` (one call per run of consecutive rows): no
-    HDF5 hyperslab machinery (8x slower and holding the GIL), and unlike a memory map, no
-    written page ever counts in this process's resident memory.
+    pre-allocated datasets' bytes with `pwrite`: no HDF5 hyperslab machinery (8x slower and
+    holding the GIL), and unlike a memory map, no written page ever counts in this process's
+    resident memory. Within a block (`begin_block`), rows are gathered in memory and each
+    flush writes them as a few long runs, not one call per row.
     """
 
     def __init__(self, path: Path, file: h5py.File):
@@ -153,8 +155,9 @@ class CacheWriter:
             names = [n for n in file[split] if n in ("n_tokens", "truncated", "done") or n in poolings]
             self.layout[split] = {n: _layout(file[split][n]) for n in names}
         self.done = {split: self._read(split, "done") for split in self.layout}
-        self._pending: dict[str, list[np.ndarray]] = {}
+        self._pending: dict[str, list[np.ndarray]] = {}  # rows on disk, not yet claimed by `done`
         self._pending_rows = 0
+        self._block: _Block | None = None
         self._last_flush = time.monotonic()
 
     @classmethod
@@ -214,6 +217,16 @@ class CacheWriter:
         data = os.pread(self.fd, int(np.prod(shape)) * dtype.itemsize, offset)
         return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
 
+    def _read_rows(self, split: str, name: str, lo: int, hi: int) -> np.ndarray:
+        """Rows [lo, hi) of a dataset as they are in the file, in a writable array."""
+        offset, dtype, shape = self.layout[split][name]
+        out = np.empty((hi - lo,) + tuple(shape[1:]), dtype=dtype)
+        row_bytes = out[0].nbytes if len(out) else 0
+        got = os.preadv(self.fd, [memoryview(out).cast("B")], offset + lo * row_bytes) if out.size else 0
+        if got != out.nbytes:
+            raise RuntimeError(f"{split}/{name}: read {got} of {out.nbytes} bytes")
+        return out
+
     def _write(self, split: str, name: str, runs: list[tuple[int, int, int]], order: np.ndarray,
                values: np.ndarray) -> None:
         """Write `values[order]` as runs of consecutive rows: (first row, start, stop) each."""
@@ -223,6 +236,20 @@ class CacheWriter:
         try:
             for row, begin, end in runs:
                 os.pwrite(self.fd, data[begin:end], offset + row * row_bytes)
+        except OSError as exc:
+            raise _write_error(exc, self.path) from None
+
+    def _write_spans(self, split: str, name: str, rows: np.ndarray, source: np.ndarray, base: int) -> None:
+        """Write the sorted `rows` of a dataset from `source` (row r at `source[r - base]`), as
+        spans of whole rows: neighbours fewer than GAP_BYTES apart share one pwrite, the rows
+        between them written with the bytes `source` holds for them (what the file holds, or
+        rows not claimed by `done` yet)."""
+        offset, dtype, shape = self.layout[split][name]
+        row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+        data = source.reshape(len(source), -1)
+        try:
+            for lo, hi in _spans(rows, GAP_BYTES // row_bytes):
+                os.pwrite(self.fd, data[lo - base:hi - base], offset + lo * row_bytes)
         except OSError as exc:
             raise _write_error(exc, self.path) from None
 
@@ -243,15 +270,53 @@ class CacheWriter:
         """Row indices of `split` whose vectors are not written yet."""
         return np.flatnonzero(self.done[split] == 0)
 
+    def row_bytes(self, split: str) -> int:
+        """Bytes one row of `split` takes in a block's buffers (every dataset but `done`)."""
+        return sum(int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+                   for name, (_, dtype, shape) in self.layout[split].items() if name != "done")
+
+    def begin_block(self, split: str, lo: int, hi: int) -> None:
+        """Gather the rows [lo, hi) of `split` in memory from now on: `write` puts them in the
+        block's buffers and `flush` writes what it gathered as long runs, then claims it in the
+        done mask. Rows an earlier run finished are read back first, so a run that covers them
+        rewrites their own bytes. Ends the block before (flushing it)."""
+        self.end_block()
+        keep = bool(self.done[split][lo:hi].any())
+        buffers = {}
+        for name, (_, dtype, shape) in self.layout[split].items():
+            if name != "done":
+                buffers[name] = (self._read_rows(split, name, lo, hi) if keep else
+                                 np.zeros((hi - lo,) + tuple(shape[1:]), dtype=dtype))
+        self._block = _Block(split, lo, hi, buffers)
+
+    def end_block(self) -> None:
+        """Flush the open block, if any, and free its buffers."""
+        if self._block is not None:
+            self.flush()
+            self._block = None
+
     def write(self, split: str, rows: np.ndarray, pooled: dict[str, np.ndarray],
               n_tokens: np.ndarray, truncated: np.ndarray) -> None:
-        """Store one batch. `rows` are original positions; `pooled[p]` is (B, n_layers, H)."""
-        runs, order = self._runs(rows)
-        for pooling, values in pooled.items():
-            self._write(split, pooling, runs, order, values)
-        self._write(split, "n_tokens", runs, order, n_tokens)
-        self._write(split, "truncated", runs, order, truncated)
-        self._pending.setdefault(split, []).append(rows)
+        """Store one batch. `rows` are original positions; `pooled[p]` is (B, n_layers, H).
+        Rows of the open block are gathered in memory until the next flush; others are
+        written at once."""
+        rows = np.asarray(rows)
+        block = self._block
+        if (block is not None and block.split == split and len(rows)
+                and rows.min() >= block.lo and rows.max() < block.hi):
+            at = rows - block.lo
+            for pooling, values in pooled.items():
+                block.buffers[pooling][at] = values
+            block.buffers["n_tokens"][at] = n_tokens
+            block.buffers["truncated"][at] = truncated
+            block.pending.append(rows)
+        else:
+            runs, order = self._runs(rows)
+            for pooling, values in pooled.items():
+                self._write(split, pooling, runs, order, values)
+            self._write(split, "n_tokens", runs, order, n_tokens)
+            self._write(split, "truncated", runs, order, truncated)
+            self._pending.setdefault(split, []).append(rows)
         self._pending_rows += len(rows)
 
     def maybe_flush(self, every_rows: int, every_seconds: float) -> None:
@@ -260,17 +325,24 @@ class CacheWriter:
             self.flush()
 
     def flush(self) -> None:
-        """Mark the rows written since the last flush as done.
+        """Write the open block's gathered rows, then mark every row written since the last
+        flush as done.
 
         The rows' bytes are in the kernel's page cache the moment `pwrite` returns, so a
         process that dies (SIGKILL, OOM) loses nothing the done mask claims; the file is
         fsynced once, when complete.
         """
+        block = self._block
+        if block is not None and block.pending:
+            rows = np.sort(np.concatenate(block.pending))
+            for name, buffer in block.buffers.items():
+                self._write_spans(block.split, name, rows, buffer, block.lo)
+            self._pending.setdefault(block.split, []).append(rows)
+            block.pending = []
         for split, parts in self._pending.items():
-            rows = np.concatenate(parts)
+            rows = np.sort(np.concatenate(parts))
             self.done[split][rows] = 1
-            runs, order = self._runs(rows)
-            self._write(split, "done", runs, order, np.ones(len(rows), dtype=np.uint8))
+            self._write_spans(split, "done", rows, self.done[split], 0)
         self._pending.clear()
         self._pending_rows = 0
         self._last_flush = time.monotonic()
@@ -312,6 +384,33 @@ class CacheWriter:
             self.file.close()
 
 
+@dataclass
+class _Block:
+    """Rows [lo, hi) of one split gathered in memory: a buffer per dataset (`done` aside)."""
+    split: str
+    lo: int
+    hi: int
+    buffers: dict[str, np.ndarray]
+    pending: list[np.ndarray] = field(default_factory=list)
+    """Rows written into the buffers since the last flush."""
+
+
+# A flush writes rows that are a few KiB apart in one pwrite, the rows between included: a
+# memcpy of 16 KiB into the page cache costs about what one more system call does.
+GAP_BYTES = 1 << 14
+
+
+def _spans(rows: np.ndarray, max_gap: int) -> list[tuple[int, int]]:
+    """[start, stop) spans covering the sorted `rows`, joining neighbours at most `max_gap`
+    rows apart."""
+    if not len(rows):
+        return []
+    cuts = np.flatnonzero(np.diff(rows) > max_gap + 1) + 1
+    starts = rows[np.concatenate([[0], cuts])]
+    stops = rows[np.concatenate([cuts - 1, [len(rows) - 1]])] + 1
+    return list(zip(starts.tolist(), stops.tolist()))
+
+
 def _datasets(group: h5py.Group):
     """(name, dataset) of every dataset of a split, kept columns included."""
     found = []
@@ -320,6 +419,7 @@ def _datasets(group: h5py.Group):
 
 
 CRC_BLOCK = 1 << 24
+CRC_STRINGS = 1 << 16  # string values per block: the crc of the values joined by NUL, a block at a time
 
 
 def _attrs_crc32(meta: dict) -> int:
@@ -333,8 +433,12 @@ def _attrs_crc32(meta: dict) -> int:
 def _crc32(ds: h5py.Dataset, pread) -> int:
     """crc32 of a dataset's content: the raw bytes of a contiguous numeric dataset (read in
     blocks with `pread(offset, size)`, ~2 GB/s), the UTF-8 of a string dataset's values."""
-    if h5py.check_string_dtype(ds.dtype) is not None:
-        return zlib.crc32("\x00".join(ds.asstr()[...].tolist()).encode("utf-8", "surrogatepass"))
+    if h5py.check_string_dtype(ds.dtype) is not None:  # read a block of values at a time
+        crc, strings = 0, ds.asstr()
+        for start in range(0, len(ds), CRC_STRINGS):
+            part = "\x00".join(strings[start:start + CRC_STRINGS].tolist())
+            crc = zlib.crc32(("\x00" if start else "").encode() + part.encode("utf-8", "surrogatepass"), crc)
+        return crc
     offset, size = ds.id.get_offset(), ds.id.get_storage_size()
     if offset is None or ds.chunks is not None:
         return zlib.crc32(np.ascontiguousarray(ds[...]).tobytes())
@@ -381,31 +485,38 @@ def _create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[Split], h
     for name, value in attrs.items():
         if value is not None:  # HDF5 has no null: an absent attribute reads back as None
             file.attrs[name] = _encode_attr(value)
-    strings = h5py.string_dtype()
     for split in splits:
         n = len(split.ids)
         group = file.create_group(split.name)
         group.attrs["fingerprint"] = split.fingerprint()
         group.attrs["n_rows"] = n
-        group.create_dataset("ids", data=np.array(split.ids, dtype=object), dtype=strings)
-        group.create_dataset("text", data=np.array(split.texts, dtype=object), dtype=strings)
+        _strings(group, "ids", split.ids)
+        _strings(group, "text", split.texts)
         if split.text_pairs is not None:
-            group.create_dataset("text_pair", data=np.array(split.text_pairs, dtype=object),
-                                 dtype=strings)
+            _strings(group, "text_pair", split.text_pairs)
         group.create_dataset("labels", data=split.labels)
         if pair_rows is not None:
             group.create_dataset("pair_rows", data=np.asarray(pair_rows[split.name], dtype=np.int64))
         for column, values in split.columns.items():
-            group.create_dataset(f"columns/{column}", data=np.array(values, dtype=object),
-                                 dtype=strings)
+            _strings(group, f"columns/{column}", values)
         _create_vectors(group, spec, n, hidden, dcpl, None if rows is None else rows[split.name])
     if singles is not None:
         group = file.create_group(SINGLES)
         group.attrs["n_rows"] = len(singles.texts)
-        group.create_dataset("text", data=np.array(singles.texts, dtype=object), dtype=strings)
+        _strings(group, "text", singles.texts)
         _create_vectors(group, spec, len(singles.texts), hidden, dcpl,
                         None if rows is None else rows[SINGLES])
     file.flush()
+
+
+STRINGS_BLOCK = 1 << 16  # values converted and written at a time: bounded memory at any size
+
+
+def _strings(group: h5py.Group, name: str, values) -> None:
+    """A (n,) string dataset of `values` (any sequence of str), written a block at a time."""
+    ds = group.create_dataset(name, shape=(len(values),), dtype=h5py.string_dtype())
+    for start in range(0, len(values), STRINGS_BLOCK):
+        ds[start:start + STRINGS_BLOCK] = np.array(values[start:start + STRINGS_BLOCK], dtype=object)
 
 
 def _create_vectors(group: h5py.Group, spec: CacheSpec, n: int, hidden: int, dcpl,
@@ -426,7 +537,8 @@ def _estimate_bytes(spec: CacheSpec, splits: list[Split], hidden: int) -> int:
     """Bytes of the vectors and texts of every group (splits, singles), with some margin."""
     rows = sum(len(s.texts) for s in splits)
     per_row = sum(len(v) for v in spec.layers.values()) * hidden * np.dtype(spec.store_dtype).itemsize
-    text = sum(len(t) for s in splits for t in s.texts) * 2
+    # A streamed split's texts are still in its file: their size is bounded by its share of it.
+    text = sum(s.texts.nbytes if isinstance(s.texts, Column) else sum(map(len, s.texts)) for s in splits) * 2
     return rows * (per_row + 16) + text + (1 << 20)
 
 

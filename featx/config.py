@@ -194,11 +194,13 @@ class ExtractConfig:
     device: str = "auto"
     """"auto" (CUDA when available), "cpu", "cuda" or "cuda:N"."""
     token_budget: int = 0
-    """Padded tokens per batch (batch rows x longest text); 0 picks a default per device."""
+    """Padded tokens per batch (batch rows x longest text); 0 picks a default per device (on CPU,
+    more for a model narrower than all-MiniLM-L6-v2's 384)."""
     max_batch_rows: int = 1024
     """Upper bound on rows per batch, however short the texts."""
     threads: int = 0
-    """CPU threads for torch; 0 keeps torch's default (one per core)."""
+    """CPU threads for torch; 0 keeps torch's default (one per core), one fewer for a model
+    narrower than 128 (its tokenizer needs a core as much as its matrix products do)."""
     prompt: str | None = None
     """Text put before every text encoded (and before the first text of a jointly encoded pair),
     as sentence-transformers' `encode(prompt=...)`: E5's "query: ", a BGE instruction, nomic's
@@ -219,7 +221,8 @@ class ExtractConfig:
     2 CPU cores: 0.99x after 17 s of compiling (1.05-1.10x on an Intel AMX machine), so it pays
     only for long passes, if at all (docs/benchmarks.md)."""
     flush_rows: int = 2048
-    """Rows between flushes of the done mask: at most this many rows are recomputed after a crash."""
+    """Rows between flushes (the rows computed since the last one are written, then claimed by
+    the done mask): at most this many rows, and one batch, are recomputed after a crash."""
     flush_seconds: float = 30.0
     """Seconds between flushes, whichever of the two comes first."""
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from featx import stream
 from featx.config import DataConfig
 from featx.errors import FeatxError, shown
 from featx.stratify import iterative_assignment, proportional_sizes
@@ -61,14 +62,36 @@ class Split:
                      {k: pick(v) for k, v in self.columns.items()})
 
     def fingerprint(self) -> str:
-        """sha256 of everything the cache depends on: ids, texts, pairs, labels."""
+        """sha256 of everything the cache depends on: ids, texts, pairs, labels. Computed once
+        (the rows never change; a streamed split would read its file again)."""
+        if "_fingerprint" not in self.__dict__:
+            self.__dict__["_fingerprint"] = self._hash()
+        return self.__dict__["_fingerprint"]
+
+    def _hash(self) -> str:
         h = hashlib.sha256()
         h.update(self.name.encode())
         for part in (self.ids, self.texts, self.text_pairs or []):
-            h.update(json.dumps(part, ensure_ascii=False).encode("utf-8"))
+            for piece in json_pieces(part):
+                h.update(piece)
         h.update(str(self.labels.dtype).encode() + repr(self.labels.shape).encode())
-        h.update(np.ascontiguousarray(self.labels).tobytes())
+        h.update(np.ascontiguousarray(self.labels))  # the array's bytes, not a copy of them
         return h.hexdigest()
+
+
+JSON_BLOCK = 1 << 16
+
+
+def json_pieces(values):
+    """The UTF-8 of `json.dumps(list(values), ensure_ascii=False)`, a block of values at a time
+    (the same bytes, never the whole text of millions of rows at once)."""
+    if not len(values):
+        yield b"[]"
+        return
+    for start in range(0, len(values), JSON_BLOCK):
+        inner = json.dumps(list(values[start:start + JSON_BLOCK]), ensure_ascii=False)[1:-1]
+        yield (", " if start else "[").encode() + inner.encode("utf-8")
+    yield b"]"
 
 
 @dataclass(frozen=True)
@@ -483,6 +506,11 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
         id_column = cfg.id or "id"
         cfg = dataclasses.replace(cfg, label=cfg.label or builtin.label)
     else:
+        if _streamable(cfg):
+            try:
+                return _load_streamed(cfg, name)
+            except stream.Fallback as why:
+                log.debug("reading the data whole (not streamed): %s", why)
         files = {"train": cfg.train, "dev": cfg.dev, "test": cfg.test}
         if cfg.path is not None or not (cfg.dev or cfg.test):
             tables = {None: read_tables(cfg.path or cfg.train, cfg)}
@@ -524,6 +552,102 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
     if isinstance(cfg.label_names, str):
         files += (cfg.label_names,)
     return Dataset(name, task, encoder.names, splits, source, files, dropped)
+
+
+# ---------------------------------------------------------------------------------------------
+# Large files, read in a stream (featx.stream)
+
+
+def _streamable(cfg: DataConfig) -> bool:
+    """Whether `_load_streamed` may read this configuration (the files' size and content
+    decide next): one CSV/TSV file per split of texts and class labels, and pyarrow installed."""
+    if importlib.util.find_spec("pyarrow") is None:
+        return False
+    single = [cfg.path] if cfg.path is not None else [cfg.train, cfg.dev, cfg.test]
+    return (cfg.builtin is None and all(f is None or isinstance(f, str) for f in single)
+            and cfg.text_pair is None and (cfg.label is None or isinstance(cfg.label, str))
+            and cfg.label_sep is None and cfg.label_regex is None and cfg.label_names is None
+            and not cfg.keep and cfg.max_rows is None and cfg.id is None
+            and cfg.task in (None, "binary", "multiclass"))
+
+
+def _load_streamed(cfg: DataConfig, name: str) -> Dataset:
+    """The Dataset of large CSV/TSV files (featx.stream), equal to the one the whole-file
+    reader builds from them (same ids, texts, labels, splits; so the same fingerprint and
+    cache key); stream.Fallback for anything that reader must report or read."""
+    if cfg.path is not None or not (cfg.dev or cfg.test):
+        files = {None: cfg.path or cfg.train}
+    else:
+        files = {s: f for s, f in (("train", cfg.train), ("dev", cfg.dev), ("test", cfg.test)) if f}
+    sizes = {s: Path(f).stat().st_size for s, f in files.items() if Path(f).is_file()}
+    if len(sizes) != len(files) or sum(sizes.values()) < stream.STREAM_BYTES:
+        raise stream.Fallback("small or missing files")
+    if cfg.split_column is not None and None not in files:
+        raise stream.Fallback("a split column beside split files")
+    text, label = cfg.text or "text", cfg.label if cfg.label is not None else "label"
+    parsed = {s: stream.parse(stream.source_of(Path(f), cfg, cfg.format or _format_from_suffix(Path(f))), text,
+                              label, cfg.split_column if s is None else None) for s, f in files.items()}
+    columns = _Columns.from_config(cfg, (), None)
+    task = cfg.task
+    if None in parsed:  # one file: split it as the whole-file reader does
+        one = parsed[None]
+        if one.splits is not None:  # the split column's values -> 0 train, 1 dev, 2 test
+            known = [SPLIT_ALIASES.get(v.strip().lower()) for v in one.split_values]
+            if None in known:
+                raise stream.Fallback("a split value featx does not know")  # named with its row
+            assignment = np.array([SPLITS.index(k) for k in known], dtype=np.int8)[one.splits]
+        else:
+            task = task or _infer_task(_Distinct(one.labels), columns)
+            if task not in ("binary", "multiclass"):
+                raise stream.Fallback(f"task {task}")
+            keys = [_class_key(v) for v in one.labels]
+            rank = {k: i for i, k in enumerate(sorted(set(keys)))}
+            strata = np.array([rank[k] for k in keys], dtype=one.codes.dtype)[one.codes]
+            assignment = stratified_assignment(strata, cfg.dev_fraction, cfg.test_fraction, cfg.split_seed)
+            del strata
+        parts = {split: (one, assignment, code) for code, split in enumerate(SPLITS)
+                 if (assignment == code).any()}
+        numbered = "record" if one.splits is None else "split"
+    else:
+        parts = {split: (p, None, 0) for split, p in parsed.items()}
+        numbered = "split"
+    if "train" not in parts:
+        raise stream.Fallback("no training rows")  # the whole-file reader says so
+    # Per split, its rows' label codes: 2 bytes a row, with the split codes all that is held per row.
+    in_split = {split: p.codes if a is None else p.codes[a == code] for split, (p, a, code) in parts.items()}
+    train_values = [parts["train"][0].labels[c] for c in np.unique(in_split["train"])]
+    task = task or _infer_task(_Distinct(train_values), columns)
+    if task not in ("binary", "multiclass"):
+        raise stream.Fallback(f"task {task}")
+    names = tuple(sorted({_class_key(v) for v in train_values}, key=_natural_key))
+    if len(names) < 2 or (task == "binary" and len(names) != 2):
+        raise stream.Fallback("too few or too many classes")  # the whole-file reader says which
+    index = {n: i for i, n in enumerate(names)}
+    splits = {}
+    for split in SPLITS:
+        if split not in parts:
+            continue
+        p, a, code = parts[split]
+        lookup = np.array([index.get(_class_key(v), -1) for v in p.labels], dtype=np.int64)
+        labels = lookup[in_split.pop(split)]
+        if (labels < 0).any():
+            raise stream.Fallback("a label of dev or test that train lacks")  # named with its row
+        n = len(labels)
+        # One file split by featx numbers its rows in the file; a split's own file, in the split.
+        ids = stream.RowIds("row-", a, code, n) if numbered == "record" else stream.RowIds(f"{split}-", None, 0, n)
+        share = p.source.path.stat().st_size * n // max(p.n, 1)  # bytes its texts take at most
+        splits[split] = Split(split, ids, stream.Column(p.source, text, a, code, n, share), None, labels)
+    paths = [str(f) for f in files.values()]
+    log.info("read %s in a stream (%s rows): texts stay in the file until the cache holds them",
+             ", ".join(paths), f"{sum(len(s) for s in splits.values()):,}")
+    return Dataset(name, task, names, splits, ", ".join(paths), tuple(str(Path(f)) for f in paths))
+
+
+@dataclass
+class _Distinct:
+    """What _infer_task reads of the rows: their label values (here the distinct ones, which
+    decide the task as all of them would)."""
+    labels: list
 
 
 @dataclass

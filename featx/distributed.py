@@ -11,6 +11,7 @@ after a rank died resumes every shard; nothing already computed is computed agai
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import hashlib
@@ -32,7 +33,7 @@ from featx.files import refuse_link
 from featx.version import __version__
 
 log = logging.getLogger("featx")
-ASSEMBLY_ROWS = 65536  # rows copied per step when rank 0 assembles (bounded memory)
+ASSEMBLY_ROWS = 65536  # final rows copied per step when rank 0 assembles (bounded memory)
 
 
 def world() -> tuple[int, int, int] | None:
@@ -155,7 +156,7 @@ def _agree(dist, rank: int, size: int, mine: dict) -> None:
 
 def _assemble(final: Path, plan, spec, device, shards: list[Path], per_rank: list[dict]) -> None:
     """Stream every shard's rows into the final cache, written exactly as one process would."""
-    from featx.extract import writer_info
+    from featx.extract import WINDOW_BYTES, writer_info
 
     start = time.perf_counter()
     with h5py.File(shards[0], "r") as f:  # what only a rank that loaded the model knows
@@ -167,17 +168,24 @@ def _assemble(final: Path, plan, spec, device, shards: list[Path], per_rank: lis
                                   list(plan.dataset.splits.values()), plan.hidden,
                                   singles=plan.singles, pair_rows=plan.pair_rows)
         try:
-            for shard in shards:
-                with h5py.File(shard, "r") as f:
-                    for split in plan.groups:
-                        group = f[split]
-                        total = len(group["rows"])
-                        for begin in range(0, total, ASSEMBLY_ROWS):
-                            cut = slice(begin, min(total, begin + ASSEMBLY_ROWS))
-                            writer.write(split, group["rows"][cut],
-                                         {p: group[p][cut] for p in spec.layers},
-                                         group["n_tokens"][cut], group["truncated"][cut])
-                            writer.flush()
+            with contextlib.ExitStack() as stack:
+                files = [stack.enter_context(h5py.File(shard, "r")) for shard in shards]
+                for split in plan.groups:
+                    # Block by block of the final rows, each rank's rows of it (a rank's rows are
+                    # increasing: one slice of its shard), written as long runs.
+                    ranks = [f[split]["rows"][...] for f in files]
+                    n = len(writer.done[split])
+                    size = max(1, min(ASSEMBLY_ROWS, WINDOW_BYTES // writer.row_bytes(split)))
+                    for lo in range(0, n, size):
+                        hi = min(n, lo + size)
+                        writer.begin_block(split, lo, hi)
+                        for f, rows in zip(files, ranks):
+                            a, b = (int(i) for i in np.searchsorted(rows, [lo, hi]))
+                            if a < b:
+                                group = f[split]
+                                writer.write(split, rows[a:b], {p: group[p][a:b] for p in spec.layers},
+                                             group["n_tokens"][a:b], group["truncated"][a:b])
+                        writer.end_block()
             stats = {"rows_total": sum(len(s) for s in plan.groups.values()),
                      "rows_computed": sum(s["rows_computed"] for s in per_rank),
                      "world_size": len(shards), "per_rank": per_rank,

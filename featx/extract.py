@@ -1,8 +1,10 @@
 """The extractor: run the frozen backbone once over a dataset and stream pooled vectors to HDF5.
 
-    texts -> (background thread) tokens, sorted by length, batched by a token budget (batching)
+    texts, a window of rows at a time -> (background thread) tokens, sorted by length within
+          the window, batched by a token budget (batching)
           -> forward pass, every pooling x every layer
-          -> pwrite at the rows' original offsets in the pre-allocated HDF5 datasets, done-mask flushes
+          -> the window's rows gathered in memory at their original positions; each flush pwrites
+             them as long runs into the pre-allocated HDF5 datasets, then the done mask
 """
 from __future__ import annotations
 
@@ -21,10 +23,12 @@ import torch
 from featx import backbone
 from featx.batching import (
     TORCH_DTYPES,
+    WINDOW_ROWS,
     Batch,
     Encoder,
     default_token_budget,
     tokenized_batches,
+    window_batches,
 )
 from featx.cache import Cache, CacheWriter, partial_finished, writer_lock
 from featx.config import Pipeline
@@ -85,10 +89,10 @@ def build(path: Path, plan: Plan, spec, device: torch.device, compute_dtype: str
         writer = CacheWriter.open(path, spec, writer_info(plan, model, device) | (info or {}),
                                   list(plan.dataset.splits.values()), plan.hidden, rows,
                                   plan.singles, plan.pair_rows)
-        todo = {s: writer.pending(s) for s in plan.groups}
+        todo = {s: int((writer.done[s] == 0).sum()) for s in plan.groups}
         # Every sequence the backbone encodes: a pair task's pairs and its single texts.
         stats = {"rows_total": sum(len(s) for s in plan.groups.values()),
-                 "rows_computed": int(sum(len(r) for r in todo.values()))}
+                 "rows_computed": sum(todo.values())}
         if stats["rows_computed"]:
             if model is None:
                 model, tokenizer = _load(plan, device)
@@ -228,56 +232,118 @@ def forward_pooled(model, batch: Batch, layers: dict[str, tuple[int, ...]], devi
             for p, lay in layers.items()}
 
 
-def run(model, tokenizer, plan: Plan, todo: dict[str, np.ndarray], writer: CacheWriter,
+# Bytes of vectors a window gathers in memory before they are written (with WINDOW_ROWS,
+# whichever is smaller): all-MiniLM-L6-v2 with every pooling of every layer in float16 is 21.5 KB
+# a row, 3,000 rows a window; one pooling of one layer, 43,000.
+WINDOW_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class Window:
+    """Rows [lo, hi) of a split, and those of them still to compute."""
+    split: str
+    lo: int
+    hi: int
+    rows: np.ndarray  # (k,) row positions in [lo, hi), increasing
+
+
+def windows(done: np.ndarray, split: str, size: int):
+    """The windows of `size` consecutive rows that hold rows not done yet, in row order."""
+    for lo in range(0, len(done), size):
+        hi = min(len(done), lo + size)
+        rows = lo + np.flatnonzero(done[lo:hi] == 0)
+        if len(rows):
+            yield Window(split, lo, hi, rows)
+
+
+def _window_batches(encoder: Encoder, plan: Plan, todo, budget: int, max_rows: int):
+    """(window, batch) for every batch of every window, windows in row order."""
+    for window in todo:
+        split = plan.groups[window.split]
+        if len(window.rows) == window.hi - window.lo:  # every row of the window: a slice
+            texts = split.texts[window.lo:window.hi]
+            pairs = None if split.text_pairs is None else split.text_pairs[window.lo:window.hi]
+        else:
+            texts = [split.texts[i] for i in window.rows]
+            pairs = None if split.text_pairs is None else [split.text_pairs[i] for i in window.rows]
+        tokens = encoder.tokenize(texts, pairs)
+        for batch in window_batches(encoder, tokens, window.rows, token_budget=budget, max_rows=max_rows):
+            yield window, batch
+
+
+def run(model, tokenizer, plan: Plan, todo: dict[str, int], writer: CacheWriter,
         device: torch.device, compute_dtype: str) -> dict:
-    """Compute and store the rows in `todo` (per split); returns throughput figures."""
+    """Compute and store the rows not done yet (`todo`: their count per split); returns
+    throughput figures."""
     cfg = plan.pipeline.extract
-    if cfg.threads:
-        if cfg.threads > (os.cpu_count() or 1):
-            log.warning("extract.threads = %d is more than this machine's %d cores: torch runs slower "
-                        "with more threads than cores (0 uses one per core)", cfg.threads, os.cpu_count() or 1)
-        torch.set_num_threads(cfg.threads)
-    budget = cfg.token_budget or default_token_budget(device, compute_dtype)
+    threads = torch.get_num_threads()
+    try:
+        if cfg.threads:
+            if cfg.threads > (os.cpu_count() or 1):
+                log.warning("extract.threads = %d is more than this machine's %d cores: torch runs slower "
+                            "with more threads than cores (0 uses one per core)", cfg.threads, os.cpu_count() or 1)
+            torch.set_num_threads(cfg.threads)
+        elif device.type == "cpu" and plan.hidden < SMALL_HIDDEN and threads > 1:
+            torch.set_num_threads(threads - 1)  # a core for the tokenizer thread
+        return _run(model, tokenizer, plan, todo, writer, device, compute_dtype)
+    finally:
+        torch.set_num_threads(threads)
+
+
+# A narrow model's matrix products are too small to share between threads, and its tokenizer
+# needs a core as much as the model does: its threads wait on each other, and on the tokenizer
+# thread, at every operation. Measured on a hidden-32 BERT, 2 busy cores: one torch thread
+# 18,993 rows/s, two 397 (docs/benchmarks.md, scale).
+SMALL_HIDDEN = 128
+
+
+def _run(model, tokenizer, plan: Plan, todo: dict[str, int], writer: CacheWriter,
+         device: torch.device, compute_dtype: str) -> dict:
+    cfg = plan.pipeline.extract
+    budget = cfg.token_budget or default_token_budget(device, compute_dtype, plan.hidden)
     store = np.dtype(cfg.store_dtype)
-    total = int(sum(len(r) for r in todo.values()))
+    total = int(sum(todo.values()))
     stats = {"device": str(device), "compute_dtype": compute_dtype, "token_budget": budget,
              "threads": torch.get_num_threads(), "batches": 0, "real_tokens": 0,
              "padded_tokens": 0, "truncated": 0, "tokenizer_wait_s": 0.0}
     bar = progress(total=total, unit="text", enabled=plan.pipeline.progress,
                    desc=f"extract {plan.pipeline.name}")
+    encoder = Encoder(tokenizer, plan.max_length, plan.prompt)
+    # A window is sorted by length on its own and its rows are gathered in memory until they
+    # are written: its size bounds the memory, whatever the number of rows.
+    # (A generator: the tokenizer thread finds each window's rows when it gets there.)
+    planned = (window for name in plan.groups if todo.get(name)
+               for window in windows(writer.done[name], name,
+                                     max(1, min(WINDOW_ROWS, WINDOW_BYTES // writer.row_bytes(name)))))
     start = time.perf_counter()
     rows_done = 0
+    current = None
     try:
-        for split_name, rows in todo.items():
-            if not len(rows):
-                continue
-            split = plan.groups[split_name]
-            batches = tokenized_batches(tokenizer, split.texts, split.text_pairs, rows,
-                                        max_length=plan.max_length, token_budget=budget,
-                                        max_rows=cfg.max_batch_rows, prompt=plan.prompt)
-            for batch, waited in _in_background(batches):
-                pooled = forward_pooled(model, batch, plan.layers, device, compute_dtype, plan.sentence,
-                                        batch.prompt_length)
-                arrays = {p: v.to(TORCH_DTYPES[cfg.store_dtype]).cpu().numpy().astype(store, copy=False)
-                          for p, v in pooled.items()}
-                _check_finite(arrays, batch, split, cfg.store_dtype)
-                # Inline: a pwrite per run of rows costs microseconds; a writer thread measured
-                # no faster (`python -m bench levers`) and adds a failure path.
-                writer.write(split_name, batch.rows, arrays, batch.n_tokens, batch.truncated)
-                writer.maybe_flush(cfg.flush_rows, cfg.flush_seconds)
-                if stats["batches"] % TRIM_EVERY == 0:
-                    release_free_memory()
-                stats["batches"] += 1
-                stats["real_tokens"] += int(batch.n_tokens.sum())
-                stats["padded_tokens"] += int(batch.input_ids.numel())
-                stats["truncated"] += int(batch.truncated.sum())
-                stats["tokenizer_wait_s"] += waited
-                rows_done += len(batch.rows)
-                bar.update(len(batch.rows))
-                log.debug("computed %d/%d rows", rows_done, total)
-                elapsed = time.perf_counter() - start
-                bar.set_postfix_str(f"{stats['real_tokens'] / elapsed:,.0f} tok/s", refresh=False)
-        writer.flush()
+        for (window, batch), waited in _in_background(
+                _window_batches(encoder, plan, planned, budget, cfg.max_batch_rows)):
+            if window is not current:
+                writer.begin_block(window.split, window.lo, window.hi)  # flushes the one before
+                current = window
+            pooled = forward_pooled(model, batch, plan.layers, device, compute_dtype, plan.sentence,
+                                    batch.prompt_length)
+            arrays = {p: v.to(TORCH_DTYPES[cfg.store_dtype]).cpu().numpy().astype(store, copy=False)
+                      for p, v in pooled.items()}
+            _check_finite(arrays, batch, plan.groups[window.split], cfg.store_dtype)
+            writer.write(window.split, batch.rows, arrays, batch.n_tokens, batch.truncated)
+            writer.maybe_flush(cfg.flush_rows, cfg.flush_seconds)
+            if stats["batches"] % TRIM_EVERY == 0:
+                release_free_memory()
+            stats["batches"] += 1
+            stats["real_tokens"] += int(batch.n_tokens.sum())
+            stats["padded_tokens"] += int(batch.input_ids.numel())
+            stats["truncated"] += int(batch.truncated.sum())
+            stats["tokenizer_wait_s"] += waited
+            rows_done += len(batch.rows)
+            bar.update(len(batch.rows))
+            log.debug("computed %d/%d rows", rows_done, total)
+            elapsed = time.perf_counter() - start
+            bar.set_postfix_str(f"{stats['real_tokens'] / elapsed:,.0f} tok/s", refresh=False)
+        writer.end_block()
     finally:
         bar.close()
     seconds = time.perf_counter() - start
@@ -310,7 +376,8 @@ def embed_rows(model, tokenizer, texts: list[str], pairs: list[str] | None,
                show_progress: bool = False) -> tuple[dict[str, np.ndarray], int]:
     """The extraction loop in memory: {pooling: (n, len(layers), H) float32} in the texts'
     order, and how many texts were truncated. Same batching, same forward pass as the cache."""
-    budget = token_budget or default_token_budget(device, compute_dtype)
+    hidden = getattr(getattr(model, "config", None), "hidden_size", None)
+    budget = token_budget or default_token_budget(device, compute_dtype, hidden)
     rows = np.arange(len(texts))
     out: dict[str, np.ndarray] = {}
     truncated = 0

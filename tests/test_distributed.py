@@ -29,6 +29,9 @@ from tests.conftest import (
 pytestmark = pytest.mark.slow
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+# Rows of the jobs killed mid-run: a tiny BERT computes a batch of 4 rows in about a millisecond,
+# so a rank's share must last long enough for the test to find it running.
+ROWS = 12000
 
 
 def torchrun(pipeline: Path, *overrides: str, wait: bool = True):
@@ -100,16 +103,17 @@ def _rank_of(pid: int) -> int | None:
 
 
 def test_a_killed_rank_resumes_without_recomputing(tmp_path, tiny_bert):
-    pipeline = job(tmp_path, tiny_bert, "killed", rows=4000, token_budget=128, max_batch_rows=4,
+    pipeline = job(tmp_path, tiny_bert, "killed", rows=ROWS, token_budget=128, max_batch_rows=4,
                    flush_rows=32)
     launcher = torchrun(pipeline, wait=False)
     shards = tmp_path / "killed" / "cache"
-    # The ranks start seconds apart (model loading) and each computes its half in about a
-    # second, so wait for *a* rank that is mid-run and kill that one, whatever the other does.
+    # The ranks start seconds apart (model loading) and each computes its half in a second or
+    # two, so wait for *a* rank that is mid-run, at most halfway through its rows (a kill needs
+    # a few milliseconds to land), and kill that one, whatever the other does.
     deadline, victim = time.time() + 180, None
     while time.time() < deadline and launcher.poll() is None:
         for partial in sorted(shards.glob("*.shards/rank*.partial")):
-            if 64 <= done_rows(partial) < 1900:
+            if 64 <= done_rows(partial) < ROWS // 4:
                 rank = int(partial.name[len("rank"):len("rank") + 3])
                 victim = next((pid for pid in _children(launcher.pid) if _rank_of(pid) == rank), None)
                 if victim:
@@ -123,14 +127,14 @@ def test_a_killed_rank_resumes_without_recomputing(tmp_path, tiny_bert):
     assert launcher.returncode != 0
     shard_files = sorted(shards.glob("*.shards/rank*.h5*"))
     before = sum(done_rows(p) for p in shard_files)  # claimed by a partial or a finished shard
-    assert 0 < before < 4000 and any(p.suffix == ".partial" for p in shard_files)
+    assert 0 < before < ROWS and any(p.suffix == ".partial" for p in shard_files)
     resumed = torchrun(pipeline)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     path = Path(resumed.stdout.strip().splitlines()[-1])
     with Cache(path) as cache:
         computed = cache.meta["extract_stats"]["rows_computed"]
-    assert computed <= 4000 - before  # only the rows no rank had claimed
-    single = extract(load_pipeline(job(tmp_path, tiny_bert, "single", rows=4000, token_budget=128,
+    assert computed <= ROWS - before  # only the rows no rank had claimed
+    single = extract(load_pipeline(job(tmp_path, tiny_bert, "single", rows=ROWS, token_budget=128,
                                        max_batch_rows=4, flush_rows=32)))
     assert_same_cache(path, single.path)
 
@@ -170,14 +174,14 @@ def nodes(pipeline: Path, port: int, *overrides: str):
 
 
 def test_two_nodes_write_the_single_process_cache_and_a_killed_node_resumes(tmp_path, tiny_bert):
-    pipeline = job(tmp_path, tiny_bert, "nodes", rows=3000, token_budget=128, max_batch_rows=4,
+    pipeline = job(tmp_path, tiny_bert, "nodes", rows=ROWS, token_budget=128, max_batch_rows=4,
                    flush_rows=32)
     launchers = nodes(pipeline, _free_port())
     shards = tmp_path / "nodes" / "cache"
     deadline, killed = time.time() + 240, False
     while time.time() < deadline and all(p.poll() is None for p in launchers) and not killed:
         for partial in sorted(shards.glob("*.shards/rank*.partial")):
-            if 64 <= done_rows(partial) < 1400:
+            if 64 <= done_rows(partial) < ROWS // 4:  # at most halfway: a kill takes milliseconds
                 # Which host got which rank is the rendezvous's choice: stop the host whose rank
                 # is mid-run (killing the other could hit one that already wrote its shard).
                 rank = int(partial.name[len("rank"):len("rank") + 3])
@@ -200,14 +204,14 @@ def test_two_nodes_write_the_single_process_cache_and_a_killed_node_resumes(tmp_
             os.killpg(launcher.pid, signal.SIGKILL)
             launcher.communicate()
     before = sum(done_rows(p) for p in shards.glob("*.shards/rank*.h5*"))
-    assert 0 < before < 3000, sorted(str(p) for p in shards.rglob("*"))
+    assert 0 < before < ROWS, sorted(str(p) for p in shards.rglob("*"))
     resumed = nodes(pipeline, _free_port())
     outputs = [p.communicate(timeout=300) for p in resumed]
     assert all(p.returncode == 0 for p in resumed), [err[-2000:] for _, err in outputs]
     path = Path(next(out for out, _ in outputs if out.strip()).strip().splitlines()[-1])
     with Cache(path) as cache:
         stats = cache.meta["extract_stats"]
-        assert stats["world_size"] == 2 and stats["rows_computed"] <= 3000 - before
-    single = extract(load_pipeline(job(tmp_path, tiny_bert, "single", rows=3000, token_budget=128,
+        assert stats["world_size"] == 2 and stats["rows_computed"] <= ROWS - before
+    single = extract(load_pipeline(job(tmp_path, tiny_bert, "single", rows=ROWS, token_budget=128,
                                        max_batch_rows=4, flush_rows=32)))
     assert_same_cache(path, single.path)

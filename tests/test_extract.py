@@ -268,10 +268,15 @@ def test_featx_cache_imports_no_torch():
 # Processes: resume after SIGKILL, one writer at a time
 
 
+BIG = 24000
+
+
 @pytest.fixture
 def big_job(tmp_path, tiny_bert):
-    """A pipeline file whose extraction takes a few seconds (many small batches)."""
-    data_file = write_rows(tmp_path / "big.csv", classification_rows(6000, seed=3))
+    """A pipeline file whose extraction takes a few seconds (many small batches: a tiny BERT
+    computes one of 4 rows in about a millisecond, so a second process starting up meets it
+    still running)."""
+    data_file = write_rows(tmp_path / "big.csv", classification_rows(BIG, seed=3))
 
     def make(data_dir: Path) -> Path:
         return write_pipeline_toml(tmp_path / f"{data_dir.name}.toml", data_file, tiny_bert, data_dir,
@@ -296,11 +301,11 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(big_job, tmp_path):
     job.send_signal(signal.SIGKILL)
     job.wait()
     before = done_rows(partial)
-    assert 0 < before < 6000
+    assert 0 < before < BIG
 
     from featx.config import load_pipeline
     resumed = extract(load_pipeline(big_job(killed_dir)))
-    assert resumed.stats["rows_computed"] == 6000 - before  # nothing done twice
+    assert resumed.stats["rows_computed"] == BIG - before  # nothing done twice
     clean = extract(load_pipeline(big_job(tmp_path / "clean")))
     assert clean.path.name == resumed.path.name and not partial.exists()
     with Cache(resumed.path) as a, Cache(clean.path) as b:

@@ -28,7 +28,7 @@ from tests.faults.conftest import FIGURES, FULL
 pytestmark = pytest.mark.slow
 
 KILLS = 20 if FULL else 3
-ROWS = 6000
+ROWS = 30000  # a tiny BERT computes a batch of 4 rows in about a millisecond: enough to land kills mid-run
 SETTINGS = dict(store_dtype="float32", token_budget=128, max_batch_rows=4, flush_rows=64)
 BOUND = SETTINGS["flush_rows"] + SETTINGS["max_batch_rows"]
 

@@ -1,0 +1,280 @@
+"""Large CSV/TSV files read in a stream (pyarrow), a block of rows at a time. No torch.
+
+`featx.data.load_dataset` reads a file whole into Python lists; past `STREAM_BYTES` a plain
+CSV/TSV of texts and class labels is read with these pieces instead (data.py assembles them):
+
+    parse           pass 1: every column parsed by pyarrow, checked with vectorised kernels; per
+                    row only a label code (int16) and a split column's code (int8), never a text
+    Column, RowIds  sequences of str that read the file again (or number rows) when asked, a
+                    block at a time: the fingerprint, the cache's text datasets and the
+                    extraction's windows each read them in order
+
+Anything pass 1 finds wrong, or any file pyarrow cannot parse, raises `Fallback`: data.py's
+exact reader reads the file again and names the row and the fix, so a bad file gives one
+error message, whatever the path.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import operator
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from featx.errors import FeatxError
+
+log = logging.getLogger("featx")
+
+STREAM_BYTES = 64 << 20  # files this large or larger are streamed, smaller ones read whole
+BLOCK_BYTES = 1 << 20    # bytes of the file pyarrow parses at a time (its read-ahead holds several)
+
+
+@functools.cache
+def whitespace() -> str:
+    """What str.strip() strips (str.isspace()): a text of only these is empty, in both readers."""
+    return "".join(chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace())
+
+
+class Fallback(Exception):
+    """The file needs the exact reader (data.py): something to report, or not streamable."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """A delimited file and how pyarrow parses it as featx's csv reader does: every field a
+    string, nothing read as null ("NA" is a class name, "" an empty field), a header row."""
+    path: Path
+    delimiter: str
+    quoting: str
+    columns: tuple[str, ...]
+    state: tuple[int, int, int]
+    """(size, modification time in ns, inode) when first read: every later pass checks it."""
+
+    def batches(self, columns: list[str]):
+        """Record batches of `columns`, in file order."""
+        import pyarrow as pa
+        import pyarrow.csv as pv
+
+        if _state(self.path) != self.state:  # a pass over other rows than the first one read
+            raise FeatxError(f"{self.path} changed while featx was reading it (its texts are read "
+                             "again from the file, a block at a time); rerun once it stays as it is")
+
+        quoted = self.quoting != "none"
+        reader = pv.open_csv(
+            self.path,
+            read_options=pv.ReadOptions(block_size=BLOCK_BYTES, use_threads=True),
+            parse_options=pv.ParseOptions(delimiter=self.delimiter, quote_char='"' if quoted else False,
+                                          double_quote=quoted, newlines_in_values=quoted,
+                                          ignore_empty_lines=True),
+            convert_options=pv.ConvertOptions(column_types={c: pa.string() for c in self.columns},
+                                              include_columns=columns, strings_can_be_null=False,
+                                              quoted_strings_can_be_null=False, null_values=[]))
+        for batch in reader:
+            yield batch
+
+
+class Lazy(Sequence):
+    """A sequence of n str produced a block at a time by `_blocks()` (lists, in order).
+
+    Reads in increasing order (slices one after the other, or rows in increasing order) go
+    through the blocks once, holding one block; a read from the start again begins a new pass;
+    any other read backwards reads the whole sequence into memory once (a fine-tune's shuffled
+    rows), as `data.py` would have held it."""
+
+    def __init__(self, n: int):
+        self._n = n
+        self._whole: list | None = None
+        self._restart()
+
+    def _blocks(self):
+        raise NotImplementedError
+
+    def _restart(self) -> None:
+        self._stream = self._blocks()
+        self._block: list = []
+        self._first = 0  # position of self._block[0]
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __iter__(self):
+        if self._whole is not None:
+            yield from self._whole
+            return
+        for block in self._blocks():
+            yield from block
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self._n)
+            if step != 1:
+                return [self[i] for i in range(start, stop, step)]
+            return self._range(start, max(start, stop))
+        i = operator.index(key)
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(f"row {key} of {self._n}")
+        return self._range(i, i + 1)[0]
+
+    def _range(self, start: int, stop: int) -> list:
+        if self._whole is not None:
+            return self._whole[start:stop]
+        if start < self._first:
+            if start == 0:
+                self._restart()
+            else:
+                log.debug("rows read out of order: %d rows read into memory", self._n)
+                self._whole = list(self)
+                return self._whole[start:stop]
+        out: list = []
+        while start < stop:
+            end = self._first + len(self._block)
+            if start < end:
+                out.extend(self._block[start - self._first:min(stop, end) - self._first])
+                start = min(stop, end)
+                continue
+            block = next(self._stream, None)
+            if block is None:
+                raise FeatxError(f"{self} ended after {end} of its {self._n} rows: its file changed "
+                                 "while featx was reading it; rerun once it stays as it is")
+            self._first, self._block = end, block
+        return out
+
+
+class Column(Lazy):
+    """One string column of the rows of a split: the file's records whose split code is
+    `code` (every record when `assignment` is None), read again at each pass."""
+
+    def __init__(self, source: Source, column: str, assignment: np.ndarray | None, code: int, n: int,
+                 nbytes: int):
+        self.source, self.column, self.assignment, self.code = source, column, assignment, code
+        self.nbytes = nbytes  # at most this many bytes of text (the file's share): for disk estimates
+        super().__init__(n)
+
+    def __repr__(self) -> str:
+        return f"column {self.column!r} of {self.source.path}"
+
+    def _blocks(self):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        record = 0
+        for batch in self.source.batches([self.column]):
+            values = batch.column(0)
+            if self.assignment is not None:
+                mine = self.assignment[record:record + len(values)] == self.code
+                values = pc.filter(values, pa.array(mine))
+            record += batch.num_rows
+            if len(values):
+                yield values.to_pylist()
+
+
+class RowIds(Lazy):
+    """The ids `data.py` numbers rows with: f"{prefix}{i}", i the record's position in the file
+    (a split of one file keeps its records' numbers) or in its split."""
+
+    def __init__(self, prefix: str, assignment: np.ndarray | None, code: int, n: int):
+        self.prefix, self.assignment, self.code = prefix, assignment, code
+        super().__init__(n)
+
+    def _blocks(self, size: int = 1 << 16):
+        total = self._n if self.assignment is None else len(self.assignment)
+        for begin in range(0, total, size):
+            numbers = np.arange(begin, min(total, begin + size))
+            if self.assignment is not None:
+                numbers = numbers[self.assignment[begin:begin + size] == self.code]
+            if len(numbers):
+                yield [f"{self.prefix}{i}" for i in numbers.tolist()]
+
+
+@dataclass
+class Parsed:
+    """Pass 1 over one file: per record the code of its label (and of its split column's value),
+    the distinct raw values they index; never the texts."""
+    source: Source
+    n: int
+    codes: np.ndarray            # (n,) int16 (int32 past 32,767 labels) index into `labels`
+    labels: list[str]            # distinct raw label values, first appearance first
+    splits: np.ndarray | None    # (n,) int8 index into `split_values`, from the split column
+    split_values: list[str]      # distinct raw values of the split column
+
+
+def source_of(path: Path, cfg, fmt: str) -> Source:
+    """The Source for a file featx would read with its csv reader, or Fallback."""
+    if fmt not in ("csv", "tsv") or not cfg.header or cfg.columns is not None:
+        raise Fallback("not a delimited file with a header row")
+    if cfg.encoding.replace("_", "-").lower() not in ("utf-8", "utf8"):
+        raise Fallback(f"encoding {cfg.encoding}")
+    delimiter = {None: "\t" if fmt == "tsv" else ",", "\\t": "\t"}.get(cfg.delimiter, cfg.delimiter)
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or head[:4000].count(b"\x00"):
+        raise Fallback("UTF-16 or NUL bytes")  # data.py names the encoding to set
+    import csv
+    import io
+
+    first = head.decode("utf-8-sig", errors="replace").split("\n", 1)[0].rstrip("\r")
+    header = next(csv.reader(io.StringIO(first), delimiter=delimiter,
+                             quoting=csv.QUOTE_NONE if cfg.quoting == "none" else csv.QUOTE_MINIMAL), [])
+    columns = tuple(c.strip() for c in header)
+    if not columns or any(not c for c in columns) or len(set(columns)) != len(columns) \
+            or any(c != raw for c, raw in zip(columns, header)):
+        raise Fallback("a header cell that is empty, repeated or padded")  # data.py's rules apply
+    return Source(path, delimiter, cfg.quoting, columns, _state(path))
+
+
+def _state(path: Path) -> tuple[int, int, int]:
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns, stat.st_ino
+
+
+def parse(source: Source, text: str, label: str, split_column: str | None) -> Parsed:
+    """Pass 1: check every text (present, not only whitespace, no NUL) and label (present),
+    code the labels and split values; Fallback on anything the exact reader must report."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    wanted = [c for c in (text, label, split_column) if c is not None]
+    if any(c not in source.columns for c in wanted):
+        raise Fallback("a configured column is missing")  # data.py lists the columns there are
+    index: dict[str, int] = {}
+    codes, splits = [], []
+    split_index: dict[str, int] = {}
+    n = 0
+    try:
+        for batch in source.batches(wanted):
+            texts = batch.column(wanted.index(text))
+            if pc.any(pc.equal(pc.utf8_length(pc.utf8_trim(texts, whitespace())), 0)).as_py() \
+                    or pc.any(pc.match_substring(texts, "\x00")).as_py():
+                raise Fallback("an empty text or a NUL byte")
+            labels = batch.column(wanted.index(label))
+            if pc.any(pc.equal(pc.utf8_length(pc.utf8_trim(labels, whitespace())), 0)).as_py() \
+                    or pc.any(pc.match_substring(labels, "\x00")).as_py():
+                raise Fallback("a missing label or a NUL byte")
+            encoded = pc.dictionary_encode(labels)
+            local = np.array([index.setdefault(v, len(index)) for v in encoded.dictionary.to_pylist()],
+                             dtype=np.int32)
+            if len(index) >= 2 ** 15 and codes and codes[0].dtype == np.int16:
+                codes = [c.astype(np.int32) for c in codes]  # past int16: the few blocks so far widened
+            codes.append(local.astype(np.int16 if len(index) < 2 ** 15 else np.int32)[
+                encoded.indices.to_numpy(zero_copy_only=False)])
+            if split_column is not None:
+                names = pc.dictionary_encode(batch.column(wanted.index(split_column)))
+                local = np.array([split_index.setdefault(v, len(split_index))
+                                  for v in names.dictionary.to_pylist()], dtype=np.int32)
+                if len(split_index) > 100:
+                    raise Fallback("more than 100 distinct split names")
+                splits.append(local.astype(np.int8)[names.indices.to_numpy(zero_copy_only=False)])
+            n += batch.num_rows
+            if len(index) > 100_000:
+                raise Fallback("more than 100,000 distinct labels: not classes")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowKeyError, UnicodeError) as exc:  # data.py names the row
+        raise Fallback(f"pyarrow: {str(exc)[:200]}") from None
+    return Parsed(source, n, np.concatenate(codes) if codes else np.zeros(0, np.int16), list(index),
+                  None if split_column is None else (np.concatenate(splits) if splits else np.zeros(0, np.int8)),
+                  list(split_index))

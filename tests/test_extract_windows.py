@@ -1,0 +1,157 @@
+"""Windowed extraction: rows sorted by length within bounded windows, gathered in blocks and
+written as long runs; the cache is the same as one sorted over everything, and a run that dies
+mid-window resumes into the same cache."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from featx import backbone
+from featx import extract as extract_module
+from featx.batching import Encoder, tokenized_batches
+from featx.cache import Cache, CacheWriter
+from featx.errors import FeatxError
+from featx.extract import extract
+from tests.conftest import assert_same_vectors, classification_rows, write_rows
+
+EXACT = {"store_dtype": "float32"}
+
+
+@pytest.fixture
+def tokenizer(tiny_bert):
+    return backbone.load_tokenizer(tiny_bert)
+
+
+@pytest.mark.parametrize("pairs, prompt, max_length", [(False, None, 64), (True, None, 64),
+                                                        (False, "query: ", 64), (True, None, 9)])
+def test_flat_tokens_pad_into_the_same_inputs_as_encodings(tokenizer, pairs, prompt, max_length):
+    rows = classification_rows(50, seed=2, pairs=True)
+    texts = [r["text"] for r in rows]
+    seconds = [r["text2"] for r in rows] if pairs else None
+    encoder = Encoder(tokenizer, max_length, prompt)
+    tokens = encoder.tokenize(texts, seconds)
+    encodings = encoder.encode(texts, seconds, range(len(texts)))
+    assert tokens.lengths.tolist() == [len(e.ids) for e in encodings]
+    assert tokens.truncated.tolist() == [bool(e.overflowing) for e in encodings]
+    picked = np.array([7, 3, 3, 40, 0, 49])  # any rows, in any order
+    flat = encoder.gather(tokens, picked)
+    padded = encoder.collate([encodings[i] for i in picked])
+    assert set(flat) == set(padded)
+    for name, values in padded.items():
+        assert flat[name].dtype == values.dtype and (flat[name] == values).all(), name
+
+
+def test_batches_are_sorted_within_windows_and_cover_every_row(tokenizer):
+    texts = [r["text"] for r in classification_rows(103, seed=4)]
+    rows = np.arange(103)[::-1].copy()  # a window is the rows in the order given
+    batches = list(tokenized_batches(tokenizer, texts, None, rows, max_length=64, token_budget=60,
+                                     max_rows=8, window=25))
+    seen = np.concatenate([b.rows for b in batches])
+    assert sorted(seen.tolist()) == list(range(103))
+    windows = [set(rows[i:i + 25].tolist()) for i in range(0, 103, 25)]
+    position = 0
+    for window in windows:  # the batches of one window, then the next's
+        lengths = []
+        while position < len(batches) and set(batches[position].rows.tolist()) <= window:
+            lengths.extend(batches[position].n_tokens.tolist())
+            position += 1
+        assert len(lengths) == len(window)
+        assert lengths == sorted(lengths, reverse=True)  # longest first within the window
+    assert position == len(batches)
+
+
+def test_small_windows_write_the_same_cache(make_pipeline, tmp_path, monkeypatch):
+    rows = classification_rows(300, seed=6)
+    rows[123]["text"] = "what " * 60  # the longest row, in a window of its own
+    data = write_rows(tmp_path / "r.csv", rows)
+    whole = extract(make_pipeline({"path": str(data), "id": "id"}, data_dir=str(tmp_path / "whole"),
+                                  extract=EXACT))
+    monkeypatch.setattr(extract_module, "WINDOW_ROWS", 17)
+    windowed = extract(make_pipeline({"path": str(data), "id": "id"}, data_dir=str(tmp_path / "windowed"),
+                                     extract=EXACT | {"flush_rows": 5}))
+    assert windowed.stats["batches"] > whole.stats["batches"]
+    assert_same_vectors(windowed.path, whole.path)
+    with Cache(windowed.path) as a, Cache(whole.path) as b:
+        for split in b.splits:
+            assert (a.truncated(split) == b.truncated(split)).all()
+            assert list(a.texts(split)) == list(b.texts(split))
+        a.verify()
+
+
+def test_a_block_flush_writes_runs_and_keeps_rows_finished_before(tmp_path):
+    from featx.cache import CacheSpec
+    from featx.data import Split, dataset_fingerprint
+    from tests.conftest import write_synthetic_cache
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(500, 2, 8)).astype(np.float32)
+    labels = np.zeros(500, np.int64)
+    reference = write_synthetic_cache(tmp_path / "a", "multiclass", {"train": x}, {"train": labels},
+                                      ["a", "b"], layers=(0, 1))  # rows written directly, in order
+    # The spec and metadata write_synthetic_cache uses, so both files have the same key.
+    splits = [Split("train", [f"train-{i}" for i in range(500)], [f"text {i}" for i in range(500)], None, labels)]
+    spec = CacheSpec(model_fingerprint="synthetic", init="pretrained", init_seed=None, max_length=8,
+                     layers={"mean": (0, 1)}, compute_dtype="float32", store_dtype="float32",
+                     dataset_fingerprint=dataset_fingerprint("multiclass", ["a", "b"],
+                                                             [(s.name, s.fingerprint()) for s in splits]))
+    info = {"pipeline_name": "synthetic", "model_name": "synthetic", "task": "multiclass",
+            "label_names": ["a", "b"], "n_layers": 1, "hidden_size": 8, "text_pair": False}
+    path = tmp_path / "b" / reference.name
+
+    def put(writer, rows):
+        writer.write("train", rows, {"mean": x[rows]}, np.full(len(rows), 4), np.zeros(len(rows), bool))
+
+    writer = CacheWriter.open(path, spec, info, splits, 8)
+    writer.begin_block("train", 0, 300)
+    for i, part in enumerate(np.array_split(rng.permutation(300), 10)):  # scattered rows, some flushes
+        put(writer, part)
+        if i % 3 == 1:
+            writer.flush()
+    writer.begin_block("train", 300, 500)  # flushes the block before
+    put(writer, np.arange(450, 500))
+    flushed = writer.done["train"].copy()
+    writer.close()  # dies here: rows 450-499 were never flushed, and are not claimed
+    assert flushed[:300].all() and not flushed[300:].any()
+    writer = CacheWriter.open(path, spec, info, splits, 8)
+    assert (writer.done["train"] == flushed).all()
+    writer.begin_block("train", 0, 500)  # spans the rows finished before: their bytes are read back
+    put(writer, np.arange(300, 500)[::-1].copy())
+    writer.finalize()
+    with Cache(path) as a, Cache(reference) as b:
+        assert a.key == b.key
+        np.testing.assert_array_equal(a.features("train", "mean", "all"), b.features("train", "mean", "all"))
+        np.testing.assert_array_equal(a.n_tokens("train"), b.n_tokens("train"))
+        a.verify()
+
+
+def test_a_run_that_dies_mid_window_resumes_into_the_same_cache(make_pipeline, tmp_path, monkeypatch):
+    data = write_rows(tmp_path / "r.csv", classification_rows(600, seed=8))
+    settings = EXACT | {"token_budget": 128, "max_batch_rows": 4, "flush_rows": 16}
+    clean = extract(make_pipeline({"path": str(data), "id": "id"}, data_dir=str(tmp_path / "clean"),
+                                  extract=settings))
+    monkeypatch.setattr(extract_module, "WINDOW_ROWS", 150)  # several windows per split
+    forward = extract_module.forward_pooled
+    computed = {"batches": 0, "rows": 0}
+
+    def dies(model, batch, *args, **kwargs):  # as a SIGKILL would: mid-window, rows not all flushed
+        if computed["batches"] == 70:
+            raise FeatxError("killed")
+        computed["batches"] += 1
+        computed["rows"] += len(batch.rows)
+        return forward(model, batch, *args, **kwargs)
+
+    monkeypatch.setattr(extract_module, "forward_pooled", dies)
+    pipeline = make_pipeline({"path": str(data), "id": "id"}, data_dir=str(tmp_path / "killed"),
+                             extract=settings)
+    with pytest.raises(FeatxError, match="killed"):
+        extract(pipeline)
+    import h5py
+
+    with h5py.File(tmp_path / "killed" / "cache" / f"{clean.path.name}.partial") as f:
+        done = int(sum(f[s]["done"][...].sum() for s in ("train", "dev", "test")))
+    assert computed["rows"] > 150  # into the second window
+    assert 0 < done <= computed["rows"] <= done + settings["flush_rows"] + settings["max_batch_rows"]
+    monkeypatch.setattr(extract_module, "forward_pooled", forward)
+    resumed = extract(pipeline)
+    assert resumed.stats["rows_computed"] == 600 - done  # nothing done twice
+    assert_same_vectors(resumed.path, clean.path)

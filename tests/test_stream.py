@@ -1,0 +1,166 @@
+"""Streamed reading of large CSV/TSV files: the same dataset as the whole-file reader (same
+ids, texts, labels, splits and fingerprint), the same error for a bad row, texts read from the
+file a block at a time."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from featx import stream
+from featx.config import DataConfig
+from featx.data import load_dataset
+from featx.errors import FeatxError
+from tests.conftest import classification_rows, write_rows
+
+pytest.importorskip("pyarrow")
+
+
+def read_both(monkeypatch, **cfg):
+    """(whole-file dataset, streamed dataset) of the same configuration."""
+    whole = load_dataset(DataConfig(**cfg))
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 1 << 12)  # many blocks even for a small file
+    with monkeypatch.context() as m:
+        m.setattr(stream, "STREAM_BYTES", 0)
+        streamed = load_dataset(DataConfig(**cfg))
+    assert isinstance(next(iter(streamed.splits.values())).texts, stream.Column)
+    return whole, streamed
+
+
+def assert_same_dataset(a, b):
+    assert (a.task, a.label_names, list(a.splits), a.source, a.files) == \
+           (b.task, b.label_names, list(b.splits), b.source, b.files)
+    for name, split in a.splits.items():
+        other = b.splits[name]
+        assert list(other.ids) == split.ids
+        assert list(other.texts) == split.texts
+        assert other.labels.dtype == split.labels.dtype and (other.labels == split.labels).all()
+        assert other.fingerprint() == split.fingerprint()
+    assert a.fingerprint() == b.fingerprint()
+
+
+def tricky_rows(n: int = 400) -> list[dict]:
+    rows = [{"text": r["text"], "label": r["label"]} for r in classification_rows(n, seed=9)]
+    labels = ["007", "7", "7.0", "NA", "none", " spaced ", "ünï"]
+    for i, row in enumerate(rows):
+        row["label"] = labels[i % len(labels)]
+    rows[3]["text"] = 'a "quoted" text, with a comma'
+    rows[4]["text"] = "two\nlines\r\nand a CRLF"
+    rows[5]["text"] = "   leading and trailing spaces   "
+    rows[6]["text"] = "ünïcödé ✓ 漢字"
+    rows[7]["text"] = '"'
+    return rows
+
+
+def test_one_csv_is_split_and_read_as_the_whole_file_reader_does(monkeypatch, tmp_path):
+    path = write_rows(tmp_path / "rows.csv", tricky_rows())
+    whole, streamed = read_both(monkeypatch, path=str(path))
+    assert whole.task == "multiclass" and {"007", "7", "NA", "none"} <= set(whole.label_names)
+    assert_same_dataset(whole, streamed)
+
+
+def test_a_split_column_and_split_files_read_the_same(monkeypatch, tmp_path):
+    rows = tricky_rows(300)
+    for i, row in enumerate(rows):
+        row["split"] = ("train", "validation", "TEST")[i % 3] if i > 10 else "train"
+    path = write_rows(tmp_path / "rows.csv", rows)
+    assert_same_dataset(*read_both(monkeypatch, path=str(path), split_column="split"))
+    files = {}
+    for name, part in (("train", rows[:200]), ("dev", rows[200:250]), ("test", rows[250:])):
+        for row in part:
+            row["label"] = row["label"] if name == "train" else rows[0]["label"]
+        files[name] = str(write_rows(tmp_path / f"{name}.tsv", part))
+    assert_same_dataset(*read_both(monkeypatch, **files))
+
+
+def test_binary_labels_inferred_from_the_distinct_values(monkeypatch, tmp_path):
+    rows = [{"text": r["text"], "label": str(i % 2)} for i, r in enumerate(classification_rows(200))]
+    whole, streamed = read_both(monkeypatch, path=str(write_rows(tmp_path / "b.csv", rows)))
+    assert whole.task == "binary"
+    assert_same_dataset(whole, streamed)
+
+
+@pytest.mark.parametrize("damage", ["empty text", "NUL", "missing label", "extra field",
+                                    "unknown dev label", "one class"])
+def test_a_bad_row_gives_the_whole_file_readers_error(monkeypatch, tmp_path, damage):
+    rows = [{"text": r["text"], "label": r["label"]} for r in classification_rows(300, seed=1)]
+    if damage == "empty text":
+        rows[120]["text"] = "  \t "
+    elif damage == "NUL":
+        rows[77]["text"] = "a\x00b"
+    elif damage == "missing label":
+        rows[200]["label"] = ""
+    elif damage == "one class":
+        for row in rows:
+            row["label"] = "same"
+    path = write_rows(tmp_path / "bad.csv", rows)
+    if damage == "extra field":
+        lines = path.read_text().splitlines()
+        lines[50] += ",surplus"
+        path.write_text("\n".join(lines) + "\n")
+    cfg = {"path": str(path)}
+    if damage == "unknown dev label":
+        train = write_rows(tmp_path / "train.csv", rows[:200])
+        rows[250]["label"] = "never-in-train"
+        cfg = {"train": str(train), "dev": str(write_rows(tmp_path / "dev.csv", rows[200:]))}
+    with pytest.raises(FeatxError) as whole:
+        load_dataset(DataConfig(**cfg))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    with pytest.raises(FeatxError) as streamed:
+        load_dataset(DataConfig(**cfg))
+    assert str(streamed.value) == str(whole.value)
+
+
+def test_what_is_not_streamed_is_read_whole(monkeypatch, tmp_path):
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    path = write_rows(tmp_path / "p.csv", classification_rows(60, pairs=True))
+    for cfg in ({"text_pair": "text2"}, {"id": "id"}, {"max_rows": 10}, {"keep": ("id",)}):
+        assert isinstance(load_dataset(DataConfig(path=str(path), **cfg)).splits["train"].texts, list)
+    monkeypatch.setattr(stream, "STREAM_BYTES", 1 << 30)  # a small file
+    assert isinstance(load_dataset(DataConfig(path=str(path))).splits["train"].texts, list)
+
+
+def test_a_streamed_dataset_extracts_into_the_same_cache(monkeypatch, tmp_path, make_pipeline):
+    from featx.extract import extract
+    from tests.conftest import assert_same_vectors
+
+    path = write_rows(tmp_path / "rows.csv", tricky_rows(300))
+    whole = extract(make_pipeline({"path": str(path)}, data_dir=str(tmp_path / "whole"),
+                                  extract={"store_dtype": "float32"}))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 1 << 12)
+    streamed = extract(make_pipeline({"path": str(path)}, data_dir=str(tmp_path / "streamed"),
+                                     extract={"store_dtype": "float32"}))
+    assert streamed.path.name == whole.path.name  # the same key
+    assert_same_vectors(streamed.path, whole.path)
+
+
+def test_a_column_reads_its_file_in_order_and_whole_when_asked_out_of_order(monkeypatch, tmp_path):
+    path = write_rows(tmp_path / "rows.csv", tricky_rows(500))
+    whole, streamed = read_both(monkeypatch, path=str(path))
+    texts, expected = streamed.splits["train"].texts, whole.splits["train"].texts
+    assert texts[:10] == expected[:10] and texts[10:300] == expected[10:300]  # one pass, in order
+    assert [texts[i] for i in (300, 301, 350)] == [expected[i] for i in (300, 301, 350)]
+    assert texts[0:5] == expected[0:5]  # from the start again: a new pass
+    assert texts._whole is None
+    assert texts[-1] == expected[-1] and texts[100] == expected[100]  # backwards: read whole once
+    assert texts._whole == expected
+    with pytest.raises(IndexError):
+        texts[len(expected)]
+    ids = streamed.splits["dev"].ids
+    assert list(ids) == whole.splits["dev"].ids and all(i.startswith("row-") for i in ids)
+    assert np.array_equal(streamed.splits["dev"].labels, whole.splits["dev"].labels)
+
+
+def test_a_byte_order_mark_and_crlf_lines_read_the_same(monkeypatch, tmp_path):
+    path = write_rows(tmp_path / "rows.csv", tricky_rows(200))
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes().replace(b"\r\n", b"\n").replace(b"\n", b"\r\n"))
+    assert_same_dataset(*read_both(monkeypatch, path=str(path)))
+
+
+def test_a_file_that_changes_between_passes_is_an_error(monkeypatch, tmp_path):
+    path = write_rows(tmp_path / "rows.csv", tricky_rows(200))
+    _, streamed = read_both(monkeypatch, path=str(path))
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("one more row,7\n")
+    with pytest.raises(FeatxError, match="changed while featx was reading it"):
+        list(streamed.splits["train"].texts)
