@@ -33,7 +33,8 @@ LAYER_SHORTHANDS = ("all", "last", "last4")
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 STORE_DTYPES = ("float16", "float32")
 INITS = ("pretrained", "random")
-HEAD_NAMES = ("logistic", "mlp", "lightgbm")  # the registry is `featx.heads.HEADS`
+HEAD_NAMES = ("logistic", "mlp", "lightgbm", "logistic-torch", "mlp-torch")  # the registry is `featx.heads.HEADS`
+DEFAULT_HEADS = ("logistic", "mlp", "lightgbm")  # the staged grid's scout first
 BASELINES = ("majority", "tfidf")  # heads under the backbone, on the texts (also in HEADS)
 # The no-training row featx adds for pair similarity: the cosine itself (also in HEADS).
 ZERO_TRAINING = ("identity",)
@@ -253,9 +254,11 @@ class ExtractConfig:
 
 @dataclass(frozen=True)
 class ProbeConfig:
-    heads: tuple[str, ...] = HEAD_NAMES
-    """Heads: logistic (Ridge for regression), mlp, lightgbm. With grid = "staged" the first
-    scouts every feature set and the others run on its best; "full" runs each on every set."""
+    heads: tuple[str, ...] = DEFAULT_HEADS
+    """Heads: logistic (Ridge for regression), mlp, lightgbm (scikit-learn and LightGBM), and
+    logistic-torch, mlp-torch (the same models fitted in torch: L-BFGS, Adam). With grid =
+    "staged" the first scouts every feature set and the others run on its best; "full" runs
+    each on every set."""
     poolings: tuple[str, ...] | None = None
     """Poolings probed (each must be in the cache). Unset: every pooling the cache holds (the
     mteb protocol: `sentence`, the model's own embedding, as MTEB evaluates it)."""
@@ -481,6 +484,11 @@ class Pipeline:
     @property
     def reports_dir(self) -> Path:
         return self.root / "reports"
+
+    @property
+    def baselines_dir(self) -> Path:
+        """The baselines fitted per data, reused by every probe of the same data and settings."""
+        return self.root / "baselines"
 
 
 def resolve_layers(spec, n_layers: int) -> tuple[int, ...]:
