@@ -253,7 +253,7 @@ OPTIONAL = {"baseline": None, "metrics_ci": {}, "search": [], "seeds": [0], "n_e
             "converged": None, "stopped_by": None, "wall_seconds": None, "learning_rate": None,
             "curve": None, "threshold": None, "combine": "joint", "selection_se": None,
             "n_features": None, "continue_with": None, "continued": [], "budget": None, "heads": None,
-            "labels": None, "selection_labels": None, "truncated": None}
+            "labels": None, "selection_labels": None, "truncated": None, "reused": None}
 
 
 def _malformed(record: dict) -> str | None:
