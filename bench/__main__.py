@@ -5,8 +5,8 @@ import importlib
 import logging
 import sys
 
-BENCHMARKS = ("extraction", "levers", "probe", "predict", "finetune", "gpu")
-DEFAULT = ("extraction", "levers", "probe", "predict", "finetune")  # gpu: on a CUDA machine, via bench/gpu_check.sh
+BENCHMARKS = ("extraction", "levers", "probe", "heads", "predict", "finetune", "gpu")
+DEFAULT = ("extraction", "levers", "probe", "heads", "predict", "finetune")  # gpu: on a CUDA machine, via bench/gpu_check.sh
 
 
 def main(argv: list[str]) -> int:

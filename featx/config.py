@@ -303,8 +303,8 @@ class ProbeConfig:
     higher-is-better metrics: not mse or mae); default per task: binary mcc, multiclass
     accuracy, multilabel micro_f1, regression pearson."""
     n_jobs: int = 0
-    """Heads fitted in parallel (processes); 0 = one per CPU core. Threads per process are
-    limited so that processes x threads = cores."""
+    """Heads fitted in parallel (processes); 0 = one per CPU core. Each process has cores /
+    n_jobs threads (one by default), however few jobs a stage has."""
     mteb_experiments: int = 10
     """The mteb protocol's experiments (MTEB's n_experiments)."""
     mteb_samples_per_label: int = 8

@@ -759,12 +759,19 @@ def _warn_constant_labels(cache: Cache) -> None:
 
 def _run_jobs(jobs: list[tuple[Features, str]], path: Path, cfg: ProbeConfig, pipeline: str,
               heads_dir: Path | None):
-    """probe_one over the jobs in parallel processes, processes x threads = cores."""
+    """probe_one over the jobs in parallel processes: probe.n_jobs of them (default one per
+    core), each with its share of the cores as threads."""
     from joblib import Parallel, delayed
 
     cores = os.cpu_count() or 1
-    workers = max(1, min(cfg.n_jobs or cores, len(jobs)))
-    threads = max(1, cores // workers)  # no oversubscription
+    planned = cfg.n_jobs or cores
+    workers = max(1, min(planned, len(jobs)))
+    # The share of the configured processes, not of this stage's job count: a stage of one job
+    # (the MLP past 20 classes) once ran on every core's thread, and BLAS threads that spin on a
+    # shared machine made it 10x slower (TREC fine, 2 cores at a load of 5-7: the MLP fit 17 s
+    # with 2 threads, 1.5-2 s with one; the logistic fit 19-25 s against 0.6 s). Fits also stay
+    # the same whatever the stage's size (threads change the products' rounding).
+    threads = max(1, cores // planned)
     tasks = (delayed(probe_one)(str(path), features, head, cfg, pipeline=pipeline, threads=threads,
                                 heads_dir=heads_dir) for features, head in jobs)
     return Parallel(n_jobs=workers, return_as="generator")(tasks)
