@@ -243,7 +243,7 @@ def load_problem(cache_path: str | Path, features: Features, head: str, cfg: Pro
                     # (a baseline on the texts costs none).
                     backbone_forward_passes=0 if baseline else int(stats.get("rows_total", 0)),
                     extract_seconds=None if baseline else stats.get("seconds"),
-                    cache_bytes=Path(cache_path).stat().st_size, reused=None)
+                    cache_bytes=Path(cache_path).stat().st_size, reused=None, heads=None)
         return Problem(task, names, protocol, X, y, X_dev, y_dev, X_report, y_report,
                        cache.ids(protocol.report_on), base, cache.meta.get("sentence_pooling"))
 
@@ -716,7 +716,7 @@ class Baselines:
             predictions = read_predictions(folder, old)
             fitted = [(e["seed"], load_head(folder / "heads" / e["file"], sha256=e["sha256"],
                                             binding=head_binding(old, e["seed"])))
-                      for e in (old["heads"] or []) if heads_dir is not None]
+                      for e in (stored[0]["heads"] if heads_dir is not None else [])]
         except (FeatxError, OSError, ValueError) as exc:
             log.info("%s: the stored baseline cannot be reused (%s); fitting it again", head, exc)
             return False
@@ -726,10 +726,8 @@ class Baselines:
                             "cache_bytes": self.cache_path.stat().st_size, "created": utc_now(),
                             "reused": {"created": old["created"], "pipeline": old["pipeline"],
                                        "cache_key": old["cache_key"]}}
-        record.pop("heads", None)
         record.pop("predictions", None)
-        if heads_dir is not None:
-            record["heads"] = save_heads(heads_dir, record, fitted)
+        record["heads"] = None if heads_dir is None else save_heads(heads_dir, record, fitted)
         write_record(directory, record, predictions)
         log.info("%s: the same data and settings were fitted on %s; that baseline is reused", head,
                  old["created"])
@@ -741,7 +739,7 @@ class Baselines:
         folder = writable_dir(self.folder(record["head"]), root=self.data_dir)
         kept = copy.deepcopy(record)
         kept.pop("predictions", None)
-        for entry in record["heads"] or []:
+        for entry in record["heads"] or []:  # None: probe.save_heads = false
             write_bytes(folder / "heads" / entry["file"], (heads_dir / entry["file"]).read_bytes())
         write_record(folder, kept, predictions)
 

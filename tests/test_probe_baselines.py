@@ -50,10 +50,14 @@ def test_a_second_probe_of_the_same_data_reuses_the_baselines(make_pipeline, csv
 def test_other_settings_or_a_damaged_store_fit_the_baselines_again(make_pipeline, csv_dataset):
     from featx.extract import extract
 
+    headless = make_pipeline({"path": str(csv_dataset)}, extract={"poolings": ["mean"]},
+                             probe={"heads": ["logistic"], "sweep": False, "save_heads": False})
+    extract(headless)
+    assert all(r["heads"] is None for r in _baselines(run_probe(headless)).values())
     pipeline = make_pipeline({"path": str(csv_dataset)}, extract={"poolings": ["mean"]},
                              probe={"heads": ["logistic"], "sweep": False})
-    extract(pipeline)
-    run_probe(pipeline)
+    # Stored without heads: a probe that saves heads fits them again (and stores them).
+    assert all(r["reused"] is None and r["heads"] for r in _baselines(run_probe(pipeline)).values())
     other = make_pipeline({"path": str(csv_dataset)}, extract={"poolings": ["mean"]},
                           probe={"heads": ["logistic"], "sweep": False, "seeds": [1]})
     assert all(r["reused"] is None for r in _baselines(run_probe(other)).values())
