@@ -33,7 +33,8 @@ LAYER_SHORTHANDS = ("all", "last", "last4")
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 STORE_DTYPES = ("float16", "float32")
 INITS = ("pretrained", "random")
-HEAD_NAMES = ("logistic", "mlp", "lightgbm")  # the registry is `featx.heads.HEADS`
+HEAD_NAMES = ("logistic", "mlp", "lightgbm", "logistic-torch", "mlp-torch")  # the registry is `featx.heads.HEADS`
+DEFAULT_HEADS = ("logistic", "mlp", "lightgbm")  # the staged grid's scout first
 BASELINES = ("majority", "tfidf")  # heads under the backbone, on the texts (also in HEADS)
 # The no-training row featx adds for pair similarity: the cosine itself (also in HEADS).
 ZERO_TRAINING = ("identity",)
@@ -259,9 +260,11 @@ class ExtractConfig:
 
 @dataclass(frozen=True)
 class ProbeConfig:
-    heads: tuple[str, ...] = HEAD_NAMES
-    """Heads: logistic (Ridge for regression), mlp, lightgbm. With grid = "staged" the first
-    scouts every feature set and the others run on its best; "full" runs each on every set."""
+    heads: tuple[str, ...] = DEFAULT_HEADS
+    """Heads: logistic (Ridge for regression), mlp, lightgbm (scikit-learn and LightGBM), and
+    logistic-torch, mlp-torch (the same models fitted in torch: L-BFGS, Adam). With grid =
+    "staged" the first scouts every feature set and the others run on its best; "full" runs
+    each on every set."""
     poolings: tuple[str, ...] | None = None
     """Poolings probed (each must be in the cache). Unset: every pooling the cache holds (the
     mteb protocol: `sentence`, the model's own embedding, as MTEB evaluates it)."""
@@ -306,8 +309,8 @@ class ProbeConfig:
     higher-is-better metrics: not mse or mae); default per task: binary mcc, multiclass
     accuracy, multilabel micro_f1, regression pearson."""
     n_jobs: int = 0
-    """Heads fitted in parallel (processes); 0 = one per CPU core. Threads per process are
-    limited so that processes x threads = cores."""
+    """Heads fitted in parallel (processes); 0 = one per CPU core. Each process has cores /
+    n_jobs threads (one by default), however few jobs a stage has."""
     mteb_experiments: int = 10
     """The mteb protocol's experiments (MTEB's n_experiments)."""
     mteb_samples_per_label: int = 8
@@ -487,6 +490,11 @@ class Pipeline:
     @property
     def reports_dir(self) -> Path:
         return self.root / "reports"
+
+    @property
+    def baselines_dir(self) -> Path:
+        """The baselines fitted per data, reused by every probe of the same data and settings."""
+        return self.root / "baselines"
 
 
 def resolve_layers(spec, n_layers: int) -> tuple[int, ...]:

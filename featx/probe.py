@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
+import json
 import logging
 import os
 import time
@@ -29,16 +31,19 @@ from featx import metrics as M
 from featx.cache import Cache
 from featx.config import MODEL_POOLINGS, Pipeline, ProbeConfig
 from featx.errors import FeatxError
-from featx.files import writable_dir
+from featx.files import loads_json, utc_now, writable_dir, write_bytes
 from featx.pairs import combine
 from featx.records import (
     OPTIONAL,
     Predictions,
     cache_facts,
     configuration,
+    head_binding,
+    load_head,
     new_record,
     probe_config_hash,
     probe_dir,
+    read_predictions,
     read_records,
     read_run_status,
     record_name,
@@ -50,6 +55,7 @@ from featx.records import (
 )
 from featx.stratify import iterative_folds, iterative_holdout
 from featx.tasks import TASKS
+from featx.version import __version__
 
 log = logging.getLogger("featx")
 
@@ -242,7 +248,7 @@ def load_problem(cache_path: str | Path, features: Features, head: str, cfg: Pro
                     # (a baseline on the texts costs none).
                     backbone_forward_passes=0 if baseline else int(stats.get("rows_total", 0)),
                     extract_seconds=None if baseline else stats.get("seconds"),
-                    cache_bytes=Path(cache_path).stat().st_size, **cache_facts(cache.meta))
+                    cache_bytes=Path(cache_path).stat().st_size, reused=None, heads=None, **cache_facts(cache.meta))
         return Problem(task, names, protocol, X, y, X_dev, y_dev, X_report, y_report,
                        cache.ids(protocol.report_on), base, cache.meta.get("sentence_pooling"))
 
@@ -392,10 +398,10 @@ def _select(head: str, task: str, n_classes: int, X, y: np.ndarray, X_dev, y_dev
 
     A convex head walks its grid as a regularisation path: each fit starts from the previous
     candidate's solution (scikit-learn's warm start), which costs a fraction of fresh fits.
-    On one selection split (dev or held-out) the path stops once PATH_PATIENCE candidates in a
-    row score below its best: along C the selection score rises to one peak and falls, and the
-    weakly regularised end is the costliest to fit (C = 100 was half the TF-IDF cost on
-    GoEmotions). The candidates it skipped are listed with `skipped: true`. When an edge of a
+    The path stops once PATH_PATIENCE candidates in a row score below its best (on dev, the
+    held-out rows, or out of fold once every fold has fitted the candidate): along C the
+    selection score rises to one peak and falls, and the weakly regularised end is the
+    costliest to fit (C = 100 was half the TF-IDF cost on GoEmotions). The candidates it skipped are listed with `skipped: true`. When an edge of a
     path's grid wins, the path goes on past it (EDGE_STEPS candidates at most, while they
     improve): a winning edge says the grid stopped too early."""
     seed = cfg.seeds[0]
@@ -405,7 +411,7 @@ def _select(head: str, task: str, n_classes: int, X, y: np.ndarray, X_dev, y_dev
 
     def walk(grid: list[dict]) -> list[dict]:
         tried = _walk(head, task, n_classes, grid, X, y, X_dev, splits, seed=seed, threads=threads,
-                      stop_early=len(splits) == 1 and H.HEADS[head].path, metric=metric, y_dev=y_dev)
+                      stop_early=H.HEADS[head].path, metric=metric, truth=truth, rows=rows)
         for candidate in tried:
             if candidate["held"] is not None:
                 if rows is not None:
@@ -433,35 +439,44 @@ def _select(head: str, task: str, n_classes: int, X, y: np.ndarray, X_dev, y_dev
 
 
 def _walk(head: str, task: str, n_classes: int, grid: list[dict], X, y, X_dev, splits, *, seed: int,
-          threads: int, stop_early: bool, metric: str, y_dev) -> list[dict]:
+          threads: int, stop_early: bool, metric: str, truth, rows) -> list[dict]:
     """Fit `grid` along each selection split: per candidate its params, its predictions on the
     held rows (all of train for folds; None when the path stopped before it), its fit on all
-    of train (the dev protocol) and its score when the path stop had to compute it."""
+    of train (the dev protocol) and its score when the path stop had to compute it.
+
+    Candidate by candidate, each on every split (one warm-started estimator per split), so a
+    path stops on its selection score whatever the protocol: after a candidate's last fold, its
+    out-of-fold score is known (`truth`: the selection rows' labels; `rows`: the held-out part's
+    rows, or None)."""
     tried = [{"params": params, "held": None, "fitted": None, "scored": None} for params in grid]
-    for train_rows, held_rows in splits:
-        X_fit, y_fit = (X, y) if train_rows is None else (X[train_rows], y[train_rows])
-        X_held = X_dev if held_rows is None else X[held_rows]
-        estimator, path_best, below = None, None, 0
-        for candidate in tried:
-            estimator = H.step(head, task, candidate["params"], seed, threads, previous=estimator)
-            H.fit(estimator, X_fit, y_fit)
-            scores = H.predict_scores(estimator, X_held, task, n_classes)
+    estimators = [None] * len(splits)
+    # Each split's rows, sliced once (cv sizes: a few copies of a small X; holdout: one).
+    parts = [((X, y) if fit is None else (X[fit], y[fit]), X_dev if held is None else X[held])
+             for fit, held in splits]
+    path_best, below = None, 0
+    for candidate in tried:
+        for j, (train_rows, held_rows) in enumerate(splits):
+            (X_fit, y_fit), X_held = parts[j]
+            estimators[j] = H.step(head, task, candidate["params"], seed, threads, previous=estimators[j])
+            H.fit(estimators[j], X_fit, y_fit)
+            scores = H.predict_scores(estimators[j], X_held, task, n_classes)
             if held_rows is None:  # the dev protocol: keep the fit, it may be the chosen one
                 candidate["held"] = scores
-                candidate["fitted"] = copy.deepcopy(estimator) if H.HEADS[head].path else estimator
+                candidate["fitted"] = copy.deepcopy(estimators[j]) if H.HEADS[head].path else estimators[j]
             else:
                 if candidate["held"] is None:
                     candidate["held"] = np.zeros((len(y),) + scores.shape[1:])
                 candidate["held"][held_rows] = scores
-            if stop_early:
-                candidate["scored"] = _score(task, y_dev if held_rows is None else y[held_rows], scores, metric)
-                value = candidate["scored"][0]
-                if path_best is None or _better(value, path_best):
-                    path_best, below = value, 0
-                elif value < path_best - TIE:  # past the peak (NaN never stops the path)
-                    below += 1
-                    if below >= PATH_PATIENCE:
-                        break
+        if stop_early:
+            held = candidate["held"] if rows is None else candidate["held"][rows]
+            candidate["scored"] = _score(task, truth, held, metric)
+            value = candidate["scored"][0]
+            if path_best is None or _better(value, path_best):
+                path_best, below = value, 0
+            elif value < path_best - TIE:  # past the peak (NaN never stops the path)
+                below += 1
+                if below >= PATH_PATIENCE:
+                    break
     return tried
 
 
@@ -628,6 +643,7 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
                  "cache) in %s; delete that folder to probe again", len(finished), directory)
         return finished
     heads_dir = directory / "heads" if cfg.save_heads else None
+    store = Baselines(pipeline.baselines_dir, pipeline.root, path, cfg, pipeline.name)
     total = len(first) + len(later)
     log.info("probing %s: %d (features, head) fits%s", path.name, total,
              f" ({len(later)} on the best feature set of the first {len(first)})" if later else "")
@@ -652,9 +668,17 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
                 log.info("second stage on %s (selection score %.4f): %s", chosen.name,
                          selection_score(best), ", ".join(later))
                 stage = [(chosen, head) for head in later]
-            for record, predictions in _run_jobs(stage, path, cfg, pipeline.name, heads_dir):
+            reused = [(features, head) for features, head in stage if features == TEXT
+                      and store.reuse(head, directory, heads_dir, settings)]
+            for features, head in reused:
+                records.append(store.reused[head])
+                bar.update(1)
+            for record, predictions in _run_jobs([j for j in stage if j not in reused], path, cfg,
+                                                 pipeline.name, heads_dir):
                 record["configuration"] = settings
                 write_record(directory, record, predictions)
+                if record["baseline"]:
+                    store.keep(record, predictions, heads_dir)
                 records.append(record)
                 bar.update(1)
     if cfg.sweep:
@@ -699,6 +723,78 @@ def _remove_stale(directory: Path, records: list[dict]) -> None:
         log.info("removed %d file(s) of an earlier run of this configuration that this run replaced", len(stale))
 
 
+class Baselines:
+    """The baselines' records kept per data, so a probe of the same data (another model,
+    pooling or head grid) reuses them instead of fitting them again: they read the texts and
+    labels, never the backbone's vectors. A stored baseline is reused only when the data
+    fingerprint, the baseline's settings (its estimator's every parameter, its grid, the probe's
+    protocol, folds, seeds and metric) and the featx and scikit-learn versions are all the
+    ones it was fitted under; its record then says `reused` (when and for which cache it was
+    fitted), and its heads are rebound to the new record. Anything unreadable is fitted again.
+
+        <data_dir>/baselines/<key[:16]>/text__<head>.json (+ .scores.npz), heads/
+    """
+
+    def __init__(self, root: Path, data_dir: Path, cache_path: Path, cfg: ProbeConfig, pipeline: str):
+        self.root, self.data_dir, self.cache_path, self.cfg, self.pipeline = root, data_dir, cache_path, cfg, pipeline
+        with Cache(cache_path) as cache:
+            self.task, self.fingerprint = cache.task, cache.meta["dataset_fingerprint"]
+        self.reused: dict[str, dict] = {}
+
+    def folder(self, head: str) -> Path:
+        import sklearn
+
+        spec = H.HEADS[head]
+        estimator = H.build(head, self.task, spec.grid(self.task)[0])
+        settings = {"data": self.fingerprint, "head": head, "grid": spec.grid(self.task),
+                    "estimator": estimator.get_params(deep=True),
+                    "features": spec.prepare().get_params() if spec.prepare else None,
+                    "probe": {k: getattr(self.cfg, k) for k in ("protocol", "folds", "cv_max_rows", "seeds", "metric")},
+                    "versions": [__version__, sklearn.__version__]}
+        key = hashlib.sha256(json.dumps(settings, sort_keys=True, default=repr).encode()).hexdigest()
+        return self.root / key[:16]
+
+    def reuse(self, head: str, directory: Path, heads_dir: Path | None, settings: dict) -> bool:
+        """Whether `head`'s stored record was written into `directory` (kept in `self.reused`)."""
+        folder = self.folder(head)
+        try:
+            stored = [r for r in read_records(folder) if r["head"] == head] if folder.is_dir() else []
+            if not stored or (heads_dir is not None and not stored[0]["heads"]):
+                return False
+            # The record as written (read_records fills in every optional field for readers).
+            old = loads_json((folder / record_name(TEXT.name, head)).read_text())
+            predictions = read_predictions(folder, old)
+            fitted = [(e["seed"], load_head(folder / "heads" / e["file"], sha256=e["sha256"],
+                                            binding=head_binding(old, e["seed"])))
+                      for e in (stored[0]["heads"] if heads_dir is not None else [])]
+        except (FeatxError, OSError, ValueError) as exc:
+            log.info("%s: the stored baseline cannot be reused (%s); fitting it again", head, exc)
+            return False
+        with Cache(self.cache_path) as cache:
+            record = old | {"pipeline": self.pipeline, "config_hash": probe_config_hash(self.cfg),
+                            "cache_key": cache.key, "init": cache.meta.get("init"),
+                            "cache_bytes": self.cache_path.stat().st_size, "created": utc_now(),
+                            "configuration": settings, **cache_facts(cache.meta),
+                            "reused": {"created": old["created"], "pipeline": old["pipeline"],
+                                       "cache_key": old["cache_key"]}}
+        record.pop("predictions", None)
+        record["heads"] = None if heads_dir is None else save_heads(heads_dir, record, fitted)
+        write_record(directory, record, predictions)
+        log.info("%s: the same data and settings were fitted on %s; that baseline is reused", head,
+                 old["created"])
+        self.reused[head] = record
+        return True
+
+    def keep(self, record: dict, predictions: Predictions, heads_dir: Path | None) -> None:
+        """Store a freshly fitted baseline (its record, predictions and heads) for later probes."""
+        folder = writable_dir(self.folder(record["head"]), root=self.data_dir)
+        kept = copy.deepcopy(record)
+        kept.pop("predictions", None)
+        for entry in record["heads"] or []:  # None: probe.save_heads = false
+            write_bytes(folder / "heads" / entry["file"], (heads_dir / entry["file"]).read_bytes())
+        write_record(folder, kept, predictions)
+
+
 def _warn_constant_labels(cache: Cache) -> None:
     if not TASKS[cache.task].thresholded:
         return
@@ -712,12 +808,19 @@ def _warn_constant_labels(cache: Cache) -> None:
 
 def _run_jobs(jobs: list[tuple[Features, str]], path: Path, cfg: ProbeConfig, pipeline: str,
               heads_dir: Path | None):
-    """probe_one over the jobs in parallel processes, processes x threads = cores."""
+    """probe_one over the jobs in parallel processes: probe.n_jobs of them (default one per
+    core), each with its share of the cores as threads."""
     from joblib import Parallel, delayed
 
     cores = os.cpu_count() or 1
-    workers = max(1, min(cfg.n_jobs or cores, len(jobs)))
-    threads = max(1, cores // workers)  # no oversubscription
+    planned = cfg.n_jobs or cores
+    workers = max(1, min(planned, len(jobs)))
+    # The share of the configured processes, not of this stage's job count: a stage of one job
+    # (the MLP past 20 classes) once ran on every core's thread, and BLAS threads that spin on a
+    # shared machine made it 10x slower (TREC fine, 2 cores at a load of 5-7: the MLP fit 17 s
+    # with 2 threads, 1.5-2 s with one; the logistic fit 19-25 s against 0.6 s). Fits also stay
+    # the same whatever the stage's size (threads change the products' rounding).
+    threads = max(1, cores // planned)
     tasks = (delayed(probe_one)(str(path), features, head, cfg, pipeline=pipeline, threads=threads,
                                 heads_dir=heads_dir) for features, head in jobs)
     return Parallel(n_jobs=workers, return_as="generator")(tasks)

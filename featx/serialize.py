@@ -43,12 +43,14 @@ MAX_DEPTH = 64
 
 def allowed() -> dict[str, type]:
     """The classes a head file may name: scikit-learn's and LightGBM's that featx's heads are
-    made of, and featx's own (featx/heads.py). A new estimator class needs one entry here."""
+    made of, and featx's own (featx/heads.py, featx/torchheads.py: fitted, those hold numpy
+    arrays only). A new estimator class needs one entry here."""
     from lightgbm import Booster, LGBMClassifier, LGBMRegressor
     from sklearn.compose import TransformedTargetRegressor
     from sklearn.dummy import DummyClassifier, DummyRegressor
     from sklearn.feature_extraction.text import TfidfTransformer, TfidfVectorizer
     from sklearn.linear_model import LogisticRegression, Ridge
+    from sklearn.multiclass import OneVsRestClassifier
     from sklearn.multioutput import MultiOutputClassifier, MultiOutputRegressor
     from sklearn.neural_network import MLPClassifier, MLPRegressor
     from sklearn.neural_network._stochastic_optimizers import AdamOptimizer, SGDOptimizer
@@ -59,10 +61,11 @@ def allowed() -> dict[str, type]:
 
     classes = [Pipeline, StandardScaler, LabelBinarizer, LabelEncoder, LogisticRegression, Ridge,
                MLPClassifier, MLPRegressor, AdamOptimizer, SGDOptimizer, TransformedTargetRegressor,
-               MultiOutputClassifier, MultiOutputRegressor, DummyClassifier, DummyRegressor,
+               MultiOutputClassifier, MultiOutputRegressor, OneVsRestClassifier, DummyClassifier, DummyRegressor,
                TfidfVectorizer, TfidfTransformer, LGBMClassifier, LGBMRegressor, Booster,
                heads.LightGBMClassifierHead, heads.LightGBMRegressorHead, heads.MultilabelLogistic,
-               heads.LexicalFeatures, heads.IncreasingScore, heads.VaryingLabels, heads.MLPHead]
+               heads.LexicalFeatures, heads.IncreasingScore, heads.VaryingLabels, heads.MLPHead,
+               heads.TorchLogistic, heads.TorchRidge, heads.TorchMLPClassifier, heads.TorchMLPRegressor]
     return {_name(c): c for c in classes}
 
 

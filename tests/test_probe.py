@@ -393,10 +393,13 @@ def test_a_regularisation_path_stops_past_its_peak(monkeypatch):
     assert len(chosen.scores) == len(chosen.truth) == 40
     _scripted_head(monkeypatch, [10, 60, 40, 90, 20])  # one dip is not the end of the path
     assert _select_scripted(dev).params == {"C": 90}
-    # k-fold cross-validation walks the whole path: its scores are known only after every fold
+    # k-fold cross-validation stops alike, on out-of-fold scores: each candidate fits every fold
+    # before the next candidate starts
     _scripted_head(monkeypatch, [10, 60, 40, 30, 90])
     cv = choose_protocol("cv", ["train", "test"], 5)
-    assert not any(c.get("skipped") for c in _select_scripted(cv, folds=2).search)
+    chosen = _select_scripted(cv, folds=2)
+    assert [c.get("skipped", False) for c in chosen.search] == [False, False, False, False, True]
+    assert chosen.params == {"C": 60} and len(chosen.scores) == 40
 
 
 def test_a_grid_whose_edge_wins_goes_on_past_it(monkeypatch):

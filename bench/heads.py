@@ -1,0 +1,254 @@
+"""Heads side by side: the torch heads against scikit-learn's, the TF-IDF baseline against its
+previous solver, and every head's fit at a million rows against a tiny-BERT pass over as many.
+
+1. Accuracy and fit time, per dataset (built-in TREC coarse and fine; GoEmotions when
+   ../shared/data is present), on one cache (mean of the last layer): each pair of heads runs
+   the probe's own selection and refit (`featx.probe.probe_one`: the same grid, protocol and
+   seed) on the same feature set, alternated over rounds (`FEATX_BENCH_ROUNDS`, default 1;
+   first one, then the other, reversed every other round). The accuracy comparison is the
+   paired bootstrap (`featx.bootstrap.paired`) of the test primary metric, torch minus
+   scikit-learn: "equal" when its 95% interval covers 0. TREC fine is also run under the cv
+   protocol (5 folds, no dev split), the case of a held-out many-class set with only train
+   and test.
+2. TF-IDF: the baseline now against its previous configuration (SAGA multinomial over C in
+   1, 10, 100), the same way; selection and test scores of both.
+3. Scale (`FEATX_BENCH_SCALE_ROWS`, default 1,000,000; 0 skips it): one fit of every head at the
+   middle of its grid, each in its own process stopped at `FEATX_BENCH_SCALE_CAP` seconds
+   (default 900), on synthetic features (384 wide, `FEATX_BENCH_SCALE_CLASSES` classes,
+   default 20, a linear signal plus noise), against one `featx extract` pass of a tiny BERT
+   (hidden 32, 2 layers, one pooling of the last layer) over as many synthetic texts (5-25
+   words). The ratio is fit seconds over that pass's seconds.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import machine, save, table
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+DATASETS = [  # (name, pipeline file, overrides, needs ../shared/data)
+    ("TREC coarse", "pipelines/trec.toml", [], False),
+    ("TREC fine", "pipelines/trec-fine.toml", [], False),
+    ("TREC fine, cv", "pipelines/trec-fine.toml", ['probe.protocol="cv"'], False),
+    ("GoEmotions", "pipelines/goemotions.toml", [], True),
+]
+PAIRS = [("logistic", "logistic-torch"), ("mlp", "mlp-torch"), ("tfidf-previous", "tfidf")]
+ROUNDS = int(os.environ.get("FEATX_BENCH_ROUNDS", "1"))
+ONLY = [w.strip().lower() for w in os.environ.get("FEATX_BENCH_ONLY", "").split(",") if w.strip()]
+SCALE_ROWS = int(os.environ.get("FEATX_BENCH_SCALE_ROWS", "1000000"))
+SCALE_CAP_S = int(os.environ.get("FEATX_BENCH_SCALE_CAP", "900"))
+SCALE_CLASSES = int(os.environ.get("FEATX_BENCH_SCALE_CLASSES", "20"))
+SCALE_WIDTH = 384
+
+
+def previous_tfidf():
+    """The TF-IDF baseline as it was before this benchmark's change, registered under its own
+    name in this process only: SAGA multinomial (ridge for regression), C in 1, 10, 100."""
+    from sklearn.linear_model import LogisticRegression
+
+    from featx import heads as H
+    from featx.tasks import TASKS
+
+    def build(task, seed, threads, C=1.0, alpha=1.0):
+        if TASKS[task].classes:
+            return LogisticRegression(C=C, solver="saga", tol=1e-3, max_iter=1000, random_state=seed,
+                                      warm_start=True)
+        return H.HEADS["tfidf"].build(task, seed, threads, C=C, alpha=alpha)
+
+    def grid(task):
+        return [{"C": c} for c in (1.0, 10.0, 100.0)] if TASKS[task].classes else H.HEADS["tfidf"].grid(task)
+
+    H.HEADS["tfidf-previous"] = H.Head("tfidf-previous", build, deterministic=False, path=True,
+                                       prepare=H.LexicalFeatures, baseline="lexical", grid=grid)
+
+
+# ---------------------------------------------------------------------------------------------
+# 1 and 2: pairs of heads on real data
+
+
+def compare(name: str, pipeline_file: str, overrides: list[str], scratch: Path) -> list[dict]:
+    from featx import bootstrap
+    from featx.cache import Cache
+    from featx.config import load_pipeline
+    from featx.extract import extract
+    from featx.metrics import primary
+    from featx.probe import TEXT, Features, probe_one
+
+    pipeline = load_pipeline(ROOT / pipeline_file, [f"data_dir={scratch / 'data'}", "progress=false",
+                                                    'extract.poolings=["mean"]', 'extract.layers="last"',
+                                                    *overrides])
+    result = extract(pipeline)
+    with Cache(result.path) as cache:
+        layer = cache.layers("mean")[-1]
+        task = cache.task
+    cfg = pipeline.probe
+    metric = primary(task, cfg.metric)
+    rows = []
+    from featx.tasks import TASKS
+
+    for before, after in PAIRS:
+        if before == "tfidf-previous" and not TASKS[task].classes:
+            continue  # the baseline changed for classes only: the same estimator both times
+        features = TEXT if before.startswith("tfidf") else Features("mean", (layer,))
+        seconds = {before: [], after: []}
+        out = {}
+        for r in range(ROUNDS):
+            for head in ((before, after) if r % 2 == 0 else (after, before)):
+                start = time.perf_counter()
+                record, predictions = probe_one(result.path, features, head, cfg, threads=1)
+                seconds[head].append(time.perf_counter() - start)
+                out[head] = (record, predictions)
+        (rec_a, pred_a), (rec_b, pred_b) = out[after], out[before]
+        comparison = bootstrap.paired(task, metric, pred_a.labels, (pred_a.scores, pred_a.threshold),
+                                      (pred_b.scores, pred_b.threshold))
+        low, high = comparison["difference_ci"]
+        pick = lambda rec: max((c for c in rec["search"] if "score" in c), key=lambda c: c["score"])  # noqa: E731
+        rows.append({"dataset": name, "protocol": rec_a["protocol"]["name"], "features": features.name,
+                     "before": before, "after": after, "metric": metric, "n_test": comparison["n"],
+                     "before_s": float(np.median(seconds[before])), "after_s": float(np.median(seconds[after])),
+                     "speedup": float(np.median(np.array(seconds[before]) / np.array(seconds[after]))),
+                     "before_test": comparison["b"], "after_test": comparison["a"],
+                     "difference": comparison["difference"], "difference_ci": [low, high],
+                     "equal": bool(low <= 0 <= high),
+                     "before_selection": pick(rec_b)["score"], "after_selection": pick(rec_a)["score"],
+                     "before_params": rec_b["hyperparameters"], "after_params": rec_a["hyperparameters"]})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# 3: a million rows
+
+
+SCALE_HEADS = ["logistic", "logistic-torch", "mlp", "mlp-torch", "lightgbm"]
+
+
+def synthetic_features(rows: int, classes: int, seed: int = 0):
+    """(X (rows, 384) float32, y (rows,)): class centres (the same for every seed) plus noise in
+    384 dimensions, the classes about as separable as a sentence embedding's."""
+    centres = np.random.default_rng(0).normal(size=(classes, SCALE_WIDTH)).astype(np.float32) * 0.35
+    rng = np.random.default_rng(seed + 1)
+    y = rng.integers(0, classes, rows)
+    X = rng.normal(size=(rows, SCALE_WIDTH)).astype(np.float32)
+    X += centres[y]
+    return X, y
+
+
+def child_fit(head: str, rows: int, classes: int) -> dict:
+    """One fit of `head` at the middle of its grid on all the cores (its standardisation
+    included): the seconds, and the accuracy on another draw of the same classes."""
+    from featx import heads as H
+
+    X, y = synthetic_features(rows, classes)
+    grid = H.HEADS[head].grid("multiclass")
+    params = grid[len(grid) // 2]
+    estimator = H.build(head, "multiclass", params, seed=0, threads=os.cpu_count() or 1)
+    start = time.perf_counter()
+    H.fit(estimator, X, y)
+    seconds = time.perf_counter() - start
+    X_test, y_test = synthetic_features(20_000, classes, seed=1)
+    accuracy = float((estimator.predict(X_test) == y_test).mean())
+    return {"head": head, "params": params, "fit_s": seconds, "accuracy_other_draw": accuracy}
+
+
+def tiny_bert(folder: Path) -> Path:
+    """A random BERT of hidden 32 and 2 layers with a WordPiece vocabulary, saved as a checkpoint."""
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizer
+
+    words = WORDS
+    (folder / "_vocab").mkdir(parents=True, exist_ok=True)
+    (folder / "_vocab" / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    tokenizer = BertTokenizer.from_pretrained(folder / "_vocab")
+    tokenizer.save_pretrained(folder)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=128)
+    BertModel(config).save_pretrained(folder)
+    return folder
+
+
+WORDS = ("the a cat dog bird fish sat ran flew swam on under over near mat log tree pond big small red "
+         "blue green happy sad fast slow what who where when why how is are was were and or not very").split()
+
+
+def extraction_pass(rows: int, scratch: Path) -> dict:
+    """`featx extract` of a tiny BERT over `rows` synthetic texts in a child process."""
+    rng = np.random.default_rng(0)
+    words = np.array(WORDS)
+    data = scratch / "scale.csv"
+    with open(data, "w") as f:
+        f.write("text,label\n")
+        for start in range(0, rows, 100_000):
+            n = min(100_000, rows - start)
+            lengths = rng.integers(5, 26, n)
+            picks = rng.integers(0, len(words), (n, 25))
+            labels = rng.integers(0, SCALE_CLASSES, n)
+            f.writelines(" ".join(words[picks[i, :lengths[i]]]) + f",c{labels[i]}\n" for i in range(n))
+    model = tiny_bert(scratch / "tiny-bert")
+    pipeline = scratch / "scale.toml"
+    pipeline.write_text(f'name = "scale"\ndata_dir = "{scratch / "data"}"\nprogress = false\n[data]\npath = "{data}"\n'
+                        f'[model]\nname = "{model}"\n[extract]\npoolings = ["mean"]\nlayers = "last"\nmax_length = 64\n')
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT))
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "featx", "-q", "extract", str(pipeline)], cwd=ROOT, env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    return {"rows": rows, "seconds": time.perf_counter() - start}
+
+
+def scale(scratch: Path) -> dict:
+    passed = extraction_pass(SCALE_ROWS, scratch)
+    print(json.dumps({"extraction": passed}), flush=True)
+    fits = []
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for head in SCALE_HEADS:
+        command = [sys.executable, "-c", "import json, sys; from bench.heads import child_fit; "
+                   f"print(json.dumps(child_fit({head!r}, {SCALE_ROWS}, {SCALE_CLASSES})))"]
+        start = time.perf_counter()
+        try:
+            done = subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True,
+                                  timeout=SCALE_CAP_S)
+            fit = json.loads(done.stdout.strip().splitlines()[-1])
+        except subprocess.TimeoutExpired:
+            fit = {"head": head, "fit_s": None, "stopped_after_s": time.perf_counter() - start}
+        fit["x_pass"] = None if fit["fit_s"] is None else fit["fit_s"] / passed["seconds"]
+        fits.append(fit)
+        print(json.dumps(fit), flush=True)
+    return {"extraction": passed, "fits": fits, "classes": SCALE_CLASSES, "width": SCALE_WIDTH}
+
+
+def run() -> dict:
+    previous_tfidf()
+    results, at_scale = [], None
+    with tempfile.TemporaryDirectory(dir=ROOT / "data") as scratch:
+        for name, pipeline_file, overrides, shared in DATASETS:
+            if ONLY and not any(w in name.lower() for w in ONLY):
+                continue
+            if shared and not SHARED.is_dir():
+                print(f"{name}: skipped (../shared/data is not here)")
+                continue
+            results += compare(name, pipeline_file, overrides, Path(scratch) / name.replace(" ", "-").replace(",", ""))
+        if SCALE_ROWS > 0 and (not ONLY or "scale" in ONLY):
+            at_scale = scale(Path(scratch))
+    rows = [[r["dataset"], r["protocol"], f"{r['before']} -> {r['after']}", r["before_s"], r["after_s"], r["speedup"],
+             r["before_test"], r["after_test"], f"{r['difference']:+.4f} [{r['difference_ci'][0]:+.4f}, {r['difference_ci'][1]:+.4f}]",
+             "yes" if r["equal"] else "NO"] for r in results]
+    print(table(rows, ["dataset", "protocol", "heads", "fit s before", "after", "speed-up", "test before",
+                       "after", "after - before [95%]", "equal"]))
+    if at_scale:
+        print(f"tiny-BERT extraction of {at_scale['extraction']['rows']:,} rows: {at_scale['extraction']['seconds']:.0f} s")
+        print(table([[f["head"], "-" if f["fit_s"] is None else f["fit_s"],
+                      f"> {f['stopped_after_s']:.0f} s" if f["fit_s"] is None else f["x_pass"]] for f in at_scale["fits"]],
+                    ["head", "fit s", "x pass"]))
+    out = {"machine": machine(), "rounds": ROUNDS, "comparisons": results, "scale": at_scale}
+    print(f"written to {save('heads', out)}")
+    return out

@@ -1,0 +1,156 @@
+"""The torch heads: scikit-learn estimators that reach scikit-learn's optima (the logistic and
+ridge objectives are the same), fit deterministically given their seed, set constant labels
+aside as every multilabel head does, and predict in numpy (a saved head needs no torch)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from featx import heads as H
+from featx import serialize
+from featx.errors import FeatxError
+from featx.torchheads import TorchLogistic, TorchMLPClassifier, TorchMLPRegressor, TorchRidge
+from tests.conftest import ROOT
+
+TASKS = ("binary", "multiclass", "multilabel", "regression")
+
+
+def problem(task: str, n: int = 300, d: int = 8, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)).astype(np.float32)
+    logits = X @ rng.normal(size=(d, 4))
+    y = {"binary": (logits[:, 0] + rng.normal(size=n) > 0).astype(np.int64),
+         "multiclass": (logits + rng.gumbel(size=(n, 4))).argmax(axis=1),
+         "multilabel": (logits[:, :3] + rng.normal(size=(n, 3)) > 0.5).astype(np.uint8),
+         "regression": (logits[:, :2] + rng.normal(size=(n, 2))) * 3 + 1}[task]
+    return X, y
+
+
+@parametrize_with_checks([TorchLogistic(max_iter=100, n_jobs=1), TorchRidge(n_jobs=1), TorchMLPClassifier(hidden=16, n_jobs=1),
+                          TorchMLPRegressor(hidden=16, n_jobs=1)])
+def test_torch_heads_are_scikit_learn_estimators(estimator, check):
+    check(estimator)
+
+
+@pytest.mark.parametrize("task", ["binary", "multiclass"])
+@pytest.mark.parametrize("C", [0.01, 1.0])
+def test_logistic_reaches_scikit_learns_optimum(task, C):
+    X, y = problem(task)
+    ours = TorchLogistic(C=C, tol=1e-6).fit(X, y)
+    theirs = LogisticRegression(C=C, tol=1e-8, max_iter=5000).fit(X, y)
+    # Within what the stopping rule leaves: scikit-learn at its own default tol is 6e-4 away.
+    np.testing.assert_allclose(ours.predict_proba(X), theirs.predict_proba(X), atol=1e-3)
+    assert (ours.predict(X) == theirs.predict(X)).mean() > 0.99
+
+
+def test_multilabel_logistic_is_one_regression_per_label():
+    X, Y = problem("multilabel")
+    joint = TorchLogistic(C=0.5, tol=1e-6).fit(X, Y)
+    assert joint.predict_proba(X).shape == Y.shape and joint.predict(X).shape == Y.shape
+    for j in range(Y.shape[1]):
+        alone = LogisticRegression(C=0.5, tol=1e-8, max_iter=5000).fit(X, Y[:, j])
+        np.testing.assert_allclose(joint.predict_proba(X)[:, j], alone.predict_proba(X)[:, 1], atol=1e-3)
+
+
+def test_sparse_input_fits_the_same_model():
+    import scipy.sparse as sp
+
+    X, y = problem("multiclass")
+    X[np.abs(X) < 0.8] = 0
+    dense = TorchLogistic(C=1.0, tol=1e-6).fit(X, y)
+    sparse = TorchLogistic(C=1.0, tol=1e-6).fit(sp.csr_matrix(X), y)
+    np.testing.assert_allclose(sparse.predict_proba(sp.csr_matrix(X)), dense.predict_proba(X), atol=1e-3)
+
+
+def test_ridge_is_scikit_learns_closed_form():
+    X, y = problem("regression")
+    for target in (y, y[:, 0]):
+        ours = TorchRidge(alpha=3.0, block_rows=64).fit(X, target)
+        theirs = Ridge(alpha=3.0).fit(X.astype(np.float64), target)
+        np.testing.assert_allclose(ours.coef_, theirs.coef_, rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(ours.predict(X), theirs.predict(X), rtol=1e-6, atol=1e-6)
+
+
+def test_warm_start_along_a_path_reaches_the_fresh_fit():
+    X, y = problem("multiclass")
+    walked = TorchLogistic(C=0.01, warm_start=True, tol=1e-6)
+    for C in (0.01, 0.1, 1.0):
+        walked.set_params(C=C).fit(X, y)
+    fresh = TorchLogistic(C=1.0, tol=1e-6).fit(X, y)
+    np.testing.assert_allclose(walked.predict_proba(X), fresh.predict_proba(X), atol=1e-3)
+
+
+@pytest.mark.parametrize("head", ["logistic-torch", "mlp-torch"])
+@pytest.mark.parametrize("task", TASKS)
+def test_a_fit_is_the_same_fit_twice(head, task):
+    X, y = problem(task)
+    params = H.HEADS[head].grid(task)[1]
+    first = H.fit(H.build(head, task, params, seed=3, threads=1), X, y)
+    again = H.fit(H.build(head, task, params, seed=3, threads=1), X, y)
+    n = 0 if task in ("multilabel", "regression") else len(np.unique(y))
+    np.testing.assert_array_equal(H.predict_scores(first, X, task, n), H.predict_scores(again, X, task, n))
+    if head == "mlp-torch":  # the seed moves the network's start and its batches
+        other = H.fit(H.build(head, task, params, seed=4, threads=1), X, y)
+        assert not np.array_equal(H.predict_scores(other, X, task, n), H.predict_scores(first, X, task, n))
+
+
+@pytest.mark.parametrize("head", ["logistic-torch", "mlp-torch"])
+def test_constant_labels_are_set_aside(head):
+    X, Y = problem("multilabel")
+    Y = np.concatenate([Y, np.zeros((len(Y), 1), np.uint8), np.ones((len(Y), 1), np.uint8)], axis=1)
+    fitted = H.fit(H.build(head, "multilabel", H.HEADS[head].grid("multilabel")[2]), X, Y)
+    proba = H.predict_scores(fitted, X, "multilabel", Y.shape[1])
+    assert proba.shape == Y.shape
+    assert (proba[:, 3] == 0).all() and (proba[:, 4] == 1).all()
+    assert 0 < proba[:, :3].mean() < 1
+
+
+def test_the_mlp_learns_every_task_and_stops_early():
+    for task in TASKS:
+        X, y = problem(task, n=600)
+        fitted = H.fit(H.build("mlp-torch", task, {"alpha": 1e-2}), X, y)
+        network = (fitted.regressor_ if task == "regression" else fitted)[-1]
+        network = getattr(network, "estimator_", network)
+        assert network.n_iter_ < 200 and len(network.loss_curve_) == network.n_iter_
+        if task == "regression":
+            assert np.corrcoef(fitted.predict(X)[:, 0], y[:, 0])[0, 1] > 0.9
+        elif task == "multilabel":
+            assert (fitted.predict(X) == y).mean() > 0.8
+        else:
+            assert (fitted.predict(X) == y).mean() > 0.75
+
+
+def test_tiny_data_trains_without_a_held_out_part():
+    X, y = problem("multiclass", n=12)
+    network = TorchMLPClassifier(max_iter=20).fit(X, y)  # 10% of 12 rows: 2, held out
+    assert network.n_iter_ <= 20
+    network = TorchMLPClassifier(max_iter=20).fit(X[:9], y[:9])  # one row: none held out
+    assert len(network.loss_curve_) == network.n_iter_
+
+
+def test_an_unknown_device_lists_the_choices():
+    X, y = problem("binary")
+    with pytest.raises(FeatxError, match="choose one of"):
+        TorchLogistic(device="gpu").fit(X, y)
+    assert clone(TorchLogistic(device="cuda:1")).device == "cuda:1"
+
+
+@pytest.mark.parametrize("head", ["logistic-torch", "mlp-torch"])
+def test_a_saved_torch_head_predicts_without_torch(tmp_path, head):
+    X, y = problem("multiclass")
+    fitted = H.fit(H.build(head, "multiclass", H.HEADS[head].grid("multiclass")[1]), X, y)
+    (tmp_path / "head.safetensors").write_bytes(serialize.dumps(fitted, {}))
+    np.save(tmp_path / "X.npy", X)
+    np.save(tmp_path / "expected.npy", fitted.predict_proba(X))
+    code = ("import sys, numpy as np; from featx import serialize; "
+            f"head, _ = serialize.loads(open({str(tmp_path / 'head.safetensors')!r}, 'rb').read()); "
+            f"p = head.predict_proba(np.load({str(tmp_path / 'X.npy')!r})); "
+            f"assert (p == np.load({str(tmp_path / 'expected.npy')!r})).all(); "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
