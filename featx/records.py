@@ -165,14 +165,15 @@ def frozen_choice(records: list[dict], runs_dir: str | Path | None = None) -> Fr
         return None
     primary = max(backbone, key=lambda r: r["created"])["primary_metric"]
     probes = [r for r in backbone if r["primary_metric"] == primary]
-    top = max(probes, key=lambda r: (selection_score(r), -(r.get("fit_seconds") or 0)))
+    # Ties are broken by names, never by fit times: a pick must not depend on machine load.
+    top = min(probes, key=lambda r: (-selection_score(r), r["features"], r["head"]))
     se_top = top.get("selection_se") or 0.0
     ses = _paired_ses(top, probes, runs_dir, primary, bound=2.5 * se_top) if runs_dir is not None else {}
     judged = {id(r): ses.get(id(r), se_top) for r in probes}
     within = [r for r in probes if selection_score(top) - selection_score(r) <= judged[id(r)] or r is top]
     simplest = lambda r: (HEADS[r["head"]].complexity if r["head"] in HEADS else len(HEADS),  # noqa: E731
                           r.get("n_features") or float("inf"), -selection_score(r),
-                          r.get("fit_seconds") or 0)
+                          r["features"], r["head"])
     chosen = min(within, key=simplest)
     paired = chosen is not top and id(chosen) in ses
     return FrozenChoice(chosen, top, judged[id(chosen)] if chosen is not top else se_top, len(within), paired)
