@@ -5,10 +5,10 @@ import importlib
 import logging
 import sys
 
-BENCHMARKS = ("extraction", "levers", "probe", "heads", "predict", "finetune", "scale", "gpu")
+BENCHMARKS = ("extraction", "process", "levers", "probe", "heads", "predict", "finetune", "scale", "gpu")
 # gpu: on a CUDA machine, via bench/gpu_check.sh; scale: on its own (2M and 10M rows, about
 # half an hour on 2 cores; FEATX_SCALE_ROWS picks smaller sizes)
-DEFAULT = ("extraction", "levers", "probe", "heads", "predict", "finetune")
+DEFAULT = ("extraction", "process", "levers", "probe", "heads", "predict", "finetune")
 
 
 def main(argv: list[str]) -> int:

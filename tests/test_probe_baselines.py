@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 
 from featx.probe import run_probe
-from featx.records import head_binding, head_entry, load_head, read_predictions, run_dir
+from featx.records import head_binding, head_entry, load_head, read_predictions, record_dir
 
 
 def _baselines(records):
     return {r["head"]: r for r in records if r["baseline"]}
 
 
-def _run(pipeline, records):
-    return run_dir(pipeline.runs_dir, pipeline.name, records[0]["cache_key"])
+def _folder(pipeline, record):
+    return record_dir(pipeline.runs_dir, record)
 
 
 def test_a_second_probe_of_the_same_data_reuses_the_baselines(make_pipeline, csv_dataset):
@@ -36,7 +36,7 @@ def test_a_second_probe_of_the_same_data_reuses_the_baselines(make_pipeline, csv
         assert new["metrics"] == old["metrics"] and new["search"] == old["search"]
         assert new["config_hash"] != old["config_hash"] and new["fit_seconds"] == old["fit_seconds"]
         assert new["pipeline"] == "second" and old["pipeline"] == "test"
-        directory, earlier = _run(second, records), _run(first, records)
+        directory, earlier = _folder(second, new), _folder(first, old)
         np.testing.assert_array_equal(read_predictions(directory, new).scores, read_predictions(earlier, old).scores)
         # The heads are rebound to the new record, and predict as the old ones do.
         entry, old_entry = head_entry(new), head_entry(old)
@@ -61,8 +61,14 @@ def test_other_settings_or_a_damaged_store_fit_the_baselines_again(make_pipeline
     other = make_pipeline({"path": str(csv_dataset)}, extract={"poolings": ["mean"]},
                           probe={"heads": ["logistic"], "sweep": False, "seeds": [1]})
     assert all(r["reused"] is None for r in _baselines(run_probe(other)).values())
-    for stored in pipeline.baselines_dir.glob("*/probe/*.scores.npz"):
+    damaged = list(pipeline.baselines_dir.glob("*/*.scores.npz"))
+    assert damaged
+    for stored in damaged:
         stored.write_bytes(b"not an npz")
-    again = _baselines(run_probe(pipeline))
-    assert all(r["reused"] is None for r in again.values())
-    assert all(r["reused"] is not None for r in _baselines(run_probe(pipeline)).values())  # kept anew
+    # Other probe configurations (other heads) with the same baseline settings: the first fits
+    # the baselines again over the damaged store, the next reuses what it stored anew.
+    def heads(*names):
+        return make_pipeline({"path": str(csv_dataset)}, extract={"poolings": ["mean"]},
+                             probe={"heads": list(names), "sweep": False})
+    assert all(r["reused"] is None for r in _baselines(run_probe(heads("logistic", "mlp"))).values())
+    assert all(r["reused"] is not None for r in _baselines(run_probe(heads("mlp"))).values())
