@@ -5,9 +5,10 @@ import importlib
 import logging
 import sys
 
-BENCHMARKS = ("extraction", "process", "levers", "probe", "heads", "predict", "finetune", "scale", "gpu")
-# gpu: on a CUDA machine, via bench/gpu_check.sh; scale: on its own (2M and 10M rows, about
-# half an hour on 2 cores; FEATX_SCALE_ROWS picks smaller sizes)
+BENCHMARKS = ("extraction", "process", "levers", "probe", "heads", "predict", "finetune", "dtype", "scale", "gpu")
+# Not in the default run: gpu (on a CUDA machine, via bench/gpu_check.sh); dtype (the measurement
+# behind extract.dtype = "auto", about 10 minutes); scale (2M and 10M rows, about half an hour on
+# 2 cores; FEATX_SCALE_ROWS picks smaller sizes).
 DEFAULT = ("extraction", "process", "levers", "probe", "heads", "predict", "finetune")
 
 
