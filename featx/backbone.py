@@ -480,13 +480,22 @@ def pick_device(spec: str):
     return device
 
 
-def pick_dtype(spec: str, device, bf16_supported: bool | None = None, *, training: bool = False) -> str:
+# Narrower models stay in fp32 under "auto" on a CPU: bf16 speeds the matrix products, and a
+# narrow model's time goes elsewhere (a hidden-32 BERT extracted 0.94x as fast in bf16).
+BF16_MIN_HIDDEN = 128
+
+
+def pick_dtype(spec: str, device, bf16_supported: bool | None = None, *, training: bool = False,
+               hidden: int | None = None) -> str:
     """The compute dtype name for `spec` on `device`.
 
-    auto: CUDA -> bfloat16 where supported, else float16. CPU -> float32 for extraction (bf16
-    changes the cached numbers); for training (`training`), bfloat16 autocast where the CPU has
-    native bf16 (AVX-512 BF16, AMX): measured 2.8-3.9x faster to the same converged test
-    accuracy on TREC coarse and fine (docs/benchmarks.md); float32 where bf16 is emulated.
+    auto: CUDA -> bfloat16 where supported, else float16. CPU -> bfloat16 autocast where the
+    CPU has native bf16 (AVX-512 BF16, AMX), else float32 (emulated bf16 is 2.7x slower). For
+    extraction (`hidden`: the model's width) only at `BF16_MIN_HIDDEN` or wider: on
+    all-MiniLM-L6-v2 the probe's answer stayed within the paired interval of fp32 on TREC
+    coarse and fine and STS-B, 1.55-2.2x faster; for training (`training`) at any width:
+    2.8-3.9x faster to the same converged test accuracy (docs/benchmarks.md). Without a known
+    width, extraction stays fp32.
     """
     import torch
 
@@ -495,7 +504,8 @@ def pick_dtype(spec: str, device, bf16_supported: bool | None = None, *, trainin
     if spec == "auto":
         if device.type == "cuda":
             return "bfloat16" if bf16_supported else "float16"
-        return "bfloat16" if training and cpu_has_bf16() else "float32"
+        wide = training or (hidden is not None and hidden >= BF16_MIN_HIDDEN)
+        return "bfloat16" if wide and cpu_has_bf16() else "float32"
     if spec == "float16" and device.type != "cuda":
         raise FeatxError("extract.dtype = \"float16\" needs CUDA (CPU float16 matmuls are slow and "
                          "lossy); use \"bfloat16\" or \"float32\" on CPU")
@@ -505,6 +515,19 @@ def pick_dtype(spec: str, device, bf16_supported: bool | None = None, *, trainin
         _warn_once("this CPU has no native bfloat16 (no AVX-512 BF16 or AMX in /proc/cpuinfo): bf16 is "
                    "emulated, several times slower than float32 here; use dtype = \"float32\"")
     return spec
+
+
+def dtype_choice(spec: str, chosen: str, device, hidden: int | None) -> str:
+    """Why the compute dtype is what it is, in words (stored in the cache's metadata)."""
+    if spec != "auto":
+        return f"{chosen}: asked for (extract.dtype = {spec!r})"
+    if device.type == "cuda":
+        return f"{chosen}: auto on CUDA"
+    if chosen == "bfloat16":
+        return (f"bfloat16: auto on a CPU with native bf16, a model {hidden} wide (extract.dtype = "
+                "\"float32\" for fp32 vectors)")
+    why = "no native bf16 on this CPU" if not cpu_has_bf16() else f"a model narrower than {BF16_MIN_HIDDEN}"
+    return f"float32: auto on CPU ({why})"
 
 
 def cpu_has_bf16() -> bool:

@@ -93,7 +93,7 @@ def extract_sharded(pipeline: Pipeline):
                             timeout=datetime.timedelta(days=1))
     try:
         plan = make_plan(pipeline)
-        compute_dtype = backbone.pick_dtype(cfg.dtype, device)
+        compute_dtype = backbone.pick_dtype(cfg.dtype, device, hidden=plan.hidden)
         spec = plan.spec(compute_dtype)
         final = plan.cache_path(compute_dtype)
         _agree(dist, rank, size, signature(pipeline, spec.key()))
@@ -164,7 +164,7 @@ def _assemble(final: Path, plan, spec, device, shards: list[Path], per_rank: lis
         if "attention_implementation" in f.attrs:
             known["attention_implementation"] = str(f.attrs["attention_implementation"])
     with writer_lock(final):
-        writer = CacheWriter.open(final, spec, writer_info(plan, None, device) | known,
+        writer = CacheWriter.open(final, spec, writer_info(plan, None, device, spec.compute_dtype) | known,
                                   list(plan.dataset.splits.values()), plan.hidden,
                                   singles=plan.singles, pair_rows=plan.pair_rows)
         try:

@@ -57,7 +57,7 @@ def extract(pipeline: Pipeline) -> ExtractResult:
     writable_dir(pipeline.cache_dir, root=pipeline.root)
     plan = make_plan(pipeline)
     device = backbone.pick_device(pipeline.extract.device)
-    compute_dtype = backbone.pick_dtype(pipeline.extract.dtype, device)
+    compute_dtype = backbone.pick_dtype(pipeline.extract.dtype, device, hidden=plan.hidden)
     spec = plan.spec(compute_dtype)
     path = plan.cache_path(compute_dtype)
     if path.is_file():
@@ -86,7 +86,7 @@ def build(path: Path, plan: Plan, spec, device: torch.device, compute_dtype: str
     try:
         if not partial_finished(path, list(plan.groups)):
             model, tokenizer = _load(plan, device)
-        writer = CacheWriter.open(path, spec, writer_info(plan, model, device) | (info or {}),
+        writer = CacheWriter.open(path, spec, writer_info(plan, model, device, compute_dtype) | (info or {}),
                                   list(plan.dataset.splits.values()), plan.hidden, rows,
                                   plan.singles, plan.pair_rows)
         todo = {s: int((writer.done[s] == 0).sum()) for s in plan.groups}
@@ -136,13 +136,14 @@ def _load(plan: Plan, device: torch.device):
     return model, tokenizer
 
 
-def writer_info(plan: Plan, model, device: torch.device) -> dict:
+def writer_info(plan: Plan, model, device: torch.device, compute_dtype: str) -> dict:
     """The provenance attributes of a cache: the plan's, and what only a loaded model knows."""
     return plan.info() | {
         "device": str(device), "torch_version": torch.__version__,
         "pooler_untrained": bool(model is not None and backbone.pooler_untrained(model)),
         # What "auto" resolved to for this architecture (the key holds what was asked).
         "attention_implementation": getattr(getattr(model, "config", None), "_attn_implementation", None),
+        "dtype_choice": backbone.dtype_choice(plan.pipeline.extract.dtype, compute_dtype, device, plan.hidden),
     }
 
 

@@ -85,6 +85,12 @@ class Plan:
         wanted = self.pipeline.extract.dtype
         dtypes = AUTO_DTYPES if wanted == "auto" else (wanted,)
         found = [self.cache_path(d) for d in dtypes if self.cache_path(d).is_file()]
+        if len(found) > 1 and wanted == "auto":
+            # Caches of several dtypes (an fp32 one from before auto chose bf16 here, one copied
+            # from a GPU): the one this machine's extraction makes is the pipeline's.
+            here = self.cache_path(backbone.pick_dtype("auto", backbone.pick_device(self.pipeline.extract.device),
+                                                       hidden=self.hidden))
+            found = [here] if here in found else found
         if len(found) == 1:
             return found[0]
         if len(found) > 1:

@@ -127,7 +127,7 @@ class _Backbone:
         from featx import backbone as B
 
         self.device = B.pick_device(device)
-        self.compute_dtype = B.pick_dtype(dtype, self.device)
+        self.compute_dtype = B.pick_dtype(dtype, self.device, hidden=B.hidden_size(B.model_config(resolved.path)))
         model = B.load_model(resolved, init=init, seed=seed, allow_pickle=allow_pickle, pooler=needs_pooler,
                              trust_remote_code=trust_remote_code, attention=attention)
         self.model = B.freeze(model).to(self.device)

@@ -163,9 +163,15 @@ def test_resolve_layers_out_of_range():
 
 def test_device_and_dtype_choice():
     cpu = torch.device("cpu")
-    assert backbone.pick_dtype("auto", cpu) == "float32"
-    # training: bf16 autocast only where the CPU has it natively (never emulated)
-    assert backbone.pick_dtype("auto", cpu, training=True) == ("bfloat16" if backbone.cpu_has_bf16() else "float32")
+    native = "bfloat16" if backbone.cpu_has_bf16() else "float32"
+    assert backbone.pick_dtype("auto", cpu) == "float32"  # extraction of a model of unknown width
+    # bf16 autocast only where the CPU has it natively (never emulated); for extraction only for
+    # a model wide enough that its matrix products dominate
+    assert backbone.pick_dtype("auto", cpu, hidden=384) == native
+    assert backbone.pick_dtype("auto", cpu, hidden=32) == "float32"
+    assert backbone.pick_dtype("auto", cpu, training=True) == native
+    assert backbone.dtype_choice("auto", native, cpu, 384).startswith(native)
+    assert "asked for" in backbone.dtype_choice("float32", "float32", cpu, 384)
     assert backbone.pick_dtype("bfloat16", cpu) == "bfloat16"
     with pytest.raises(FeatxError, match="needs CUDA"):
         backbone.pick_dtype("float16", cpu)

@@ -53,6 +53,8 @@ def test_extract_writes_a_self_describing_cache(make_pipeline, csv_dataset):
                     "label_names", "created", "poolings", "key"):
             assert key in meta, key
         assert meta["complete"] is True and meta["init"] == "pretrained"
+        # what auto chose, and why: a 32-wide model stays fp32 on any CPU
+        assert meta["compute_dtype"] == "float32" and meta["dtype_choice"].startswith("float32: auto on CPU")
         assert meta["model_fingerprint"] == backbone.fingerprint(Path(meta["model_path"]))
         assert cache.poolings == ["cls", "mean", "max", "pooler"]
         assert cache.layers("mean") == (0, 1, 2) and cache.layers("pooler") == (2,)
@@ -208,6 +210,16 @@ def test_bf16_on_cpu_is_close_to_fp32(make_pipeline, csv_dataset):
         assert b.meta["compute_dtype"] == "bfloat16"
     cosine = (x * y).sum(1) / np.linalg.norm(x, axis=1) / np.linalg.norm(y, axis=1)
     assert cosine.min() > 0.99
+
+
+def test_auto_finds_the_cache_this_machine_makes_among_several_dtypes(make_pipeline, csv_dataset):
+    from featx.plan import find_cache, make_plan
+
+    fp32 = extract(make_pipeline({"path": str(csv_dataset)}, extract=EXACT | {"dtype": "float32"}))
+    bf16 = extract(make_pipeline({"path": str(csv_dataset)}, extract=EXACT | {"dtype": "bfloat16"}))
+    auto = make_pipeline({"path": str(csv_dataset)}, extract=EXACT)
+    here = backbone.pick_dtype("auto", torch.device("cpu"), hidden=make_plan(auto).hidden)
+    assert find_cache(auto) == {"float32": fp32.path, "bfloat16": bf16.path}[here]
 
 
 def test_api_errors_list_what_the_cache_has(make_pipeline, csv_dataset):

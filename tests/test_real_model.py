@@ -24,7 +24,8 @@ def st_encode(texts, max_length: int) -> np.ndarray:
 
 @pytest.mark.parametrize("builtin, max_length, max_rows", [("trec", 256, None), ("sms-spam", 32, 150)])
 def test_mean_pooling_matches_sentence_transformers(tmp_path, builtin, max_length, max_rows):
-    overrides = [f"data_dir={tmp_path}", f'data.builtin="{builtin}"', 'extract.store_dtype="float32"',
+    # fp32 on every CPU: parity is to encode's fp32 (auto is bf16 where the CPU has it natively)
+    overrides = [f"data_dir={tmp_path}", f'data.builtin="{builtin}"', 'extract.store_dtype="float32"', 'extract.dtype="float32"',
                  f"extract.max_length={max_length}", "progress=false"]
     if max_rows:
         overrides.append(f"data.max_rows={max_rows}")
