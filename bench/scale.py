@@ -118,7 +118,10 @@ def run_child(command: list[str], log: Path) -> tuple[float, float, float, str]:
     """(wall seconds, CPU seconds, peak RSS MB, stdout) of a child process (wait4: the child's
     own CPU time and RSS). On a shared machine the wall time is the machine's; the CPU time is
     closer to the process's own cost."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    # The tokenizers library's own default (parallel): featx tokenises in a thread of its own and
+    # never forks after it, so the Rust tokenizer may use every core while the model waits on it.
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    env.pop("TOKENIZERS_PARALLELISM", None)
     with open(log, "w+") as out, open(log.with_suffix(".err"), "w+") as err:
         start = time.perf_counter()
         process = subprocess.Popen(command, stdout=out, stderr=err, env=env, cwd=ROOT)
