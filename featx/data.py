@@ -176,8 +176,100 @@ def _delimiter_hint(columns: list[str]) -> str:
 
 
 def read_tables(paths: str | tuple[str, ...], cfg: DataConfig) -> Table:
-    """One table from a file, or from several files with the same columns (CoLA's two devs)."""
-    return Table.concat([read_table(p, cfg) for p in ([paths] if isinstance(paths, str) else paths)])
+    """One table from a file, or from several files with the same columns (CoLA's two devs); a
+    folder of Parquet shards or a Hugging Face dataset saved with `save_to_disk` is its files."""
+    specs = [paths] if isinstance(paths, str) else list(paths)
+    return Table.concat([table for p in specs for table in (
+        [_read_arrow(f, _arrow_names(Path(p))) for f in folder_files(Path(p))]
+        if Path(p).is_dir() and folder_kind(Path(p)) == "arrow"
+        else [read_table(f, cfg) for f in folder_files(Path(p))] if Path(p).is_dir() else [read_table(p, cfg)])])
+
+
+def folder_kind(path: Path) -> str | None:
+    """What a data folder holds: "arrow" (a Hugging Face Dataset's `save_to_disk`: state.json
+    and data-*.arrow), "parquet" (shards), or None (not a data folder featx reads)."""
+    if (path / "state.json").is_file() and any(path.glob("*.arrow")):
+        return "arrow"
+    if any(p.suffix.lower() in (".parquet", ".pq") for p in path.iterdir() if p.is_file()):
+        return "parquet"
+    return None
+
+
+def folder_files(path: Path) -> list[Path]:
+    """The data files of a folder, in their order: the Arrow files a `save_to_disk` state.json
+    lists, or every Parquet shard by name. Anything else is refused with what the folder holds."""
+    if not path.is_dir():
+        return [path]
+    kind = folder_kind(path)
+    if kind == "arrow":
+        try:
+            listed = [e["filename"] for e in json.loads((path / "state.json").read_text())["_data_files"]]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise FeatxError(f"{path}/state.json is not a Hugging Face save_to_disk state ({exc}); save "
+                             "the dataset again with Dataset.save_to_disk") from None
+        files = [path / name for name in listed]
+        missing = [str(f) for f in files if not f.is_file() or f.parent != path]
+        if missing or not files:
+            raise FeatxError(f"{path}: state.json lists Arrow files that are not in the folder "
+                             f"({', '.join(missing[:3]) or 'none listed'}); save the dataset again")
+        return files
+    if kind == "parquet":
+        return sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in (".parquet", ".pq"))
+    if (path / "dataset_dict.json").is_file():
+        splits = [p.name for p in sorted(path.iterdir()) if p.is_dir()]
+        raise FeatxError(f"{path} is a Hugging Face DatasetDict ({', '.join(splits)}): give each split's "
+                         f"folder, e.g. data.train = \"{path / (splits[0] if splits else 'train')}\" "
+                         "(and data.dev, data.test)")
+    inside = sorted(p.name for p in path.iterdir() if p.is_file())[:5]
+    raise FeatxError(f"data file {str(path)!r} is a folder, not a file, and holds no Parquet shards or "
+                     "Hugging Face save_to_disk dataset; give the file itself"
+                     + (f" (it holds {', '.join(inside)}{', ...' if len(inside) == 5 else ''})" if inside else ""))
+
+
+def _arrow_names(folder: Path) -> dict[str, list[str]]:
+    """{column: class names} of a saved dataset's ClassLabel columns (alone or in a Sequence,
+    one label list per row), from its dataset_info.json: labels are read as their names."""
+    try:
+        features = json.loads((folder / "dataset_info.json").read_text()).get("features") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+    out = {}
+    for column, spec in features.items() if isinstance(features, dict) else ():
+        inner = spec.get("feature", spec) if isinstance(spec, dict) and spec.get("_type") in (
+            "Sequence", "List", "LargeList") else spec
+        if isinstance(inner, dict) and inner.get("_type") == "ClassLabel" and isinstance(inner.get("names"), list):
+            out[str(column)] = [str(n) for n in inner["names"]]
+    return out
+
+
+def _read_arrow(path: Path, names: dict[str, list[str]]) -> Table:
+    """One Arrow file of a `save_to_disk` dataset (the IPC stream format `datasets` writes, or
+    the file format): rows as JSON would give them, ClassLabel codes as their names."""
+    try:
+        import pyarrow as pa
+    except ImportError:
+        raise FeatxError(f"{path}: a saved Hugging Face dataset needs pyarrow (pip install pyarrow)") from None
+    try:
+        with pa.memory_map(str(path)) as source:
+            try:
+                table = pa.ipc.open_stream(source).read_all()
+            except pa.ArrowInvalid:
+                source.seek(0)
+                table = pa.ipc.open_file(source).read_all()
+    except (pa.ArrowException, OSError) as exc:
+        raise FeatxError(f"{path}: cannot read as an Arrow file ({exc}); save the dataset again "
+                         "with Dataset.save_to_disk") from None
+
+    def named(column: str, value):
+        table_names = names.get(column)
+        if table_names is None or value is None:
+            return value
+        try:
+            return [table_names[v] for v in value] if isinstance(value, list) else table_names[value]
+        except (IndexError, TypeError):
+            return value  # a code outside the names: the label checks name the row
+    rows = [{str(k): named(str(k), _plain(v)) for k, v in r.items()} for r in table.to_pylist()]
+    return Table(str(path), [str(c) for c in table.column_names], rows, list(range(1, len(rows) + 1)))
 
 
 def read_table(path: str | Path, cfg: DataConfig) -> Table:
@@ -518,8 +610,8 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
             tables = {s: read_tables(f, cfg) for s, f in files.items() if f}
         task, keep, id_column = cfg.task, cfg.keep or (), cfg.id
         source = ", ".join(t.path for t in tables.values())
-        files = tuple(str(Path(p)) for spec in (cfg.path, cfg.train, cfg.dev, cfg.test) if spec
-                      for p in ([spec] if isinstance(spec, str) else spec))
+        files = tuple(str(f) for spec in (cfg.path, cfg.train, cfg.dev, cfg.test) if spec
+                      for p in ([spec] if isinstance(spec, str) else spec) for f in folder_files(Path(p)))
     columns = _Columns.from_config(cfg, keep, id_column)
     empty = {s: columns.empty_rows(t) for s, t in tables.items()}
     if any(empty.values()) and not cfg.drop_empty:

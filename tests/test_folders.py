@@ -1,0 +1,83 @@
+"""Folders as inputs: Parquet shards, and a Hugging Face dataset saved with `save_to_disk`
+(read with pyarrow: no hub, and `datasets` only to write the fixture)."""
+from __future__ import annotations
+
+import pytest
+
+from featx.config import DataConfig
+from featx.data import load_dataset
+from featx.errors import FeatxError
+
+pd = pytest.importorskip("pandas")
+pytest.importorskip("pyarrow")
+
+TEXTS = [f"text number {i} about {'cats' if i % 2 else 'dogs'}" for i in range(40)]
+LABELS = ["cat" if i % 2 else "dog" for i in range(40)]
+
+
+def _all_rows(data):
+    return sorted((t, data.label_names[y]) for s in data.splits.values() for t, y in zip(s.texts, s.labels))
+
+
+def test_a_folder_of_parquet_shards_is_its_files_in_name_order(tmp_path):
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    for k, start in enumerate((0, 25)):
+        pd.DataFrame({"text": TEXTS[start:start + 25], "label": LABELS[start:start + 25]}).to_parquet(
+            folder / f"part-{k:05d}.parquet")
+    data = load_dataset(DataConfig(path=str(folder), task="binary"))
+    assert _all_rows(data) == sorted(zip(TEXTS, LABELS))
+    assert data.files == tuple(str(folder / f"part-{k:05d}.parquet") for k in range(2))
+
+
+def test_a_saved_hugging_face_dataset_reads_its_class_names(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features({"sentence": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["dog", "cat"])})
+    saved = tmp_path / "saved"
+    datasets.Dataset.from_dict({"sentence": TEXTS, "label": [1 if l == "cat" else 0 for l in LABELS]},
+                               features=features).save_to_disk(str(saved))
+    data = load_dataset(DataConfig(path=str(saved), text="sentence", task="binary"))
+    assert _all_rows(data) == sorted(zip(TEXTS, LABELS))  # the names, not the codes
+    assert all(f.endswith(".arrow") for f in data.files)
+
+
+def test_a_saved_multilabel_dataset_and_a_dataset_dict(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    names = ["a", "b", "c"]
+    features = datasets.Features({"text": datasets.Value("string"),
+                                  "labels": datasets.Sequence(datasets.ClassLabel(names=names))})
+    rows = {"text": TEXTS, "labels": [[i % 3] + ([2] if i % 4 == 0 else []) for i in range(len(TEXTS))]}
+    whole = datasets.Dataset.from_dict(rows, features=features)
+    split = whole.train_test_split(test_size=0.25, seed=0)
+    folder = tmp_path / "dict"
+    datasets.DatasetDict({"train": split["train"], "test": split["test"]}).save_to_disk(str(folder))
+    with pytest.raises(FeatxError, match=r"DatasetDict \(test, train\).*data.train"):
+        load_dataset(DataConfig(path=str(folder), label="labels", task="multilabel"))
+    data = load_dataset(DataConfig(train=str(folder / "train"), test=str(folder / "test"), label="labels",
+                                   task="multilabel"))
+    assert list(data.label_names) == names
+    assert sum(len(s.texts) for s in data.splits.values()) == len(TEXTS)
+
+
+def test_an_extraction_from_a_folder_is_cached_and_found_again(make_pipeline, tmp_path):
+    from featx.extract import extract
+    from featx.plan import find_cache
+
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    pd.DataFrame({"text": TEXTS, "label": LABELS}).to_parquet(folder / "part-0.parquet")
+    pipeline = make_pipeline({"path": str(folder), "task": "binary"}, extract={"poolings": ["mean"]})
+    result = extract(pipeline)
+    assert find_cache(pipeline) == result.path
+    # another shard: other data, another cache (the pointer hashed the shards it read)
+    pd.DataFrame({"text": ["one more text about cats"], "label": ["cat"]}).to_parquet(folder / "part-1.parquet")
+    assert extract(pipeline).path != result.path
+
+
+def test_a_folder_of_something_else_says_what_it_holds(tmp_path):
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("x")
+    with pytest.raises(FeatxError, match="no Parquet shards or Hugging Face save_to_disk.*notes.txt"):
+        load_dataset(DataConfig(path=str(folder)))
