@@ -127,7 +127,13 @@ class _Backbone:
         from featx import backbone as B
 
         self.device = B.pick_device(device)
-        self.compute_dtype = B.pick_dtype(dtype, self.device, hidden=B.hidden_size(B.model_config(resolved.path)))
+        hidden = None  # auto picks bf16 on a CPU only for a model of known, large enough width
+        if dtype == "auto":
+            try:
+                hidden = B.hidden_size(B.model_config(resolved.path))
+            except FeatxError:
+                pass
+        self.compute_dtype = B.pick_dtype(dtype, self.device, hidden=hidden)
         model = B.load_model(resolved, init=init, seed=seed, allow_pickle=allow_pickle, pooler=needs_pooler,
                              trust_remote_code=trust_remote_code, attention=attention)
         self.model = B.freeze(model).to(self.device)
