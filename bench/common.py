@@ -7,6 +7,25 @@ import platform
 from pathlib import Path
 
 OUT = Path("data") / "bench"
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"  # the real benchmark data, when this checkout has it
+
+
+def run_records(runs: Path) -> list[dict]:
+    """Every record under a runs folder (runs/<pipeline>/<cache key>/...)."""
+    from featx.records import read_records
+
+    return [r for d in runs.glob("*/*") for r in read_records(d)]
+
+
+def extract_pipeline(path: Path, name: str, data: Path, model: str | Path, data_dir: Path) -> Path:
+    """Write a pipeline file for one fp32 pass of `model` over `data` (`mean` of the last layer)."""
+    path.write_text("\n".join([
+        f'name = "{name}"', f'data_dir = "{data_dir.resolve()}"', "progress = false",
+        "[data]", f'path = "{data.resolve()}"', 'task = "multiclass"',
+        "[model]", f'name = "{model}"',
+        "[extract]", 'poolings = ["mean"]', 'layers = "last"', 'dtype = "float32"']) + "\n")
+    return path
 
 
 def machine() -> dict:

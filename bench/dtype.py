@@ -27,10 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import OUT, machine, save, table
+from bench.common import OUT, ROOT, SHARED, machine, run_records, save, table
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
 DATASETS = [  # (name, pipeline file, needs ../shared/data)
     ("TREC coarse", "pipelines/trec.toml", False),
     ("TREC fine", "pipelines/trec-fine.toml", False),
@@ -50,10 +48,8 @@ def _featx(*args: str) -> float:
 
 
 def _records(data_dir: Path) -> tuple[list[dict], Path]:
-    from featx.records import read_records
-
     runs = data_dir / "runs"
-    return [r for d in runs.glob("*/*") for r in read_records(d)], runs
+    return run_records(runs), runs
 
 
 def _scores(runs: Path, record: dict):

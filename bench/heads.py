@@ -31,16 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import machine, save, table
+from bench.common import ROOT, SHARED, machine, save, table
+from bench.probe import DATASETS as PROBE_DATASETS
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
-DATASETS = [  # (name, pipeline file, overrides, needs ../shared/data)
-    ("TREC coarse", "pipelines/trec.toml", [], False),
-    ("TREC fine", "pipelines/trec-fine.toml", [], False),
-    ("TREC fine, cv", "pipelines/trec-fine.toml", ['probe.protocol="cv"'], False),
-    ("GoEmotions", "pipelines/goemotions.toml", [], True),
-]
+# The datasets the probe benchmark measures, up to GoEmotions (the larger ones add no new case).
+DATASETS = [d for d in PROBE_DATASETS if d[0] in ("TREC coarse", "TREC fine", "TREC fine, cv", "GoEmotions")]
 PAIRS = [("logistic", "logistic-torch"), ("mlp", "mlp-torch"), ("tfidf-previous", "tfidf")]
 ROUNDS = int(os.environ.get("FEATX_BENCH_ROUNDS", "1"))
 ONLY = [w.strip().lower() for w in os.environ.get("FEATX_BENCH_ONLY", "").split(",") if w.strip()]
@@ -160,49 +155,17 @@ def child_fit(head: str, rows: int, classes: int) -> dict:
     return {"head": head, "params": params, "fit_s": seconds, "accuracy_other_draw": accuracy}
 
 
-def tiny_bert(folder: Path) -> Path:
-    """A random BERT of hidden 32 and 2 layers with a WordPiece vocabulary, saved as a checkpoint."""
-    import torch
-    from transformers import BertConfig, BertModel, BertTokenizer
-
-    words = WORDS
-    (folder / "_vocab").mkdir(parents=True, exist_ok=True)
-    (folder / "_vocab" / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
-    tokenizer = BertTokenizer.from_pretrained(folder / "_vocab")
-    tokenizer.save_pretrained(folder)
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=64, max_position_embeddings=128)
-    BertModel(config).save_pretrained(folder)
-    return folder
-
-
-WORDS = ("the a cat dog bird fish sat ran flew swam on under over near mat log tree pond big small red "
-         "blue green happy sad fast slow what who where when why how is are was were and or not very").split()
-
-
 def extraction_pass(rows: int, scratch: Path) -> dict:
-    """`featx extract` of a tiny BERT over `rows` synthetic texts in a child process."""
-    rng = np.random.default_rng(0)
-    words = np.array(WORDS)
-    data = scratch / "scale.csv"
-    with open(data, "w") as f:
-        f.write("text,label\n")
-        for start in range(0, rows, 100_000):
-            n = min(100_000, rows - start)
-            lengths = rng.integers(5, 26, n)
-            picks = rng.integers(0, len(words), (n, 25))
-            labels = rng.integers(0, SCALE_CLASSES, n)
-            f.writelines(" ".join(words[picks[i, :lengths[i]]]) + f",c{labels[i]}\n" for i in range(n))
-    model = tiny_bert(scratch / "tiny-bert")
-    pipeline = scratch / "scale.toml"
-    pipeline.write_text(f'name = "scale"\ndata_dir = "{scratch / "data"}"\nprogress = false\n[data]\npath = "{data}"\n'
-                        f'[model]\nname = "{model}"\n[extract]\npoolings = ["mean"]\nlayers = "last"\nmax_length = 64\n')
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT))
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "featx", "-q", "extract", str(pipeline)], cwd=ROOT, env=env, check=True,
-                   stdout=subprocess.DEVNULL)
-    return {"rows": rows, "seconds": time.perf_counter() - start}
+    """`featx extract` of the scale benchmark's tiny BERT over as many of its synthetic texts,
+    in a child process."""
+    from bench import scale
+
+    scale.FOLDER.mkdir(parents=True, exist_ok=True)
+    model, data = scale.tiny_bert(scale.FOLDER / "tiny-bert"), scale.rows_file(rows)
+    seconds, _, _, _ = scale.run_child([sys.executable, "-m", "featx", "-q", "extract",
+                                        str(scale.pipeline_file(data, model, scratch / "data"))],
+                                       scratch / "extract.log")
+    return {"rows": rows, "seconds": seconds}
 
 
 def scale(scratch: Path) -> dict:

@@ -30,10 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import machine, save, table
+from bench.common import ROOT, SHARED, machine, run_records, save, table
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
 DATASETS = [  # (name, pipeline file, overrides, needs ../shared/data)
     ("TREC coarse", "pipelines/trec.toml", [], False),
     ("TREC fine", "pipelines/trec-fine.toml", [], False),
@@ -73,9 +71,9 @@ def _probe_child(pipeline_file: str, overrides: list[str], cap: float) -> tuple[
 
 def _summary(runs: Path) -> tuple[float, dict, int]:
     """(best selection score of the backbone probes, fit seconds per head, records)."""
-    from featx.records import read_records, selection_score
+    from featx.records import selection_score
 
-    records = [r for d in runs.glob("*/*") for r in read_records(d)]
+    records = run_records(runs)
     probes = [r for r in records if r["stage"] == "probe" and not r.get("baseline")]
     per_head: dict[str, float] = {}
     for r in records:
@@ -131,9 +129,9 @@ def one(name: str, pipeline_file: str, overrides: list[str], scratch: Path) -> d
 
 def _picks(runs: Path) -> dict:
     """The frozen side each rule picks from one probe run's records, with its test score."""
-    from featx.records import frozen_choice, read_records
+    from featx.records import frozen_choice
 
-    records = [r for d in runs.glob("*/*") for r in read_records(d)]
+    records = run_records(runs)
     choice = frozen_choice(records, runs)
     describe = lambda r: {"config": f"{r['features']} {r['head']}",  # noqa: E731
                           "test": r["metrics"][r["primary_metric"]]}

@@ -31,10 +31,9 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import OUT, machine, save, table
+from bench.common import OUT, ROOT, SHARED, extract_pipeline, machine, save, table
 
-ROOT = Path(__file__).resolve().parents[1]
-GOEMOTIONS = ROOT.parent / "shared" / "data" / "goemotions" / "train.tsv"
+GOEMOTIONS = SHARED / "goemotions" / "train.tsv"
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 TEXTS = 13_083
 ROUNDS = int(os.environ.get("FEATX_PROCESS_ROUNDS", "3"))
@@ -80,16 +79,6 @@ def texts_files() -> dict[str, tuple[Path, int]]:
     return out
 
 
-def pipeline_file(data: Path, data_dir: Path) -> Path:
-    path = FOLDER / f"{data.stem}.toml"
-    path.write_text("\n".join([
-        'name = "process"', f'data_dir = "{data_dir.resolve()}"', "progress = false",
-        "[data]", f'path = "{data.resolve()}"', 'task = "multiclass"',
-        "[model]", f'name = "{MODEL}"',
-        "[extract]", 'poolings = ["mean"]', 'layers = "last"', 'dtype = "float32"']) + "\n")
-    return path
-
-
 def timed(command: list[str], log: Path) -> tuple[float, float]:
     """(wall seconds from spawn to exit, peak RSS MB) of a child process."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
@@ -119,7 +108,7 @@ def compare(name: str, data: Path, rows: int) -> dict:
 
     model = str(resolve(MODEL).path)
     data_dir = FOLDER / "featx-data"
-    featx = [sys.executable, "-m", "featx", "-q", "extract", str(pipeline_file(data, data_dir))]
+    featx = [sys.executable, "-m", "featx", "-q", "extract", str(extract_pipeline(FOLDER / f"{data.stem}.toml", "process", data, MODEL, data_dir))]
     st = [sys.executable, "-c", ST_SCRIPT, str(data), model, str(FOLDER / "st.npy")]
     rounds = []
     for i in range(ROUNDS):

@@ -27,9 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import OUT, machine, save, table
+from bench.common import OUT, ROOT, extract_pipeline, machine, save, table
 
-ROOT = Path(__file__).resolve().parents[1]
 SIZES = [int(s) for s in os.environ.get("FEATX_SCALE_ROWS", "2000000,10000000").split(",") if s.strip()]
 READER = os.environ.get("FEATX_SCALE_READER", "1") != "0"
 FOLDER = OUT / "scale"
@@ -104,14 +103,7 @@ def rows_file(n: int) -> Path:
 
 
 def pipeline_file(data: Path, model: Path, data_dir: Path) -> Path:
-    data, model, data_dir = data.resolve(), model.resolve(), data_dir.resolve()
-    path = data_dir.with_suffix(".toml")
-    path.write_text("\n".join([
-        'name = "scale"', f'data_dir = "{data_dir}"', "progress = false",
-        "[data]", f'path = "{data}"', 'task = "multiclass"',
-        "[model]", f'name = "{model}"',
-        "[extract]", 'poolings = ["mean"]', 'layers = "last"', 'dtype = "float32"']) + "\n")
-    return path
+    return extract_pipeline(data_dir.with_suffix(".toml"), "scale", data, model.resolve(), data_dir)
 
 
 def run_child(command: list[str], log: Path) -> tuple[float, float, float, str]:

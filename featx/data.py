@@ -178,11 +178,19 @@ def _delimiter_hint(columns: list[str]) -> str:
 def read_tables(paths: str | tuple[str, ...], cfg: DataConfig) -> Table:
     """One table from a file, or from several files with the same columns (CoLA's two devs); a
     folder of Parquet shards or a Hugging Face dataset saved with `save_to_disk` is its files."""
-    specs = [paths] if isinstance(paths, str) else list(paths)
-    return Table.concat([table for p in specs for table in (
-        [_read_arrow(f, _arrow_names(Path(p))) for f in folder_files(Path(p))]
-        if Path(p).is_dir() and folder_kind(Path(p)) == "arrow"
-        else [read_table(f, cfg) for f in folder_files(Path(p))] if Path(p).is_dir() else [read_table(p, cfg)])])
+    return Table.concat([table for p in ([paths] if isinstance(paths, str) else paths)
+                         for table in _read_spec(Path(p), cfg)])
+
+
+def _read_spec(path: Path, cfg: DataConfig) -> list[Table]:
+    """The tables of one configured path: a file's, or each data file's of a folder."""
+    if not path.is_dir():
+        return [read_table(path, cfg)]
+    files = folder_files(path)
+    if folder_kind(path) == "arrow":
+        names = _arrow_names(path)
+        return [_read_arrow(f, names) for f in files]
+    return [read_table(f, cfg) for f in files]
 
 
 def folder_kind(path: Path) -> str | None:
@@ -220,10 +228,14 @@ def folder_files(path: Path) -> list[Path]:
         raise FeatxError(f"{path} is a Hugging Face DatasetDict ({', '.join(splits)}): give each split's "
                          f"folder, e.g. data.train = \"{path / (splits[0] if splits else 'train')}\" "
                          "(and data.dev, data.test)")
-    inside = sorted(p.name for p in path.iterdir() if p.is_file())[:5]
     raise FeatxError(f"data file {str(path)!r} is a folder, not a file, and holds no Parquet shards or "
-                     "Hugging Face save_to_disk dataset; give the file itself"
-                     + (f" (it holds {', '.join(inside)}{', ...' if len(inside) == 5 else ''})" if inside else ""))
+                     f"Hugging Face save_to_disk dataset; give the file itself{_holds(path)}")
+
+
+def _holds(folder: Path) -> str:
+    """The first files of a folder, " (it holds a, b, ...)", for an error that names it."""
+    inside = sorted(p.name for p in folder.iterdir() if p.is_file())[:5]
+    return f" (it holds {', '.join(inside)}{', ...' if len(inside) == 5 else ''})" if inside else ""
 
 
 def _arrow_names(folder: Path) -> dict[str, list[str]]:
@@ -275,9 +287,7 @@ def _read_arrow(path: Path, names: dict[str, list[str]]) -> Table:
 def read_table(path: str | Path, cfg: DataConfig) -> Table:
     path = Path(path)
     if path.is_dir():
-        inside = sorted(p.name for p in path.iterdir() if p.is_file())[:5]
-        raise FeatxError(f"data file {str(path)!r} is a folder, not a file; give the file itself"
-                         + (f" (it holds {', '.join(inside)}{', ...' if len(inside) == 5 else ''})" if inside else ""))
+        raise FeatxError(f"data file {str(path)!r} is a folder, not a file; give the file itself{_holds(path)}")
     if path.exists() and not path.is_file():
         raise FeatxError(f"data file {str(path)!r} is not a regular file (a device, a pipe or a socket); "
                          "give a data file (for stdin, featx predict takes -)")
