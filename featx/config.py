@@ -33,8 +33,8 @@ LAYER_SHORTHANDS = ("all", "last", "last4")
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 STORE_DTYPES = ("float16", "float32")
 INITS = ("pretrained", "random")
-HEAD_NAMES = ("logistic", "mlp", "lightgbm", "logistic-torch", "mlp-torch")  # the registry is `featx.heads.HEADS`
-DEFAULT_HEADS = ("logistic", "mlp", "lightgbm")  # the staged grid's scout first
+HEAD_NAMES = ("ridge", "logistic", "mlp", "lightgbm", "logistic-torch", "mlp-torch")  # the registry is `featx.heads.HEADS`
+DEFAULT_HEADS = ("ridge", "logistic", "mlp", "lightgbm")  # the staged grid's scout first
 BASELINES = ("majority", "tfidf")  # heads under the backbone, on the texts (also in HEADS)
 # The no-training row featx adds for pair similarity: the cosine itself (also in HEADS).
 ZERO_TRAINING = ("identity",)
@@ -263,10 +263,12 @@ class ExtractConfig:
 @dataclass(frozen=True)
 class ProbeConfig:
     heads: tuple[str, ...] = DEFAULT_HEADS
-    """Heads: logistic (Ridge for regression), mlp, lightgbm (scikit-learn and LightGBM), and
-    logistic-torch, mlp-torch (the same models fitted in torch: L-BFGS, Adam). With grid =
-    "staged" the first scouts every feature set and the others run on its best; "full" runs
-    each on every set."""
+    """Heads: ridge (least squares on the classes' indicator columns, one eigendecomposition for
+    every class and penalty), logistic (Ridge for regression), mlp, lightgbm (scikit-learn and
+    LightGBM), and logistic-torch, mlp-torch (the same models fitted in torch: L-BFGS, Adam).
+    With grid = "staged" the first scouts every feature set and the others run on its best;
+    "full" runs each on every set. On a regression task ridge and logistic are one model (Ridge):
+    it runs once, as logistic."""
     poolings: tuple[str, ...] | None = None
     """Poolings probed (each must be in the cache). Unset: every pooling the cache holds (the
     mteb protocol: `sentence`, the model's own embedding, as MTEB evaluates it)."""
@@ -287,7 +289,7 @@ class ProbeConfig:
     """Also probe every stored layer of `sweep_pooling` with `sweep_head` (the layer curve)."""
     sweep_pooling: str = "mean"
     """The pooling whose every stored layer the sweep probes."""
-    sweep_head: str = "logistic"
+    sweep_head: str = "ridge"
     """The head the sweep fits on each of those layers."""
     grid: str = "staged"
     """staged: the logistic head on every feature set (poolings x layers, and the layer sweep),

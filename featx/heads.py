@@ -2,6 +2,7 @@
 
 | head | binary / multiclass | multilabel | regression | grid |
 |---|---|---|---|---|
+| ridge | RidgeClassifierHead (featx/ridge.py): least squares on the one-hot classes, softmax with a fitted temperature | the same on each label's 0/1, sigmoid | StandardScaler + Ridge (logistic's model) | alpha in 0.1..1000 (5 values), one eigendecomposition for the whole path |
 | logistic | StandardScaler + LogisticRegression (multinomial) | MultilabelLogistic: one per label, fitted jointly | StandardScaler + Ridge | C in 1e-3..10, alpha in 0.1..1000 (5 values each), a warm-started path |
 | mlp | StandardScaler + MLPClassifier, 1 hidden layer of 256, early stopping on 10% of train (MLPHead: none where that part cannot be made) | the same (sigmoid outputs) | the same MLPRegressor, standardised targets | L2 alpha in {1e-4, 1e-2, 1} |
 | lightgbm | LGBMClassifier (max_bin 63, lr 0.1), early stopping on 10% of train | one model per label | LGBMRegressor (one per target) | num_leaves in {7, 31} |
@@ -52,6 +53,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from featx.errors import check_choice
+from featx.ridge import RidgeClassifierHead
 from featx.tasks import TASKS
 from featx.torchheads import TorchLogistic, TorchMLPClassifier, TorchMLPRegressor, TorchRidge
 
@@ -417,6 +419,13 @@ class LexicalFeatures(TransformerMixin, BaseEstimator):
 # The registry: how each head is built per task, and the grid its hyperparameters come from
 
 
+def _ridge(task: str, seed: int, threads: int, alpha: float = 1.0):
+    if TASKS[task].regression:
+        return _logistic(task, seed, threads, alpha=alpha)
+    # warm_start: along the grid's alpha path, each fit reuses the first one's eigendecomposition.
+    return RidgeClassifierHead(alpha=alpha, warm_start=True)
+
+
 def _logistic(task: str, seed: int, threads: int, C: float = 1.0, alpha: float = 1.0):
     if TASKS[task].regression:  # the linear probe of a regression task: ridge regression
         return make_pipeline(StandardScaler(), Ridge(alpha=alpha))
@@ -546,6 +555,8 @@ class Head:
 
 HEADS = {
     "identity": Head("identity", _identity, deterministic=True, grid=lambda task: [{}], complexity=0),
+    "ridge": Head("ridge", _ridge, deterministic=True, path=True, complexity=1,
+                  grid=lambda task: [{"alpha": a} for a in (1e-1, 1.0, 10.0, 100.0, 1000.0)]),
     "logistic": Head("logistic", _logistic, deterministic=True, path=True, complexity=1, grid=lambda task: (
         [{"alpha": a} for a in (1e-1, 1.0, 10.0, 100.0, 1000.0)] if TASKS[task].regression
         else [{"C": c} for c in (1e-3, 1e-2, 1e-1, 1.0, 10.0)])),

@@ -115,17 +115,27 @@ def feature_sets(cache: Cache, cfg: ProbeConfig) -> list[tuple[Features, str]]:
     return list(dict.fromkeys(first + [(f, h) for f in features for h in heads]))
 
 
+def heads_for(task: str, cfg: ProbeConfig) -> tuple[tuple[str, ...], str]:
+    """(the heads, the sweep head) a task runs: on a regression task ridge is logistic's model
+    (Ridge), so it runs once, named logistic."""
+    if not TASKS[task].regression:
+        return cfg.heads, cfg.sweep_head
+    named = lambda head: "logistic" if head == "ridge" else head  # noqa: E731
+    return tuple(dict.fromkeys(map(named, cfg.heads))), named(cfg.sweep_head)
+
+
 def plan_jobs(cache: Cache, cfg: ProbeConfig) -> tuple[list[tuple[Features, str]], list[str]]:
     """(first-stage jobs, heads of the second stage). Checks that the cache holds every pooling
     and layer asked for (the error lists what it has).
 
-    staged: the first head (logistic) on every feature set, the sweep and the baselines; the
+    staged: the first head (ridge) on every feature set, the sweep and the baselines; the
     second stage runs the other heads on the feature set the first stage scored best. full: the
     first stage is every head on every feature set. Under the mteb protocol: MTEB's one
     classifier on the model's own embedding."""
     mteb = cfg.protocol == "mteb"
     poolings = cfg.poolings or (_mteb_poolings(cache) if mteb else tuple(cache.poolings))
-    heads = ("logistic",) if mteb else cfg.heads
+    heads, sweep_head = heads_for(cache.task, cfg)
+    heads = ("logistic",) if mteb else heads
     scouts = heads if cfg.grid == "full" else heads[:1]
     kinds = pair_kinds(cache, cfg)
     jobs = []
@@ -142,7 +152,7 @@ def plan_jobs(cache: Cache, cfg: ProbeConfig) -> tuple[list[tuple[Features, str]
     if cfg.sweep and not mteb:
         if cfg.sweep_pooling in cache.poolings:
             for layer in cache.layers(cfg.sweep_pooling):
-                jobs.append((Features(cfg.sweep_pooling, (layer,)), cfg.sweep_head))
+                jobs.append((Features(cfg.sweep_pooling, (layer,)), sweep_head))
         else:
             log.info("no layer sweep: the cache has no %r pooling", cfg.sweep_pooling)
     if not mteb:
@@ -330,7 +340,7 @@ def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeC
         selection_scores=np.asarray(selection.scores, dtype=TASKS[task].score_dtype()))
     record = p.base | new_record(
         protocol=vars(protocol) | ({"folds": cfg.folds} if protocol.name == "cv" else {}),
-        hyperparameters=chosen, search=selection.search, seeds=list(cfg.seeds), primary_metric=metric,
+        hyperparameters=chosen, search=selection.search, selection_score=selection.score, seeds=list(cfg.seeds), primary_metric=metric,
         # How far apart candidates must be before the selection split can tell them apart: the
         # report chooses among records within one standard error of the best (docs/verdict.md).
         selection_se=bootstrap.standard_error(task, metric, selection.truth, selection.scores, threshold),
@@ -381,8 +391,11 @@ class Selection:
     """What choosing a head's hyperparameters found."""
     params: dict
     threshold: float
+    score: float
+    """The chosen candidate's selection score: on dev, the held-out rows, or out of fold (cv)."""
     search: list[dict]
-    """Every candidate with its selection score (or `skipped: true`), in grid order."""
+    """Every candidate with its selection score (under cv: on the first fold's held rows), or
+    `skipped: true`, in grid order."""
     fitted: object | None
     """The chosen candidate fitted on all of train when the protocol fitted it so (dev)."""
     scores: np.ndarray
@@ -399,18 +412,25 @@ def _select(head: str, task: str, n_classes: int, X, y: np.ndarray, X_dev, y_dev
     A convex head walks its grid as a regularisation path: each fit starts from the previous
     candidate's solution (scikit-learn's warm start), which costs a fraction of fresh fits.
     The path stops once PATH_PATIENCE candidates in a row score below its best (on dev, the
-    held-out rows, or out of fold once every fold has fitted the candidate): along C the
-    selection score rises to one peak and falls, and the weakly regularised end is the
-    costliest to fit (C = 100 was half the TF-IDF cost on GoEmotions). The candidates it skipped are listed with `skipped: true`. When an edge of a
+    held-out rows, or under cv the first fold's held rows): along C the selection score rises
+    to one peak and falls, and the weakly regularised end is the costliest to fit (C = 100 was
+    half the TF-IDF cost on GoEmotions). The candidates it skipped are listed with
+    `skipped: true`. When an edge of a
     path's grid wins, the path goes on past it (EDGE_STEPS candidates at most, while they
     improve): a winning edge says the grid stopped too early."""
     seed = cfg.seeds[0]
     splits = _selection_splits(task, y, protocol, cfg.folds, seed)
-    rows = None if protocol.name != "holdout" else splits[0][1]
-    truth = y_dev if splits[0][1] is None else (y if rows is None else y[rows])
+    # Under cv the candidates are compared on the first fold (one fit each, as the holdout
+    # protocol does) and only the chosen one is fitted on the other folds: its out-of-fold score
+    # over every training row is what records, and the verdict, compare. Scoring every candidate
+    # on every fold cost k times the fits; on TREC fine it chose the same hyperparameters
+    # (docs/benchmarks.md).
+    search_splits = splits[:1]
+    rows = None if protocol.name == "dev" else splits[0][1]
+    truth = y_dev if rows is None else y[rows]
 
     def walk(grid: list[dict]) -> list[dict]:
-        tried = _walk(head, task, n_classes, grid, X, y, X_dev, splits, seed=seed, threads=threads,
+        tried = _walk(head, task, n_classes, grid, X, y, X_dev, search_splits, seed=seed, threads=threads,
                       stop_early=H.HEADS[head].path, metric=metric, truth=truth, rows=rows)
         for candidate in tried:
             if candidate["held"] is not None:
@@ -435,7 +455,25 @@ def _select(head: str, task: str, n_classes: int, X, y: np.ndarray, X_dev, y_dev
     best = tried[_best(tried)]
     search = [{"params": c["params"], "skipped": True} if c["held"] is None else
               {"params": c["params"], "score": c["scored"][0], "threshold": c["scored"][1]} for c in tried]
-    return Selection(best["params"], best["scored"][1], search, best["fitted"], best["held"], truth)
+    if len(search_splits) == len(splits):
+        return Selection(best["params"], best["scored"][1], best["scored"][0], search, best["fitted"],
+                         best["held"], truth)
+    held = _out_of_fold(head, task, n_classes, best["params"], best["held"], X, y, splits, seed=seed,
+                        threads=threads)
+    score, threshold = _score(task, y, held, metric)
+    return Selection(best["params"], threshold, score, search, None, held, y)
+
+
+def _out_of_fold(head: str, task: str, n_classes: int, params: dict, first: np.ndarray, X, y, splits, *,
+                 seed: int, threads: int) -> np.ndarray:
+    """The chosen candidate's predictions on every training row, each from the fold that held it
+    out: `first` (the first fold's, from the search) and a fresh fit per other fold."""
+    held = np.zeros((len(y),) + first.shape[1:])
+    held[splits[0][1]] = first
+    for fit_rows, held_rows in splits[1:]:
+        estimator = H.fit(H.build(head, task, params, seed, threads), X[fit_rows], y[fit_rows])
+        held[held_rows] = H.predict_scores(estimator, X[held_rows], task, n_classes)
+    return held
 
 
 def _walk(head: str, task: str, n_classes: int, grid: list[dict], X, y, X_dev, splits, *, seed: int,
@@ -627,6 +665,7 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
     path = find_cache(pipeline)
     with Cache(path) as cache:
         first, later = plan_jobs(cache, cfg)
+        (scout, *_), sweep_head = heads_for(cache.task, cfg)
         # Fail before forking workers: an unusable protocol, training split or selection split.
         protocol = choose_protocol(cfg.protocol, cache.splits, cfg.folds, cache.n_rows("train"),
                                    cfg.cv_max_rows)
@@ -645,6 +684,11 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
     heads_dir = directory / "heads" if cfg.save_heads else None
     store = Baselines(pipeline.baselines_dir, pipeline.root, path, cfg, pipeline.name)
     total = len(first) + len(later)
+    # The baselines read no vector and decide nothing the second stage needs: they run beside
+    # it, not before it (the TF-IDF fit is the longest job; a second stage that waited for it
+    # left a worker idle for its whole length).
+    baselines = [job for job in first if job[0] == TEXT] if later else []
+    first = [job for job in first if job not in baselines]
     log.info("probing %s: %d (features, head) fits%s", path.name, total,
              f" ({len(later)} on the best feature set of the first {len(first)})" if later else "")
     start = time.perf_counter()
@@ -657,17 +701,19 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
         for stage in (first, None):
             if stage is None:  # the second stage: the other heads on the best feature set
                 # The scout head's rows (not the no-training cosine, not the baselines).
-                scouted = [r for r in records if r["head"] == cfg.heads[0]]
-                if not later or not scouted:
+                scouted = [r for r in records if r["head"] == scout]
+                stage = list(baselines)
+                if later and scouted:
+                    # Ties go to the earlier feature set of the plan (the last layer first), so
+                    # the choice never depends on which parallel fit finished first.
+                    order = {f.name: i for i, (f, _) in enumerate(first)}
+                    best = max(scouted, key=lambda r: (selection_score(r), -order.get(r["features"], 0)))
+                    chosen = Features(best["pooling"], tuple(best["layers"]), best["combine"])
+                    log.info("second stage on %s (selection score %.4f): %s", chosen.name,
+                             selection_score(best), ", ".join(later))
+                    stage += [(chosen, head) for head in later]
+                if not stage:
                     break
-                # Ties go to the earlier feature set of the plan (the last layer first), so
-                # the choice never depends on which parallel fit finished first.
-                order = {f.name: i for i, (f, _) in enumerate(first)}
-                best = max(scouted, key=lambda r: (selection_score(r), -order.get(r["features"], 0)))
-                chosen = Features(best["pooling"], tuple(best["layers"]), best["combine"])
-                log.info("second stage on %s (selection score %.4f): %s", chosen.name,
-                         selection_score(best), ", ".join(later))
-                stage = [(chosen, head) for head in later]
             reused = [(features, head) for features, head in stage if features == TEXT
                       and store.reuse(head, directory, heads_dir, settings)]
             for features, head in reused:
@@ -682,7 +728,7 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
                 records.append(record)
                 bar.update(1)
     if cfg.sweep:
-        _write_sweep(directory, records, cfg)
+        _write_sweep(directory, records, cfg.sweep_pooling, sweep_head)
     write_run_status(directory, manifest | {"planned": len(records), "finished": True})
     _remove_stale(directory, records)
     log.info("probe done in %.1f s; records in %s", time.perf_counter() - start, directory)
@@ -826,11 +872,11 @@ def _run_jobs(jobs: list[tuple[Features, str]], path: Path, cfg: ProbeConfig, pi
     return Parallel(n_jobs=workers, return_as="generator")(tasks)
 
 
-def _write_sweep(directory: Path, records: list[dict], cfg: ProbeConfig) -> None:
-    curve = sorted((r for r in records if r["pooling"] == cfg.sweep_pooling and r["head"] == cfg.sweep_head
+def _write_sweep(directory: Path, records: list[dict], pooling: str, head: str) -> None:
+    curve = sorted((r for r in records if r["pooling"] == pooling and r["head"] == head
                     and len(r["layers"]) == 1), key=lambda r: r["layers"][0])
-    write_json(directory / f"sweep-{cfg.sweep_pooling}-{cfg.sweep_head}.json", {
-        "pooling": cfg.sweep_pooling, "head": cfg.sweep_head,
+    write_json(directory / f"sweep-{pooling}-{head}.json", {
+        "pooling": pooling, "head": head,
         "primary_metric": curve[0]["primary_metric"] if curve else None,
         "curve": [{"layer": r["layers"][0], "mean": r["metrics"][r["primary_metric"]],
                    "std": r["metrics_std"][r["primary_metric"]]} for r in curve]})

@@ -118,8 +118,11 @@ def write_json(path: Path, data) -> Path:
 
 
 def selection_score(record: dict) -> float:
-    """The score a record's configuration was chosen by: its best dev / cv / held-out candidate,
-    or the fine-tune's best epoch on its selection split (-inf when there is none)."""
+    """The score a record's configuration was chosen by: its chosen candidate's on dev, out of
+    fold or on the held-out rows, or the fine-tune's best epoch on its selection split (-inf
+    when there is none)."""
+    if record.get("selection_score") is not None:
+        return float(record["selection_score"])
     scores = [c.get("score") for c in record.get("search") or []]
     if record["stage"] == "finetune":
         scores += [value for _, value in (record.get("curve") or {}).get("select", [])]
@@ -350,7 +353,7 @@ OPTIONAL = {"baseline": None, "metrics_ci": {}, "search": [], "seeds": [0], "n_e
             "curve": None, "threshold": None, "combine": "joint", "selection_se": None,
             "n_features": None, "continue_with": None, "continued": [], "budget": None, "heads": None,
             "labels": None, "selection_labels": None, "truncated": None, "configuration": None,
-            "backbone": None, "extraction": None, "reused": None}
+            "backbone": None, "extraction": None, "reused": None, "selection_score": None}
 
 
 def _malformed(record: dict) -> str | None:

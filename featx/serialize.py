@@ -65,7 +65,8 @@ def allowed() -> dict[str, type]:
                TfidfVectorizer, TfidfTransformer, LGBMClassifier, LGBMRegressor, Booster,
                heads.LightGBMClassifierHead, heads.LightGBMRegressorHead, heads.MultilabelLogistic,
                heads.LexicalFeatures, heads.IncreasingScore, heads.VaryingLabels, heads.MLPHead,
-               heads.TorchLogistic, heads.TorchRidge, heads.TorchMLPClassifier, heads.TorchMLPRegressor]
+               heads.TorchLogistic, heads.TorchRidge, heads.TorchMLPClassifier, heads.TorchMLPRegressor,
+               heads.RidgeClassifierHead]
     return {_name(c): c for c in classes}
 
 

@@ -213,7 +213,7 @@ def test_featx_probe_end_to_end(make_pipeline, csv_dataset, tmp_path):
     names = {(r["features"], r["head"]) for r in records}
     # grid: 2 poolings x 2 layer specs x 2 heads; sweep: every stored layer of mean
     assert {("mean@2", "logistic"), ("cls@0+1+2", "lightgbm")} <= names
-    assert {f"mean@{i}" for i in stored} <= {f for f, h in names if h == "logistic"}
+    assert {f"mean@{i}" for i in stored} <= {f for f, h in names if h == "ridge"}  # the sweep's head
     assert len(names) == len(records)
     run = probe_dir(tmp_path / "data" / "runs", "test", key, probe_config_hash(pipeline.probe))
     on_disk = read_records(run)
@@ -224,7 +224,7 @@ def test_featx_probe_end_to_end(make_pipeline, csv_dataset, tmp_path):
     assert record["hyperparameters"] in [c["params"] for c in record["search"]] and len(record["search"]) >= 5
     assert record["primary_metric"] == "accuracy" and 0 <= record["metrics"]["accuracy"] <= 1
     assert record["n_train"] == 96 and record["n_eval"] == 12 and record["fit_seconds"] > 0
-    sweep = json.loads((run / "sweep-mean-logistic.json").read_text())
+    sweep = json.loads((run / "sweep-mean-ridge.json").read_text())
     assert [p["layer"] for p in sweep["curve"]] == list(stored)
     saved = sorted((run / "heads").glob("*.safetensors"))
     assert len(saved) == len(records) and not list((run / "heads").glob("*.joblib"))
@@ -312,6 +312,9 @@ def test_staged_grid_runs_the_other_heads_on_the_best_features(make_pipeline, cs
     best = next(r for r in scouts if r["features"] in chosen)
     assert selection_score(best) == max(map(selection_score, scouts))
     assert [r["head"] for r in records if r.get("baseline")] == ["majority"]
+    # the baselines run beside the second stage, not before it: the scouts finish first
+    heads = [r["head"] for r in records]
+    assert heads.index("majority") > max(i for i, h in enumerate(heads) if h == "logistic")
 
 
 def test_lightgbm_leaves_the_staged_grid_past_twenty_classes(tmp_path, caplog):
@@ -326,7 +329,7 @@ def test_lightgbm_leaves_the_staged_grid_past_twenty_classes(tmp_path, caplog):
     path = write_synthetic_cache(tmp_path / "many", "multiclass", features, labels, names)
     with Cache(path) as cache, caplog.at_level(logging.INFO, logger="featx"):
         _, later = plan_jobs(cache, ProbeConfig())
-    assert later == ["mlp"] and "lightgbm is left out" in caplog.text
+    assert later == ["logistic", "mlp"] and "lightgbm is left out" in caplog.text
 
 
 def test_warm_started_path_and_holdout_match_fresh_fits(tmp_path):
@@ -393,8 +396,8 @@ def test_a_regularisation_path_stops_past_its_peak(monkeypatch):
     assert len(chosen.scores) == len(chosen.truth) == 40
     _scripted_head(monkeypatch, [10, 60, 40, 90, 20])  # one dip is not the end of the path
     assert _select_scripted(dev).params == {"C": 90}
-    # k-fold cross-validation stops alike, on out-of-fold scores: each candidate fits every fold
-    # before the next candidate starts
+    # under k-fold cross-validation the path runs on the first fold and stops alike; the chosen
+    # candidate is then fitted on the other folds, so its scores cover every training row
     _scripted_head(monkeypatch, [10, 60, 40, 30, 90])
     cv = choose_protocol("cv", ["train", "test"], 5)
     chosen = _select_scripted(cv, folds=2)

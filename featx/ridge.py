@@ -1,0 +1,148 @@
+"""The staged grid's scout: ridge regression on the labels' indicator columns. No torch.
+
+Least squares on standardised features against one-hot classes (or each label's 0/1) is one
+(d, d) eigendecomposition per training split for every class and every penalty at once: on TREC
+fine (47 classes) 0.04 s a feature set against 6-10 s for the logistic path, and it ranked the
+feature sets as the logistic head did (docs/benchmarks.md). So it scouts every feature set, and
+the costlier heads run on the set it ranks first.
+
+Decision values become probabilities with one temperature T fitted on the training rows by
+log-loss: a softmax of T * d over classes (each class's d centred, see `fit`), a sigmoid of
+T * (d - 0.5) per label. They rank and
+decide exactly as the decision values do (accuracy, F1, MCC and AUC see only that); T only makes
+them read as probabilities.
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+BLOCK_ROWS = 8192  # rows per float64 block of the Gram matrix (memory stays O(block x d))
+CONSTANT_LOGIT = 30.0  # a label constant in train: its probability is that constant (heads.py's value)
+
+
+class RidgeClassifierHead(ClassifierMixin, BaseEstimator):
+    """Ridge on standardised inputs (the penalty `alpha` on the standardised coefficients, as
+    StandardScaler + Ridge): one column per class (binary and multiclass, softmax) or per label
+    (multilabel y of 0/1 columns, sigmoid). With `warm_start`, a refit on the very same arrays
+    (the next penalty of the grid's path) reuses their eigendecomposition."""
+
+    def __init__(self, *, alpha: float = 1.0, warm_start: bool = False):
+        self.alpha = alpha
+        self.warm_start = warm_start
+
+    def fit(self, X, y):
+        source = (X, y)
+        X, y = validate_data(self, X, y, multi_output=True, dtype=[np.float64, np.float32])
+        multilabel = y.ndim == 2
+        if multilabel:
+            Y = np.asarray(y, dtype=np.float64)
+            positives = Y.sum(axis=0)
+            self.varying_ = (positives > 0) & (positives < len(Y))
+            self.constant_ = (positives == len(Y)).astype(np.float64)
+            self.classes_ = np.arange(Y.shape[1])
+        else:
+            check_classification_targets(y)
+            self.classes_, codes = np.unique(y, return_inverse=True)
+            Y = np.eye(len(self.classes_))[codes]
+        self.multilabel_ = multilabel
+        mean, scale, y_mean, values, vectors, projected = self._decomposition(X, Y, source)
+        W = vectors @ (projected / (values + float(self.alpha))[:, None]) / scale[:, None]  # (d, K)
+        self.coef_ = W
+        # Least squares on one-hot targets pulls every decision toward the class priors, so rare
+        # classes lose rows they fit (TREC fine, 50 classes, 3 to 700 rows each: dev accuracy
+        # 0.729). Each class's decision is centred instead (the mean input scores 0 for every
+        # class): 0.762. Multilabel keeps the priors: one threshold serves every label.
+        self.intercept_ = (y_mean if multilabel else 0.0) - mean @ W
+        if multilabel:
+            self.coef_[:, ~self.varying_] = 0.0
+            self.intercept_[~self.varying_] = self.constant_[~self.varying_]
+        self.temperature_ = 1.0
+        self.temperature_ = self._fit_temperature(self._decision(X), Y)
+        return self
+
+    def _decomposition(self, X, Y, source):
+        """(mean, scale, mean of Y, eigenvalues, eigenvectors, eigenvectors' projection of the
+        standardised X'Y): reused when the path refits on the same arrays."""
+        cached = getattr(self, "_cache", None)
+        if (self.warm_start and cached is not None and cached[0]() is source[0] and cached[1]() is source[1]
+                and cached[2] == (X.shape, Y.shape)):
+            return cached[3]
+        n, d = X.shape
+        gram, cross = np.zeros((d, d)), np.zeros((d, Y.shape[1]))
+        total = np.zeros(d)
+        for lo in range(0, n, BLOCK_ROWS):
+            block = X[lo:lo + BLOCK_ROWS].astype(np.float64)
+            gram += block.T @ block
+            cross += block.T @ Y[lo:lo + BLOCK_ROWS]
+            total += block.sum(axis=0)
+        mean, y_mean = total / n, Y.mean(axis=0)
+        variance = np.maximum(np.diag(gram) / n - mean * mean, 0.0)
+        scale = np.sqrt(variance)
+        scale[scale < 1e-12 * np.maximum(1.0, np.abs(mean))] = 1.0  # a constant column: StandardScaler's 1
+        gram = (gram - n * np.outer(mean, mean)) / np.outer(scale, scale)
+        cross = (cross - n * np.outer(mean, y_mean)) / scale[:, None]
+        values, vectors = np.linalg.eigh(gram)
+        result = (mean, scale, y_mean, np.maximum(values, 0.0), vectors, vectors.T @ cross)
+        try:
+            self._cache = (weakref.ref(source[0]), weakref.ref(source[1]), (X.shape, Y.shape), result)
+        except TypeError:  # an input that cannot be referenced weakly (a list): nothing to reuse
+            self._cache = None
+        return result
+
+    def _decision(self, X) -> np.ndarray:
+        return np.asarray(X, dtype=np.float64) @ self.coef_ + self.intercept_
+
+    def _logits(self, decision: np.ndarray, temperature: float) -> np.ndarray:
+        if not self.multilabel_:
+            return temperature * decision
+        # Clipped: a label that varies never reads as certain (a constant one is set exactly).
+        logits = np.clip(temperature * (decision - 0.5), -CONSTANT_LOGIT, CONSTANT_LOGIT)
+        logits[:, ~self.varying_] = np.where(self.constant_[~self.varying_] > 0, CONSTANT_LOGIT, -CONSTANT_LOGIT)
+        return logits
+
+    def _probabilities(self, logits: np.ndarray) -> np.ndarray:
+        if self.multilabel_:
+            from scipy.special import expit
+
+            return expit(logits)
+        shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+        return shifted / shifted.sum(axis=1, keepdims=True)
+
+    def _fit_temperature(self, decision: np.ndarray, Y: np.ndarray) -> float:
+        """The T in [e^-3, e^4] of least training log-loss (bounded: on separable rows the loss
+        falls forever, and probabilities that round to exactly 0 or 1 would say nothing)."""
+        from scipy.optimize import minimize_scalar
+
+        def loss(log_t: float) -> float:
+            p = np.clip(self._probabilities(self._logits(decision, float(np.exp(log_t)))), 1e-12, 1.0)
+            if self.multilabel_:
+                return float(-(Y * np.log(p) + (1 - Y) * np.log(np.clip(1 - p, 1e-12, 1.0))).mean())
+            return float(-(Y * np.log(p)).sum(axis=1).mean())
+
+        return float(np.exp(minimize_scalar(loss, bounds=(-3.0, 4.0), method="bounded").x))
+
+    def decision_function(self, X) -> np.ndarray:
+        check_is_fitted(self)
+        return self._decision(validate_data(self, X, reset=False, dtype=[np.float64, np.float32]))
+
+    def predict_proba(self, X) -> np.ndarray:
+        proba = self._probabilities(self._logits(self.decision_function(X), self.temperature_))
+        if self.multilabel_:  # a label constant in train is exactly that constant
+            proba[:, ~self.varying_] = self.constant_[~self.varying_]
+        return proba
+
+    def predict(self, X):
+        proba = self.predict_proba(X)
+        if self.multilabel_:
+            return (proba >= 0.5).astype(int)
+        return self.classes_[proba.argmax(axis=1)]
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state.pop("_cache", None)  # the training arrays' references: nothing a saved head keeps
+        return state

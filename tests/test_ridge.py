@@ -1,0 +1,97 @@
+"""The ridge scout: exactly ridge regression on standardised inputs against the labels'
+indicator columns, its path reusing one eigendecomposition, and the staged grid built on it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.linear_model import Ridge
+from sklearn.preprocessing import StandardScaler
+
+from featx.config import ProbeConfig
+from featx.probe import choose_protocol, heads_for
+from featx.ridge import RidgeClassifierHead
+
+
+def _problem(seed=0, n=300, d=10, k=4):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) * rng.uniform(0.1, 10, d) + rng.normal(size=d)  # unscaled, uncentred
+    y = (X[:, :k] * rng.normal(size=k)).argmax(axis=1)
+    return X.astype(np.float32), y
+
+
+@pytest.mark.parametrize("alpha", [0.1, 10.0, 1000.0])
+def test_decisions_are_ridge_on_standardised_one_hot_targets(alpha):
+    X, y = _problem()
+    head = RidgeClassifierHead(alpha=alpha).fit(X, y)
+    Z = StandardScaler().fit(X).transform(X).astype(np.float64)
+    Y = np.eye(4)[y]
+    reference = Ridge(alpha=alpha).fit(Z, Y)
+    # each class's decision centred on its mean (no class prior): Ridge's minus its intercept's prior
+    np.testing.assert_allclose(head.decision_function(X), reference.predict(Z) - Y.mean(axis=0), atol=1e-6)
+    proba = head.predict_proba(X)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    assert (head.predict(X) == head.decision_function(X).argmax(axis=1)).all()
+    assert 0.05 < head.temperature_ < 60
+
+
+def test_multilabel_decisions_keep_each_labels_prior():
+    X, y = _problem(1)
+    Y = np.stack([y == 0, y == 1, np.zeros_like(y), np.ones_like(y)], axis=1).astype(int)
+    head = RidgeClassifierHead(alpha=1.0).fit(X, Y)
+    Z = StandardScaler().fit(X).transform(X).astype(np.float64)
+    reference = Ridge(alpha=1.0).fit(Z, Y[:, :2].astype(float))
+    np.testing.assert_allclose(head.decision_function(X)[:, :2], reference.predict(Z), atol=1e-6)
+    proba = head.predict_proba(X)
+    assert (proba[:, 2] == 0).all() and (proba[:, 3] == 1).all()  # constant labels, exactly
+    assert ((proba[:, :2] > 0) & (proba[:, :2] < 1)).all()
+
+
+def test_the_path_reuses_one_decomposition_and_equals_fresh_fits(monkeypatch):
+    X, y = _problem(2)
+    calls = []
+    real = np.linalg.eigh
+    monkeypatch.setattr(np.linalg, "eigh", lambda a: calls.append(1) or real(a))
+    warm = RidgeClassifierHead(warm_start=True)
+    for alpha in (0.1, 1.0, 10.0, 100.0):
+        warm.set_params(alpha=alpha).fit(X, y)
+        fresh = RidgeClassifierHead(alpha=alpha).fit(X, y)
+        np.testing.assert_allclose(warm.coef_, fresh.coef_, atol=1e-10)
+    assert len(calls) == 1 + 4  # the path's one, and one per fresh fit
+    warm.set_params(alpha=1.0).fit(X[:200], y[:200])  # other rows: decomposed again
+    np.testing.assert_allclose(warm.coef_, RidgeClassifierHead(alpha=1.0).fit(X[:200], y[:200]).coef_,
+                               atol=1e-10)
+    assert "_cache" not in warm.__getstate__()  # a saved head keeps no reference to training rows
+
+
+def test_a_constant_column_is_left_alone_as_standard_scaler_does():
+    X, y = _problem(3)
+    X[:, 4] = 7.0
+    head = RidgeClassifierHead(alpha=1.0).fit(X, y)
+    assert np.isfinite(head.coef_).all() and np.allclose(head.coef_[4], 0.0)
+
+
+def test_regression_runs_ridge_once_named_logistic():
+    assert heads_for("regression", ProbeConfig()) == (("logistic", "mlp", "lightgbm"), "logistic")
+    assert heads_for("multiclass", ProbeConfig()) == (("ridge", "logistic", "mlp", "lightgbm"), "ridge")
+
+
+def test_cv_compares_candidates_on_the_first_fold_and_scores_the_choice_out_of_fold():
+    from featx import metrics as M
+    from featx.probe import _select, _selection_splits
+
+    X, y = _problem(4, n=400)
+    cfg = ProbeConfig(folds=4)
+    protocol = choose_protocol("cv", ["train", "test"], 4)
+    chosen = _select("ridge", "multiclass", 4, X, y, None, None, protocol=protocol, cfg=cfg,
+                     metric="accuracy", threads=1)
+    splits = _selection_splits("multiclass", y, protocol, 4, 0)
+    assert len(chosen.scores) == len(chosen.truth) == len(y)  # every training row, out of fold
+    # the chosen candidate refitted on each fold predicts exactly the scores recorded for it
+    for fit_rows, held_rows in splits:
+        head = RidgeClassifierHead(**chosen.params).fit(X[fit_rows], y[fit_rows])
+        np.testing.assert_allclose(chosen.scores[held_rows], head.predict_proba(X[held_rows]), atol=1e-6)
+    assert chosen.score == pytest.approx(M.evaluate("multiclass", y, chosen.scores, 0.5)["accuracy"])
+    # the search's scores are the first fold's: on its held rows only
+    first = splits[0][1]
+    best = max(c["score"] for c in chosen.search if "score" in c)
+    assert best == pytest.approx(M.evaluate("multiclass", y[first], chosen.scores[first], 0.5)["accuracy"])
