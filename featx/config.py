@@ -266,7 +266,8 @@ class ProbeConfig:
     """Heads: ridge (least squares on the classes' indicator columns, one eigendecomposition for
     every class and penalty), logistic (Ridge for regression), mlp, lightgbm (scikit-learn and
     LightGBM), and logistic-torch, mlp-torch (the same models fitted in torch: L-BFGS, Adam).
-    With grid = "staged" the first scouts every feature set and the others run on its best;
+    With grid = "staged" the first scouts every feature set and the others run on its best (and
+    its runner-up in a near tie);
     "full" runs each on every set. On a regression task ridge and logistic are one model (Ridge):
     it runs once, as logistic."""
     poolings: tuple[str, ...] | None = None

@@ -308,9 +308,12 @@ def test_staged_grid_runs_the_other_heads_on_the_best_features(make_pipeline, cs
     later = [r for r in records if r["head"] in ("mlp", "lightgbm")]
     assert {r["pooling"] for r in scouts} == {"cls", "mean", "max", "pooler"}  # every cached pooling
     chosen = {r["features"] for r in later}
-    assert len(later) == 2 and len(chosen) == 1
-    best = next(r for r in scouts if r["features"] in chosen)
-    assert selection_score(best) == max(map(selection_score, scouts))
+    # the scout's best feature set, and its runner-up when the two are within the best's
+    # standard error: mlp and lightgbm on each
+    ranked = sorted(scouts, key=lambda r: -selection_score(r))
+    near_tie = selection_score(ranked[0]) - selection_score(ranked[1]) <= ranked[0]["selection_se"]
+    assert len(later) == 2 * len(chosen) and len(chosen) == 1 + near_tie
+    assert ranked[0]["features"] in chosen
     assert [r["head"] for r in records if r.get("baseline")] == ["majority"]
     # the baselines run beside the second stage, not before it: the scouts finish first
     heads = [r["head"] for r in records]

@@ -95,3 +95,21 @@ def test_cv_compares_candidates_on_the_first_fold_and_scores_the_choice_out_of_f
     first = splits[0][1]
     best = max(c["score"] for c in chosen.search if "score" in c)
     assert best == pytest.approx(M.evaluate("multiclass", y[first], chosen.scores[first], 0.5)["accuracy"])
+
+
+def test_the_second_stage_takes_the_runner_up_in_a_near_tie():
+    from featx.probe import Features, _second_stage_features
+
+    first = [(Features("mean", (i,)), "ridge") for i in range(4)]
+
+    def scout(layer, score, se=0.01):
+        return {"features": f"mean@{layer}", "pooling": "mean", "layers": [layer], "combine": "joint",
+                "selection_score": score, "selection_se": se, "search": [], "stage": "probe"}
+
+    near = _second_stage_features([scout(0, 0.70), scout(1, 0.795), scout(2, 0.80)], first)
+    assert [f.name for f in near] == ["mean@2", "mean@1"]
+    clear = _second_stage_features([scout(0, 0.70), scout(1, 0.75), scout(2, 0.80)], first)
+    assert [f.name for f in clear] == ["mean@2"]
+    # a tie goes to the earlier feature set of the plan, whichever record came first
+    tied = _second_stage_features([scout(3, 0.80, 0.0), scout(1, 0.80, 0.0)], first)
+    assert [f.name for f in tied] == ["mean@1", "mean@3"]
