@@ -391,17 +391,23 @@ def _select_scripted(protocol, **cfg):
 
 def test_a_regularisation_path_stops_past_its_peak(monkeypatch):
     dev = choose_protocol("dev", ["train", "dev", "test"], 5)
-    _scripted_head(monkeypatch, [10, 60, 40, 30, 90])  # a peak, two below it: the path stops there
+    _scripted_head(monkeypatch, [10, 60, 57, 55, 90])  # a peak, two below it: the path stops there
     chosen = _select_scripted(dev)
     assert chosen.params == {"C": 60} and chosen.fitted.C == 60
     assert [c.get("skipped", False) for c in chosen.search] == [False, False, False, False, True]
-    assert [round(c["score"], 2) for c in chosen.search[:4]] == [0.1, 0.6, 0.4, 0.3]
+    assert [round(c["score"], 3) for c in chosen.search[:4]] == [0.1, 0.6, 0.575, 0.55]
     assert len(chosen.scores) == len(chosen.truth) == 40
-    _scripted_head(monkeypatch, [10, 60, 40, 90, 20])  # one dip is not the end of the path
+    _scripted_head(monkeypatch, [10, 60, 57, 90, 20])  # one dip within noise is not the end of the path
     assert _select_scripted(dev).params == {"C": 90}
+    # one candidate clearly below the best (8 of 40 rows worse: over two standard errors of the
+    # paired difference) ends the path at once
+    _scripted_head(monkeypatch, [10, 60, 40, 90, 20])
+    chosen = _select_scripted(dev)
+    assert chosen.params == {"C": 60}
+    assert [c.get("skipped", False) for c in chosen.search] == [False, False, False, True, True]
     # under k-fold cross-validation the path runs on the first fold and stops alike; the chosen
     # candidate is then fitted on the other folds, so its scores cover every training row
-    _scripted_head(monkeypatch, [10, 60, 40, 30, 90])
+    _scripted_head(monkeypatch, [10, 60, 50, 45, 90])  # on the first fold's 20 rows: dips within noise
     cv = choose_protocol("cv", ["train", "test"], 5)
     chosen = _select_scripted(cv, folds=2)
     assert [c.get("skipped", False) for c in chosen.search] == [False, False, False, False, True]
