@@ -7,7 +7,7 @@ the test rows by the paired bootstrap (`featx.bootstrap.paired`, bf16 minus fp32
 
 - "same configuration": the fp32 run's frozen choice (features and head) against the record
   of the same features and head in the bf16 run: what bf16 vectors change for one head;
-- "frozen choice": each run's own frozen choice (`featx.records.frozen_choice`): what the
+- "frozen choice": each run's own frozen choice (`featx.choice.frozen_choice`): what the
   verdict's frozen side would report.
 
 `extract.dtype = "auto"` picks bf16 on a CPU with native bf16 only where every interval covers
@@ -61,7 +61,7 @@ def _scores(runs: Path, record: dict):
 
 def one(name: str, pipeline_file: str) -> dict:
     from featx import bootstrap
-    from featx.records import frozen_choice
+    from featx.choice import frozen_choice
 
     runs, seconds = {}, {}
     for dtype in DTYPES:

@@ -71,7 +71,7 @@ def _probe_child(pipeline_file: str, overrides: list[str], cap: float) -> tuple[
 
 def _summary(runs: Path) -> tuple[float, dict, int]:
     """(best selection score of the backbone probes, fit seconds per head, records)."""
-    from featx.records import selection_score
+    from featx.choice import selection_score
 
     records = run_records(runs)
     probes = [r for r in records if r["stage"] == "probe" and not r.get("baseline")]
@@ -129,7 +129,7 @@ def one(name: str, pipeline_file: str, overrides: list[str], scratch: Path) -> d
 
 def _picks(runs: Path) -> dict:
     """The frozen side each rule picks from one probe run's records, with its test score."""
-    from featx.records import frozen_choice
+    from featx.choice import frozen_choice
 
     records = run_records(runs)
     choice = frozen_choice(records, runs)

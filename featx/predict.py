@@ -279,7 +279,7 @@ class Predictor:
 
     # loading, once
     def _load_head(self):
-        from featx.records import load_head
+        from featx.headfiles import load_head
 
         if self._head is None:
             m = self.manifest
@@ -561,7 +561,7 @@ def manifest_for(pipeline, head: str | None, finetuned: bool) -> Manifest:
         return Manifest(kind="finetuned", pooling=record["pooling"], layers=tuple(record["layers"]),
                         checkpoint=str(checkpoint), checkpoint_sha256=record["checkpoint_sha256"],
                         head_input=record["pooling"], target_scaler=record.get("target_scaler"), **common)
-    from featx.records import head_binding, head_entry
+    from featx.headfiles import head_binding, head_entry
 
     entry = head_entry(record, pipeline.source or "<pipeline>")
     return Manifest(kind="frozen", pooling=record["pooling"], layers=tuple(record["layers"]),
@@ -573,7 +573,7 @@ def _choose(records: list[dict], head: str | None, finetuned: bool, pipeline,
             others: tuple | list = ()) -> dict:
     """The record to predict with; `others` are this pipeline's records of other configurations
     (named when nothing of the current one fits, with the command that selects them)."""
-    from featx.records import best_frozen, best_tuned
+    from featx.choice import best_frozen, best_tuned
 
     source = pipeline.source or "<pipeline>"
     if finetuned:
@@ -785,7 +785,7 @@ def export(pipeline, out_dir: str | Path, *, head: str | None = None, finetuned:
     out = _export_target(Path(out_dir))
     head_bytes = None
     if manifest.kind == "frozen":
-        from featx.records import read_head
+        from featx.headfiles import read_head
 
         _, head_bytes = read_head(manifest.head_file, sha256=manifest.head_sha256,
                                   binding=manifest.head_binding, source=pipeline.source or "<pipeline>")

@@ -29,17 +29,17 @@ from featx import bootstrap
 from featx import heads as H
 from featx import metrics as M
 from featx.cache import Cache
+from featx.choice import selection_score
 from featx.config import MODEL_POOLINGS, Pipeline, ProbeConfig
 from featx.errors import FeatxError
 from featx.files import loads_json, utc_now, writable_dir, write_bytes
+from featx.headfiles import head_binding, load_head, save_heads
 from featx.pairs import combine
 from featx.records import (
     OPTIONAL,
     Predictions,
     cache_facts,
     configuration,
-    head_binding,
-    load_head,
     new_record,
     probe_config_hash,
     probe_dir,
@@ -47,8 +47,6 @@ from featx.records import (
     read_records,
     read_run_status,
     record_name,
-    save_heads,
-    selection_score,
     write_json,
     write_record,
     write_run_status,
@@ -909,7 +907,7 @@ def _write_sweep(directory: Path, records: list[dict], pooling: str, head: str) 
 def format_table(records: list[dict], runs_dir=None) -> str:
     """Records -> a fixed-width text table: features x head, every metric (mean ± std over
     seeds), the primary one's 95% bootstrap interval; `*` marks the frozen choice's row."""
-    from featx.records import frozen_choice
+    from featx.choice import frozen_choice
 
     if not records:
         return "(no records)"

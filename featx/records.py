@@ -10,10 +10,9 @@ below are what a reader may rely on. Beside each record, its predictions on the 
 (`<features>__<head>.scores.npz`, hash-checked) let the report compare two records on the same
 rows.
 
-Fitted heads are saved as arrays and JSON (`featx.serialize`, never a pickle), each tied to the
-one record it was fitted for: the head's manifest names the record (pipeline, cache key, config
-hash, creation time, features, head, seed) and the record names the head file and its sha256.
-A head and a record of two different runs are never paired.
+Also here: the probe runs' status, the configuration a record rests on (and the overrides that
+reach another one), why a fine-tune stopped. Not here: the fitted heads saved beside the records
+(`featx.headfiles`) and the choice among records (`featx.choice`).
 """
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from featx.errors import FeatxError
-from featx.files import atomic_write, loads_json, utc_now, write_bytes
+from featx.files import atomic_write, loads_json, utc_now
 from featx.version import __version__
 
 SCHEMA = 1
@@ -116,114 +115,6 @@ def write_json(path: Path, data) -> Path:
     text = json.dumps(data, indent=1, sort_keys=False, allow_nan=True) + "\n"
     return atomic_write(path, lambda tmp: tmp.write_text(text))
 
-
-def selection_score(record: dict) -> float:
-    """The score a record's configuration was chosen by: its chosen candidate's on dev, out of
-    fold or on the held-out rows, or the fine-tune's best epoch on its selection split (-inf
-    when there is none)."""
-    if record.get("selection_score") is not None:
-        return float(record["selection_score"])
-    scores = [c.get("score") for c in record.get("search") or []]
-    if record["stage"] == "finetune":
-        scores += [value for _, value in (record.get("curve") or {}).get("select", [])]
-    scores = [s for s in scores if isinstance(s, (int, float)) and s == s]  # no None, no NaN
-    return max(scores) if scores else float("-inf")
-
-
-@dataclass(frozen=True)
-class FrozenChoice:
-    """How the verdict's frozen configuration was chosen among the backbone probes."""
-    record: dict
-    """The chosen probe."""
-    top: dict
-    """The probe with the highest selection score."""
-    se: float
-    """The standard error the chosen probe was judged by: of its paired difference from the
-    top on the selection rows (`paired`), else of the top selection score."""
-    within: int
-    """How many probes the selection rows cannot tell apart from the top."""
-    paired: bool = False
-    """Whether differences were judged paired, on both probes' stored selection predictions."""
-
-
-def frozen_choice(records: list[dict], runs_dir: str | Path | None = None) -> FrozenChoice | None:
-    """The frozen configuration the verdict stands for, by the one-standard-error rule: among
-    the backbone probes (no baseline, not the mteb check) of the newest metric (a verdict never
-    compares an accuracy with an MCC) that the selection rows cannot tell apart from the best,
-    the simplest head (no training, then linear and MLP heads alike, then trees), then the
-    fewest features, then the higher score. Many candidates within noise of each other make the maximum an optimistic,
-    unstable pick; the simplest of them is as good as the selection split can tell, and
-    steadier.
-
-    "Cannot tell apart": with `runs_dir` (where the records' predictions are), a probe whose
-    gap to the best is within one bootstrap standard error of the *paired* difference on the
-    same selection rows; two heads on the same features err on the same rows, so a small lead
-    can be real, while two unrelated candidates need a larger one. Without stored selection
-    predictions (older records), within one standard error of the best score itself."""
-    from featx.heads import HEADS
-
-    backbone = [r for r in records if r["stage"] == "probe" and r["protocol"]["name"] != "mteb"
-                and not r.get("baseline")]
-    if not backbone:
-        return None
-    primary = max(backbone, key=lambda r: r["created"])["primary_metric"]
-    probes = [r for r in backbone if r["primary_metric"] == primary]
-    # Ties are broken by names, never by fit times: a pick must not depend on machine load.
-    top = min(probes, key=lambda r: (-selection_score(r), r["features"], r["head"]))
-    se_top = top.get("selection_se") or 0.0
-    ses = _paired_ses(top, probes, runs_dir, primary, bound=2.5 * se_top) if runs_dir is not None else {}
-    judged = {id(r): ses.get(id(r), se_top) for r in probes}
-    within = [r for r in probes if selection_score(top) - selection_score(r) <= judged[id(r)] or r is top]
-    simplest = lambda r: (HEADS[r["head"]].complexity if r["head"] in HEADS else len(HEADS),  # noqa: E731
-                          r.get("n_features") or float("inf"), -selection_score(r),
-                          r["features"], r["head"])
-    chosen = min(within, key=simplest)
-    paired = chosen is not top and id(chosen) in ses
-    return FrozenChoice(chosen, top, judged[id(chosen)] if chosen is not top else se_top, len(within), paired)
-
-
-def _paired_ses(top: dict, probes: list[dict], runs_dir, metric: str, bound: float) -> dict[int, float]:
-    """{id(record): standard error of (top - record) on the shared selection rows}, for the
-    probes whose gap to the top is below `bound` and whose selection predictions are stored on
-    the same rows as the top's (same protocol, same labels)."""
-    from featx import bootstrap
-
-    def selection(record):
-        try:
-            found = read_predictions(record_dir(runs_dir, record), record)
-        except FeatxError:
-            return None
-        return found if found.selection_scores is not None else None
-
-    mine = selection(top)
-    if mine is None:
-        return {}
-    out = {}
-    for record in probes:
-        gap = selection_score(top) - selection_score(record)
-        if record is top or not 0 < gap <= bound or record["protocol"] != top["protocol"]:
-            continue
-        theirs = selection(record)
-        if theirs is None or not np.array_equal(theirs.selection_truth, mine.selection_truth):
-            continue
-        se = bootstrap.difference_se(top["task"], metric, mine.selection_truth,
-                                     (mine.selection_scores, mine.threshold),
-                                     (theirs.selection_scores, theirs.threshold))
-        if se is not None:
-            out[id(record)] = se
-    return out
-
-
-def best_frozen(records: list[dict], runs_dir: str | Path | None = None) -> dict | None:
-    """The chosen frozen probe (`frozen_choice`), or None when there is none."""
-    choice = frozen_choice(records, runs_dir)
-    return None if choice is None else choice.record
-
-
-def best_tuned(records: list[dict], metric: str) -> dict | None:
-    """The fine-tune with the best selection score, in `metric`."""
-    tunes = [r for r in records if r["stage"] == "finetune" and r["primary_metric"] == metric]
-    return max(tunes, key=selection_score) if tunes else None
 
 
 @dataclass(frozen=True)
@@ -369,99 +260,9 @@ def _malformed(record: dict) -> str | None:
     return None
 
 
-# ---------------------------------------------------------------------------------------------
-# Fitted heads
-
-
 def _sha256(path: Path) -> str:
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-HEAD_SUFFIX = ".safetensors"
-
-
-def head_file_name(features: str, head: str, seed: int) -> str:
-    return record_name(features, f"{head}__seed{seed}").removesuffix(".json") + HEAD_SUFFIX
-
-
-def head_binding(record: dict, seed: int) -> dict:
-    """What ties a saved head to the one record it was fitted for: a head of another run (an
-    earlier configuration, a probe killed between saving its heads and writing its record) has
-    another config hash or creation time."""
-    return {k: record[k] for k in ("pipeline", "cache_key", "config_hash", "created", "features",
-                                   "head", "task")} | {"seed": int(seed)}
-
-
-def save_heads(directory: Path, record: dict, fitted: list[tuple[int, object]]) -> list[dict]:
-    """Save each seed's fitted head under `directory`, bound to `record`; returns the record's
-    `heads` entry: [{seed, file, sha256}], which predict checks before it uses a head."""
-    from featx.serialize import dumps
-
-    entries = []
-    for seed, estimator in fitted:
-        data = dumps(estimator, {"record": head_binding(record, seed), "featx_version": __version__,
-                                 "saved": utc_now()})
-        path = write_bytes(Path(directory) / head_file_name(record["features"], record["head"], seed), data)
-        entries.append({"seed": int(seed), "file": path.name, "sha256": hashlib.sha256(data).hexdigest()})
-    return entries
-
-
-def head_entry(record: dict, source: str = "<pipeline>") -> dict:
-    """The record's saved head (its first seed's): {seed, file, sha256}, or an error that says
-    why there is none and how to get one."""
-    heads = record["heads"]
-    name = f"{record['features']}/{record['head']}"
-    if heads is None:
-        raise FeatxError(f"the record of {name} names no saved head: it was written by a probe with "
-                         "probe.save_heads = false (or by an older featx), so any head file beside it "
-                         f"belongs to another run. Refit it: featx probe {source} probe.save_heads=true")
-    valid = isinstance(heads, list) and heads and all(
-        isinstance(e, dict) and isinstance(e.get("seed"), int) and isinstance(e.get("sha256"), str)
-        and isinstance(e.get("file"), str) and re.fullmatch(r"[A-Za-z0-9@+._-]+", e["file"])
-        and e["file"].endswith(HEAD_SUFFIX) for e in heads)
-    if not valid:
-        raise FeatxError(f"the record of {name} has a malformed 'heads' entry; rerun featx probe {source}")
-    return heads[0]
-
-
-def load_head(path: str | Path, *, sha256: str | None = None, binding: dict | None = None,
-              source: str = "<pipeline>"):
-    """A saved head, rebuilt from arrays and JSON (nothing is unpickled). With `sha256` and
-    `binding` (from its record), a head file of another run is refused."""
-    return read_head(path, sha256=sha256, binding=binding, source=source)[0]
-
-
-def read_head(path: str | Path, *, sha256: str | None = None, binding: dict | None = None,
-              source: str = "<pipeline>") -> tuple[object, bytes]:
-    """(the rebuilt head, the file's bytes): what `load_head` checks, and the exact bytes it
-    checked (an export copies those, not a second read of the file)."""
-    from featx.serialize import loads
-
-    path = Path(path)
-    refit = f"refit it with `featx probe {source}`"
-    if path.suffix == ".joblib":
-        raise FeatxError(f"{path} is a joblib head of an older featx; featx no longer unpickles heads "
-                         f"(a pickle runs code when loaded, whatever hash is beside it): {refit}")
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise FeatxError(f"the fitted head {path} is missing; {refit}") from None
-    except OSError as exc:
-        raise FeatxError(f"the fitted head {path} cannot be read ({exc.strerror}); {refit}") from None
-    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
-        raise FeatxError(f"{path} is not the head its record names (its sha256 differs): a later probe "
-                         f"replaced it (one killed before it wrote its records?) or it was changed: {refit}")
-    try:
-        estimator, manifest = loads(data, str(path))
-    except FeatxError as exc:
-        raise FeatxError(f"{exc}; {refit}") from None
-    found = manifest.get("record")
-    if binding is not None and found != binding:
-        differ = sorted(k for k in binding if not isinstance(found, dict) or found.get(k) != binding[k])
-        raise FeatxError(f"{path} was fitted for another record (its {', '.join(differ)} differ from "
-                         f"the record's): a head and a record of two different runs; {refit}")
-    return estimator, data
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from featx.extract import extract
 from featx.finetune import run_finetune
 from featx.probe import run_probe
 from featx.records import probe_config_hash, probe_dir, read_records, stop_reason
-from featx.report import collect, write_report
+from featx.report import write_report
+from featx.verdict import collect
 from tests.conftest import build_tiny_bert, classification_rows, write_pipeline_toml, write_rows
 
 FAST = ['probe.heads=["logistic"]', "probe.sweep=false", "probe.baselines=[]", "probe.n_jobs=1",
@@ -171,7 +172,8 @@ def test_converged_is_never_said_to_be_stopped_by_a_cap():
     import matplotlib
 
     matplotlib.use("Agg")
-    from featx.report import Inputs, _plot_curve
+    from featx.plots import _plot_curve
+    from featx.verdict import Inputs
     from tests.test_report import fake
 
     assert stop_reason(True, "budget") == stop_reason(True, "max_epochs") == "converged"

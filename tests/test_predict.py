@@ -13,9 +13,10 @@ from featx.cache import Cache
 from featx.errors import FeatxError
 from featx.extract import extract
 from featx.finetune import run_finetune
+from featx.headfiles import load_head
 from featx.predict import export, load_predictor, predict_file
 from featx.probe import run_probe
-from featx.records import load_head, read_predictions, record_dir
+from featx.records import read_predictions, record_dir
 from tests.conftest import write_rows
 from tests.test_finetune import separable_rows
 
@@ -64,7 +65,7 @@ def test_predictions_equal_the_stored_head_on_cached_features(trained, tmp_path)
 
 
 def test_default_head_is_the_verdicts_and_labels_are_scored(trained, tmp_path):
-    from featx.records import best_frozen
+    from featx.choice import best_frozen
 
     pipeline, cache_path, records = trained
     ids, texts, labels, names = cached_split(cache_path, "test")

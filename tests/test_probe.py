@@ -15,8 +15,9 @@ from featx import metrics as M
 from featx.cache import Cache
 from featx.config import ProbeConfig
 from featx.errors import FeatxError
+from featx.headfiles import head_binding, load_head, save_heads
 from featx.probe import Features, choose_protocol, probe_one, run_probe, undersample
-from featx.records import head_binding, load_head, probe_config_hash, probe_dir, read_records, save_heads
+from featx.records import probe_config_hash, probe_dir, read_records
 from tests.conftest import write_rows, write_synthetic_cache
 
 SPLITS = {"train": 300, "dev": 120, "test": 120}
@@ -298,7 +299,7 @@ def test_pairs_are_probed_jointly_and_as_two_texts_alone(make_pipeline, tmp_path
 
 def test_staged_grid_runs_the_other_heads_on_the_best_features(make_pipeline, csv_dataset):
     from featx.extract import extract
-    from featx.records import selection_score
+    from featx.choice import selection_score
 
     pipeline = make_pipeline({"path": str(csv_dataset)},
                              probe={"heads": ["logistic", "mlp", "lightgbm"], "baselines": ["majority"]})

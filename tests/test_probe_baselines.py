@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from featx.headfiles import head_binding, head_entry, load_head
 from featx.probe import run_probe
-from featx.records import head_binding, head_entry, load_head, read_predictions, record_dir
+from featx.records import read_predictions, record_dir
 
 
 def _baselines(records):

@@ -12,7 +12,8 @@ import pytest
 from featx import metrics as M
 from featx.errors import FeatxError
 from featx.records import new_record, record_dir, run_dir, write_record
-from featx.report import collect, verdict, write_report
+from featx.report import write_report
+from featx.verdict import collect, verdict
 
 KEY = "a" * 64
 CONTROL_KEY = "b" * 64
@@ -27,7 +28,7 @@ def test_a_lead_is_judged_by_its_paired_difference_on_the_selection_rows(tmp_pat
 
     import numpy as np
 
-    from featx.records import frozen_choice
+    from featx.choice import frozen_choice
 
     rng = np.random.default_rng(0)
     truth = rng.integers(0, 4, 1000)
@@ -320,7 +321,7 @@ def test_lexical_baseline_measurably_better_is_said(tmp_path):
 
 
 def test_the_frozen_side_is_the_simplest_within_one_standard_error(tmp_path):
-    from featx.records import frozen_choice
+    from featx.choice import frozen_choice
 
     y = labels(300)
     logistic = fake("probe", "multiclass", "mean@4", "logistic", 0, selection=0.428) | {"selection_se": 0.015,

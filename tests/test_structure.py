@@ -14,9 +14,9 @@ from tests.conftest import ROOT
 LAYERS = [
     {"errors", "version", "tasks", "files", "progress"},
     {"config", "metrics", "bootstrap", "pooling", "heads", "torchheads", "pairs", "serialize", "stratify", "stream", "ridge"},
-    {"data", "backbone", "records", "batching"},
+    {"data", "backbone", "records", "choice", "headfiles", "batching"},
     {"cache", "modeling"},
-    {"plan"},
+    {"plan", "verdict", "plots"},
     {"extract", "probe", "report"},
     {"distributed", "finetune"},
     {"predict"},

@@ -22,7 +22,8 @@ from featx.errors import FeatxError
 from featx.extract import extract
 from featx.finetune import run_finetune
 from featx.probe import run_probe
-from featx.report import collect, write_report
+from featx.report import write_report
+from featx.verdict import collect
 from tests.conftest import WORDS, build_tiny_bert, classification_rows, write_rows
 from tests.faults.conftest import FIGURES
 

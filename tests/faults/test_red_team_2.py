@@ -28,7 +28,8 @@ from featx.finetune import run_finetune
 from featx.predict import export, load_predictor, predict_file
 from featx.probe import run_probe
 from featx.records import probe_config_hash, read_records
-from featx.report import collect, write_report
+from featx.report import write_report
+from featx.verdict import collect
 from tests.conftest import ROOT, build_tiny_bert, run_featx, write_rows
 from tests.faults.conftest import FIGURES, FULL
 from tests.faults.test_hostile import featx_only
@@ -184,7 +185,7 @@ def pipeline_toml(tmp_path: Path, pipeline) -> Path:
 def test_old_joblib_heads_are_refused_with_the_command_that_refits_them(project, tmp_path):
     import joblib
 
-    from featx.records import load_head
+    from featx.headfiles import load_head
 
     record_path, record = probe_record(project)
     heads = runs(project) / "heads"

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from featx.config import pipeline_from_dict
 from featx.errors import FeatxError
 from featx.extract import extract
-from featx.records import load_head
+from featx.headfiles import load_head
 from tests.faults.conftest import FIGURES
 
 

@@ -1,0 +1,126 @@
+"""The choice among run records: which probe the verdict (and predict) stands for, and which
+fine-tune.
+
+`selection_score` is what a record was chosen by; `frozen_choice` applies the one-standard-error
+rule among the backbone probes (paired on their stored selection predictions when there are
+some), `best_tuned` takes the fine-tune with the best selection score. Reads records and their
+predictions (`featx.records`); writes nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from featx.errors import FeatxError
+from featx.records import read_predictions, record_dir
+
+
+def selection_score(record: dict) -> float:
+    """The score a record's configuration was chosen by: its chosen candidate's on dev, out of
+    fold or on the held-out rows, or the fine-tune's best epoch on its selection split (-inf
+    when there is none)."""
+    if record.get("selection_score") is not None:
+        return float(record["selection_score"])
+    scores = [c.get("score") for c in record.get("search") or []]
+    if record["stage"] == "finetune":
+        scores += [value for _, value in (record.get("curve") or {}).get("select", [])]
+    scores = [s for s in scores if isinstance(s, (int, float)) and s == s]  # no None, no NaN
+    return max(scores) if scores else float("-inf")
+
+
+@dataclass(frozen=True)
+class FrozenChoice:
+    """How the verdict's frozen configuration was chosen among the backbone probes."""
+    record: dict
+    """The chosen probe."""
+    top: dict
+    """The probe with the highest selection score."""
+    se: float
+    """The standard error the chosen probe was judged by: of its paired difference from the
+    top on the selection rows (`paired`), else of the top selection score."""
+    within: int
+    """How many probes the selection rows cannot tell apart from the top."""
+    paired: bool = False
+    """Whether differences were judged paired, on both probes' stored selection predictions."""
+
+
+def frozen_choice(records: list[dict], runs_dir: str | Path | None = None) -> FrozenChoice | None:
+    """The frozen configuration the verdict stands for, by the one-standard-error rule: among
+    the backbone probes (no baseline, not the mteb check) of the newest metric (a verdict never
+    compares an accuracy with an MCC) that the selection rows cannot tell apart from the best,
+    the simplest head (no training, then linear and MLP heads alike, then trees), then the
+    fewest features, then the higher score. Many candidates within noise of each other make the maximum an optimistic,
+    unstable pick; the simplest of them is as good as the selection split can tell, and
+    steadier.
+
+    "Cannot tell apart": with `runs_dir` (where the records' predictions are), a probe whose
+    gap to the best is within one bootstrap standard error of the *paired* difference on the
+    same selection rows; two heads on the same features err on the same rows, so a small lead
+    can be real, while two unrelated candidates need a larger one. Without stored selection
+    predictions (older records), within one standard error of the best score itself."""
+    from featx.heads import HEADS
+
+    backbone = [r for r in records if r["stage"] == "probe" and r["protocol"]["name"] != "mteb"
+                and not r.get("baseline")]
+    if not backbone:
+        return None
+    primary = max(backbone, key=lambda r: r["created"])["primary_metric"]
+    probes = [r for r in backbone if r["primary_metric"] == primary]
+    # Ties are broken by names, never by fit times: a pick must not depend on machine load.
+    top = min(probes, key=lambda r: (-selection_score(r), r["features"], r["head"]))
+    se_top = top.get("selection_se") or 0.0
+    ses = _paired_ses(top, probes, runs_dir, primary, bound=2.5 * se_top) if runs_dir is not None else {}
+    judged = {id(r): ses.get(id(r), se_top) for r in probes}
+    within = [r for r in probes if selection_score(top) - selection_score(r) <= judged[id(r)] or r is top]
+    simplest = lambda r: (HEADS[r["head"]].complexity if r["head"] in HEADS else len(HEADS),  # noqa: E731
+                          r.get("n_features") or float("inf"), -selection_score(r),
+                          r["features"], r["head"])
+    chosen = min(within, key=simplest)
+    paired = chosen is not top and id(chosen) in ses
+    return FrozenChoice(chosen, top, judged[id(chosen)] if chosen is not top else se_top, len(within), paired)
+
+
+def _paired_ses(top: dict, probes: list[dict], runs_dir, metric: str, bound: float) -> dict[int, float]:
+    """{id(record): standard error of (top - record) on the shared selection rows}, for the
+    probes whose gap to the top is below `bound` and whose selection predictions are stored on
+    the same rows as the top's (same protocol, same labels)."""
+    from featx import bootstrap
+
+    def selection(record):
+        try:
+            found = read_predictions(record_dir(runs_dir, record), record)
+        except FeatxError:
+            return None
+        return found if found.selection_scores is not None else None
+
+    mine = selection(top)
+    if mine is None:
+        return {}
+    out = {}
+    for record in probes:
+        gap = selection_score(top) - selection_score(record)
+        if record is top or not 0 < gap <= bound or record["protocol"] != top["protocol"]:
+            continue
+        theirs = selection(record)
+        if theirs is None or not np.array_equal(theirs.selection_truth, mine.selection_truth):
+            continue
+        se = bootstrap.difference_se(top["task"], metric, mine.selection_truth,
+                                     (mine.selection_scores, mine.threshold),
+                                     (theirs.selection_scores, theirs.threshold))
+        if se is not None:
+            out[id(record)] = se
+    return out
+
+
+def best_frozen(records: list[dict], runs_dir: str | Path | None = None) -> dict | None:
+    """The chosen frozen probe (`frozen_choice`), or None when there is none."""
+    choice = frozen_choice(records, runs_dir)
+    return None if choice is None else choice.record
+
+
+def best_tuned(records: list[dict], metric: str) -> dict | None:
+    """The fine-tune with the best selection score, in `metric`."""
+    tunes = [r for r in records if r["stage"] == "finetune" and r["primary_metric"] == metric]
+    return max(tunes, key=selection_score) if tunes else None

@@ -1,0 +1,453 @@
+"""What a report says: the records of one configuration, their table rows, and the verdict.
+
+`collect` picks the records of one configuration of a pipeline (never a mix of two) and the
+frozen choice; `rows` flattens them, one per record; `verdict` sets the frozen choice against
+the best fine-tune (and the TF-IDF baseline) in one paragraph, with a paired bootstrap on their
+stored predictions. No formatting to files and no plots (`featx.report`, `featx.plots`).
+docs/verdict.md states the verdict rule.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from featx.bootstrap import MIN_ROWS
+from featx.choice import FrozenChoice, best_tuned, frozen_choice, selection_score
+from featx.config import Pipeline, command
+from featx.errors import FeatxError
+from featx.records import made_by, read_records
+
+GOOD_ENOUGH, CLOSE = 0.98, 0.90
+
+
+@dataclass
+class Inputs:
+    pipeline: str
+    main: list[dict]
+    """Records of the configuration reported, on its cache: probes and fine-tunes."""
+    control: list[dict]
+    """Records of the same configuration on the random-init control's cache, if any."""
+    notes: list[str] = dataclasses.field(default_factory=list)
+    """What is incomplete (an interrupted probe) or uncertain (no cache to check the records by)."""
+    others: list[str] = dataclasses.field(default_factory=list)
+    """The pipeline's other configurations with records, each with the command that reports it."""
+    current: "Pipeline | None" = None
+    """The pipeline as configured for this report (None: a library call on records alone)."""
+    choice: "FrozenChoice | None" = None
+    """The verdict's frozen configuration (`choice.frozen_choice` on `main`), chosen once so the
+    verdict, the plots and the notes name the same one."""
+
+
+def collect(runs_dir: str | Path, pipeline: str, current: "Pipeline | None" = None) -> Inputs:
+    """The records of one configuration of the pipeline, never a mix of two.
+
+    With `current` (the pipeline as configured now, overrides included): the records its
+    configuration made (its probe config hash, fine-tunes of its settings) on its cache (the one
+    `featx extract` with the same overrides finds) and on its random-init control's cache.
+    Records only under other overrides are an error that names each configuration with the
+    command that reports it. Without `current` (a library call on records alone): the newest
+    probe configuration and the newest fine-tune of the newest pretrained cache."""
+    from featx.config import make_command
+    from featx.records import elsewhere
+
+    root = Path(runs_dir) / pipeline
+    folders = sorted(d for d in root.glob("*") if d.is_dir()) if root.is_dir() else []
+    everything = [r for d in folders for r in read_records(d) if r["pipeline"] == pipeline]
+    older = [d.name for d in folders if (d / "probe").is_dir() or (d / "finetune").is_dir()]
+    legacy = (f" (the records under {root}/{older[0]}/probe and /finetune are in an earlier featx's "
+              "layout, which this one does not read: rerun the stages)") if older else ""
+    if not everything:
+        raise FeatxError(f"no run records for pipeline {pipeline!r} under {runs_dir}{legacy}: run "
+                         f"`{command(current, 'probe')}` (`{make_command(current, 'probe')}`), and "
+                         "the fine-tune, first")
+    if current is None:
+        main, control = _newest(everything)
+        return Inputs(pipeline, main, control, notes=[], choice=frozen_choice(main, runs_dir))
+    main, control, notes = _current(runs_dir, everything, current)
+    shown = {id(r) for r in main + control}
+    others = elsewhere([r for r in everything if id(r) not in shown], current, "report")
+    if not main:
+        listed = "".join(f"\n  - {line}" for line in others)
+        raise FeatxError(
+            f"no run records of this configuration of pipeline {pipeline!r} ({_brief(current)})"
+            + (f"; records exist under other settings (the command that reports each):{listed}\n"
+               if others else "; ")
+            + f"to make this configuration's: `{command(current, 'all')}` (`{make_command(current, 'all')}`)"
+            + legacy)
+    if legacy:
+        said = legacy.strip(" ()")
+        notes.append(said[0].upper() + said[1:] + ".")
+    return Inputs(pipeline, main, control, notes, others, current, frozen_choice(main, runs_dir))
+
+
+def _brief(pipeline: "Pipeline") -> str:
+    return (f"model {pipeline.model.name}, init {pipeline.model.init}, probe protocol "
+            f"{pipeline.probe.protocol}, grid {pipeline.probe.grid}")
+
+
+def _newest(everything: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(main, control) without a pipeline: on the newest pretrained (and random-init) cache, the
+    records of its newest probe configuration and of its newest fine-tune."""
+    def pick(init: str) -> list[dict]:
+        records = [r for r in everything if r["init"] == init]
+        if not records:
+            return []
+        key = max(records, key=lambda r: r["created"])["cache_key"]
+        records = [r for r in records if r["cache_key"] == key]
+        chosen = []
+        for stage, field in (("probe", "config_hash"), ("finetune", "run_hash")):
+            staged = [r for r in records if r["stage"] == stage]
+            if staged:
+                newest = max(staged, key=lambda r: r["created"])[field]
+                chosen += [r for r in staged if r[field] == newest]
+        return chosen
+    return pick("pretrained"), pick("random")
+
+
+def _current(runs_dir, everything: list[dict], current: "Pipeline") -> tuple[list[dict], list[dict], list[str]]:
+    """(main, control, notes) of the pipeline as configured: its records on its cache; when it
+    has no cache, on the newest cache of the same settings, said first."""
+    from featx.plan import find_cache, last_cache_key
+    from featx.records import probe_config_hash, probe_dir
+
+    mine = [r for r in everything if made_by(r, current)]
+    notes = []
+    try:
+        key16 = find_cache(current).stem
+        main = [r for r in mine if r["cache_key"][:16] == key16 and r["init"] == current.model.init]
+    except FeatxError as exc:
+        # No cache for the pipeline as it is now: the cache its extraction wrote last, if its
+        # records are of these model and extraction settings, else the newest of all these settings.
+        last = last_cache_key(current)
+        main = [r for r in mine if r["cache_key"][:16] == last and r["init"] == current.model.init
+                and _same_cache_settings(r, current, current.model.init, sections=("model", "extract"))]
+        main = main or _newest_cache([r for r in mine if r["init"] == current.model.init
+                                      and _same_cache_settings(r, current, current.model.init)])
+        if main:
+            notes.append(f"The pipeline as it is now has no cache ({str(exc)[:160]}): if a data or model file "
+                         "changed since these records were made, they describe other data; rerun `featx "
+                         "extract`, `featx probe` and `featx finetune` before trusting this report.")
+    control = []
+    if main and current.model.init == "pretrained":
+        fingerprint = (main[0]["backbone"] or {}).get("fingerprint")
+        control = _newest_cache([r for r in mine if r["init"] == "random" and _same_cache_settings(r, current, "random")
+                                 and (r["backbone"] or {}).get("fingerprint") == fingerprint])
+    for records in (main, control):
+        if records:
+            folder = probe_dir(runs_dir, current.name, records[0]["cache_key"], probe_config_hash(current.probe))
+            notes += _interrupted(folder, current, len([r for r in records if r["stage"] == "probe"]))
+    return main, control, notes
+
+
+def _same_cache_settings(record: dict, pipeline: "Pipeline", init: str,
+                         sections: tuple[str, ...] = ("data", "model", "extract")) -> bool:
+    """Whether a record was made on a cache of the pipeline's data, model (with `init`) and
+    extraction settings (those of `sections`), as its `configuration` says."""
+    from featx.records import configuration
+
+    recorded = record["configuration"]
+    if not isinstance(recorded, dict):
+        return False
+    now = configuration(pipeline)
+    now["model"]["init"] = init
+    return all(recorded.get(section) == now[section] for section in sections)
+
+
+def _newest_cache(records: list[dict]) -> list[dict]:
+    if not records:
+        return []
+    key = max(records, key=lambda r: r["created"])["cache_key"]
+    return [r for r in records if r["cache_key"] == key]
+
+
+def _interrupted(directory: Path, pipeline: "Pipeline", found: int) -> list[str]:
+    from featx.records import probe_config_hash, probe_interrupted
+
+    run = probe_interrupted(directory, probe_config_hash(pipeline.probe))
+    if run is None:
+        return []
+    return [f"The probe run was interrupted: {found} of its {run.get('planned')} fits have records; rerun "
+            f"`{command(pipeline, 'probe')}` to finish it (finished fits are redone, not lost)."]
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows, verdict
+
+
+def rows(inputs: Inputs) -> list[dict]:
+    """One row per record: fine-tunes, probes (best selection score first), baselines, then
+    the control's."""
+    def order(r):
+        group = (0 if r["stage"] == "finetune" else 2 if r["baseline"] else 1)
+        return (r["init"] != "pretrained", group, -selection_score(r), r["features"], r["head"])
+    out = []
+    for record in sorted(inputs.main + inputs.control, key=order):
+        primary = record["primary_metric"]
+        ci = (record["metrics_ci"] or {}).get(primary) or [None, None]
+        selection = selection_score(record)
+        out.append({
+            # A baseline reads the texts: no backbone, so no init and no cache of its own.
+            "stage": record["stage"], "init": "" if record["baseline"] else record["init"],
+            "features": record["features"],
+            "head": record["head"], "baseline": record["baseline"] or "",
+            "protocol": record["protocol"]["name"], "primary_metric": primary,
+            "primary": record["metrics"][primary], "primary_std": record["metrics_std"].get(primary, 0.0),
+            "primary_ci_low": ci[0], "primary_ci_high": ci[1],
+            "selection": selection if math.isfinite(selection) else None,
+            **{f"metric:{k}": v for k, v in record["metrics"].items()},
+            "train_seconds": _seconds(record), "backbone_forward_passes": record["backbone_forward_passes"],
+            "cache_mb": round(record["cache_bytes"] / 1e6, 1) if record["cache_bytes"] and not record["baseline"] else None,
+            "seeds": len(record["seeds"] or [1]), "n_eval": record["n_eval"],
+            "converged": record["converged"],
+        })
+    return out
+
+
+def _seconds(record: dict) -> float | None:
+    if record["stage"] == "finetune":
+        return record["wall_seconds"]
+    return record["fit_seconds"]
+
+
+@dataclass
+class Verdict:
+    text: str
+    frozen: dict | None
+    tuned: dict | None
+    quality_ratio: float | None
+    compute_ratio: float | None
+    comparison: dict | None = None
+    """The paired bootstrap of frozen against tuned (featx.bootstrap.paired), if it could run."""
+    lexical: dict | None = None
+    """The paired bootstrap of the best frozen probe against the TF-IDF baseline."""
+
+
+def verdict(inputs: Inputs, runs_dir: str | Path | None = None, pipeline: "Pipeline | None" = None) -> Verdict:
+    """The frozen choice against the best fine-tune (pretrained backbone), in one paragraph.
+
+    Both sides are chosen by their selection score (dev or cross-validation), never by the test
+    score they report. With their predictions (`runs_dir`), the two are compared by a paired
+    bootstrap over the same test rows: the difference, its 95% interval and the ratio. An
+    unconverged fine-tune is a lower bound: the paragraph leads with that and with the command
+    that continues it. With `pipeline`, each verdict ends with the command that acts on it."""
+    choice = inputs.choice
+    run = lambda stage, *extra, args=(): f"`{command(pipeline, stage, *extra, args=args)}`"  # noqa: E731
+    if choice is None:
+        mteb = [r for r in inputs.main if r["stage"] == "probe" and r["protocol"]["name"] == "mteb"]
+        if mteb:
+            return Verdict(f"No verdict: the mteb protocol reproduces MTEB's classification evaluator "
+                           f"({mteb[0]['features']}: accuracy = {_with_ci(mteb[0], 'accuracy')}), a check "
+                           "against leaderboard numbers, not a frozen side to set against a fine-tune; "
+                           f"the verdict rests on the default protocol's probes: {run('probe', 'probe.protocol=auto')}.",
+                           None, None, None, None)
+        return Verdict(f"No probe records yet: run {run('probe')} to train heads on the cache.",
+                       None, None, None, None)
+    frozen = choice.record
+    primary = frozen["primary_metric"]
+    described = _frozen_text(choice)
+    f = _value(frozen, primary)
+    lexical, lexical_text = _lexical(inputs, frozen, primary, runs_dir)
+    tuned = best_tuned(inputs.main, primary)
+    if tuned is None:
+        return Verdict(f"{described} reach {primary} = {_with_ci(frozen, primary)} on "
+                       f"{frozen['n_eval']:,} {frozen['protocol']['report_on']} rows. No fine-tune record "
+                       f"yet: run {run('finetune')} for the baseline this is to be compared with."
+                       f"{lexical_text}", frozen, None, None, None, None, lexical)
+    t = _value(tuned, primary)
+    if not (math.isfinite(f) and math.isfinite(t)):
+        undefined = " and ".join(n for n, v in (("the frozen probe", f), ("the fine-tune", t)) if not math.isfinite(v))
+        return Verdict(f"No verdict: {primary} is undefined for {undefined} (a constant prediction or "
+                       "a single-class test split); see the table.", frozen, tuned, None, None)
+    frozen_cost, tuned_cost = frozen["backbone_forward_passes"] or 0, tuned["backbone_forward_passes"] or 0
+    compute = frozen_cost / tuned_cost if frozen_cost and tuned_cost else None
+    comparison = _paired(inputs, frozen, tuned, primary, runs_dir)
+    ratio = f / t if t > 0 and f >= 0 else None
+    if comparison is not None and not all(math.isfinite(v) for v in comparison["difference_ci"]):
+        return Verdict(_no_interval(described, f, t, primary, comparison) + lexical_text, frozen, tuned,
+                       ratio, compute, comparison, lexical)
+    if tuned["converged"] is False:
+        text = _unfinished(described, frozen, tuned, primary, comparison, run)
+        return Verdict(text + lexical_text, frozen, tuned, ratio, compute, comparison, lexical)
+    cost_text = (f" for {_fraction(compute)} of the compute ({frozen_cost:,} vs {tuned_cost:,} backbone "
+                 "forward-pass equivalents: one extraction pass against the fine-tune's whole "
+                 "learning-rate search, training steps at ~3 forwards each plus evaluation)") if compute else ""
+    if ratio is not None:
+        head = f"{described} reach {ratio:.1%} of the fine-tuned {primary} ({f:.4f} vs {t:.4f}){cost_text}."
+    else:  # a ratio of a negative or zero score means nothing; give the difference
+        head = (f"{described}: {primary} {f:.4f} against {t:.4f} fine-tuned (difference "
+                f"{f - t:+.4f}){cost_text}.")
+    reading, act = _reading(ratio, f, t, comparison)
+    text = f"{head}{_comparison_text(comparison, tuned)}{_wall(frozen, tuned)} {reading}{lexical_text}"
+    next_step = {"frozen": f" Next: predict with the frozen choice, {run('predict', args=('new.csv',))}.",
+                 "tuned": " Next: use the fine-tuned model, "
+                          f"{run('export', args=('exported', '--finetuned'))}.",
+                 "both": f" Next: iterate with the frozen choice, {run('predict', args=('new.csv',))}; "
+                         f"for the last points, {run('export', args=('exported', '--finetuned'))}."}.get(act, "")
+    return Verdict(text + next_step, frozen, tuned, ratio, compute, comparison, lexical)
+
+
+def _frozen_text(choice) -> str:
+    """"Frozen features (mean, layer 5, mlp; chosen on dev ...)", with how the choice was made."""
+    frozen = choice.record
+    layers = f"layer{'s' if len(frozen['layers']) > 1 else ''} {'+'.join(map(str, frozen['layers']))}"
+    vectors = {"bi": f"[u, v, |u - v|, u * v] of the two texts' {frozen['pooling']} vectors",
+               "cos": f"the cosine of the two texts' {frozen['pooling']} vectors"}.get(frozen["combine"], frozen["pooling"])
+    head = "no training" if frozen["head"] == "identity" else frozen["head"]
+    rule = ""
+    if choice.record is not choice.top and choice.paired:
+        rule = (f", the simplest of the {choice.within} configurations that {frozen['protocol']['select_on']} "
+                f"cannot tell apart from the best selection score, {selection_score(choice.top):.4f} "
+                f"({choice.top['features']} {choice.top['head']}): {selection_score(choice.top) - selection_score(frozen):.4f} "
+                f"below it, within one standard error of the paired difference ({choice.se:.4f})")
+    elif choice.record is not choice.top:
+        rule = (f", the simplest of the {choice.within} configurations within one standard error "
+                f"({choice.se:.4f}) of the best selection score, {selection_score(choice.top):.4f} "
+                f"({choice.top['features']} {choice.top['head']})")
+    return f"Frozen features ({vectors}, {layers}, {head}; chosen on {frozen['protocol']['select_on']}{rule})"
+
+
+def _unfinished(described: str, frozen: dict, tuned: dict, primary: str, comparison, run) -> str:
+    """The verdict against a fine-tune a cap stopped while it was still improving: that comes
+    first, with the command that continues it; no ratio headline against it."""
+    cap = (f"its epoch cap (finetune.max_epochs = {tuned['epochs']})" if tuned["stopped_by"] == "max_epochs"
+           else "its wall-time cap (finetune.max_seconds)" if tuned["stopped_by"] == "budget"
+           else f"{tuned['stopped_by']}")
+    go_on = (f"`{tuned['continue_with']}`" if tuned["continue_with"]
+             else run("finetune", "finetune.max_epochs=" + str(2 * max(tuned["epochs"] or 1, 1))))
+    text = (f"The fine-tune did not converge: {cap} stopped it after {tuned['epochs']} epochs while its "
+            f"{primary} on {tuned['protocol']['select_on']} was still rising, so its {primary} "
+            f"({_with_ci(tuned, primary)}) is only a lower bound; continue it with {go_on} (it resumes "
+            f"from its last epoch). So far, {described[0].lower() + described[1:]} score "
+            f"{_value(frozen, primary):.4f} against it")
+    if comparison is None:
+        return text + (f"; no interval: the records' predictions are missing or not on the same rows. "
+                       "Whether fine-tuning pays is not settled until it converges.")
+    low, high = comparison["difference_ci"]
+    text += (f" (paired bootstrap over the same {comparison['n']:,} {comparison['split']} rows: difference "
+             f"{comparison['difference']:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}]).")
+    if low > 0:
+        return text + (" Frozen features lead the unfinished fine-tune, which does not show that "
+                       "fine-tuning cannot do better: that is settled only once it converges.")
+    if high < 0:
+        return text + " Even unfinished, the fine-tune is measurably better: fine-tuning pays on this task."
+    return text + " No measurable difference so far; the finished fine-tune may still pull ahead."
+
+
+def _no_interval(described: str, f: float, t: float, primary: str, comparison: dict) -> str:
+    """No verdict when the paired bootstrap gives no interval: a score difference on a handful of
+    rows (or on resamples where the metric is mostly undefined) reads as a result and is not."""
+    return (f"No verdict: {described[0].lower() + described[1:]} score {primary} = {f:.4f} against "
+            f"{t:.4f} fine-tuned, but on {comparison['n']:,} {comparison['split']} rows the paired "
+            f"bootstrap gives no interval (it needs at least {MIN_ROWS} rows, and {primary} defined on "
+            "90% of the resamples), so this test split cannot tell the two apart. Give it more rows "
+            "(a larger test file, or data.test_fraction).")
+
+
+def _comparison_text(comparison: dict | None, tuned: dict) -> str:
+    if comparison is None:
+        return (f" No interval: the records' predictions are missing or not on the same rows "
+                f"({tuned['n_eval']} test rows); rerun the probe and the fine-tune.")
+    low, high = comparison["difference_ci"]
+    text = (f" Paired bootstrap over the same {comparison['n']:,} {comparison['split']} rows: difference "
+            f"{comparison['difference']:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}]")
+    if comparison.get("ratio_ci") and all(math.isfinite(v) for v in comparison["ratio_ci"]):
+        text += f"; ratio 95% interval [{comparison['ratio_ci'][0]:.1%}, {comparison['ratio_ci'][1]:.1%}]"
+    return text + "."
+
+
+def _reading(ratio, f, t, comparison) -> tuple[str, str]:
+    """(the reading of a converged comparison, which side to act on: frozen, tuned or none)."""
+    if comparison is not None:
+        low, high = comparison["difference_ci"]
+        if low <= 0 <= high:
+            wide = high - low > 0.05
+            return ("No measurable difference: frozen features are as good as this test set can tell"
+                    + (" (the interval is wide: more test rows would tell smaller differences apart)."
+                       if wide else "."), "frozen")
+        if low > 0:
+            return "Frozen features beat the fine-tune here: keep them.", "frozen"
+    if ratio is None:
+        return ("Frozen features are good enough here.", "frozen") if f >= t else ("Fine-tuning pays on this task.", "tuned")
+    if ratio >= GOOD_ENOUGH:
+        return "Frozen features are good enough here.", "frozen"
+    if ratio >= CLOSE:
+        return "Frozen features come close: use them to iterate, fine-tune for the last points.", "both"
+    return "Fine-tuning pays on this task.", "tuned"
+
+
+def _lexical(inputs: Inputs, frozen: dict, primary: str, runs_dir) -> tuple[dict | None, str]:
+    """Whether the backbone adds anything over TF-IDF: the frozen choice against the lexical
+    baseline, paired on the same rows."""
+    lexical = [r for r in inputs.main if r["baseline"] == "lexical" and r["primary_metric"] == primary]
+    if not lexical:
+        return None, ""
+    baseline = max(lexical, key=selection_score)
+    comparison = _paired(inputs, frozen, baseline, primary, runs_dir)
+    value = _with_ci(baseline, primary)
+    if comparison is None:
+        return None, f" The TF-IDF baseline reaches {primary} = {value}."
+    low, high = comparison["difference_ci"]
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return comparison, (f" The TF-IDF baseline reaches {primary} = {value}; on "
+                            f"{comparison['n']:,} rows there is no paired interval to compare it by.")
+    interval = (f"(difference {comparison['difference']:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}])")
+    if high < 0:
+        return comparison, (f" A linear head on TF-IDF of the texts' words and character n-grams does "
+                            f"measurably better ({primary} = {value}) than the frozen choice {interval}: "
+                            "on this task the backbone's frozen features lose to word and character "
+                            "n-grams.")
+    if low <= 0:
+        return comparison, (f" A linear head on TF-IDF of the texts' words and character n-grams reaches "
+                            f"{primary} = {value}, within the interval of the frozen choice {interval}: "
+                            "the backbone adds nothing measurable over word and character n-grams here.")
+    return comparison, (f" The backbone adds {comparison['difference']:+.4f} {primary} over TF-IDF on the "
+                        f"texts ({value}; 95% interval of the gain [{low:+.4f}, {high:+.4f}]).")
+
+
+def _paired(inputs: Inputs, a: dict, b: dict, metric: str, runs_dir) -> dict | None:
+    """featx.bootstrap.paired on the two records' stored predictions; None when either is
+    missing or they are not predictions of the same rows."""
+    from featx import bootstrap
+    from featx.records import read_predictions, record_dir
+
+    if runs_dir is None or a["task"] != b["task"]:
+        return None
+    try:
+        pa = read_predictions(record_dir(runs_dir, a), a)
+        pb = read_predictions(record_dir(runs_dir, b), b)
+    except FeatxError:
+        return None
+    if not (np.array_equal(pa.ids, pb.ids) and np.array_equal(pa.labels, pb.labels)):
+        return None
+    result = bootstrap.paired(a["task"], metric, pa.labels, (pa.scores, pa.threshold),
+                              (pb.scores, pb.threshold))
+    return result | {"split": a["protocol"]["report_on"]}
+
+
+def _with_ci(record: dict, metric: str) -> str:
+    value = _value(record, metric)
+    ci = (record["metrics_ci"] or {}).get(metric)
+    if ci and all(v is not None and math.isfinite(v) for v in ci):
+        return f"{value:.4f} [{ci[0]:.4f}, {ci[1]:.4f}]"
+    return f"{value:.4f}"
+
+
+def _value(record: dict, metric: str) -> float:
+    value = record["metrics"].get(metric, float("nan"))
+    return float("nan") if value is None else value
+
+
+def _fraction(ratio: float) -> str:
+    return f"1/{1 / ratio:.0f}" if ratio < 1 else f"{ratio:.1f}x"
+
+
+def _wall(frozen: dict, tuned: dict) -> str:
+    extract, fit, train = frozen["extract_seconds"], frozen["fit_seconds"], tuned["wall_seconds"]
+    if extract is None or fit is None or train is None:
+        return ""
+    return (f" Wall time: {extract:.0f} s extraction + {fit:.1f} s head fit, against {train:.0f} s "
+            "of fine-tuning.")
