@@ -186,7 +186,7 @@ class Manifest:
     head_sha256: str | None = None
     """The head file's sha256, as its record names it: another file is refused."""
     head_binding: dict | None = None
-    """The record the head was fitted for (`featx.records.head_binding`); the head's own manifest
+    """The record the head was fitted for (`featx.headfiles.head_binding`); the head's own manifest
     must say the same."""
     allow_pickle: bool = False
     """Whether pickled .bin backbone weights may be loaded (the pipeline's model.allow_pickle;
