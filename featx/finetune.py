@@ -33,7 +33,7 @@ from featx import metrics as M
 from featx.batching import TORCH_DTYPES, Encoder, default_token_budget
 from featx.cache import Cache
 from featx.config import MAX_LR, WARN_LR, FinetuneConfig, Pipeline, command
-from featx.data import Split, label_assignment
+from featx.data import Split
 from featx.errors import FeatxError
 from featx.files import atomic_write, loads_json, refuse_link, writable_dir
 from featx.modeling import (
@@ -66,6 +66,7 @@ from featx.records import (
     write_json,
     write_record,
 )
+from featx.splits import label_assignment
 from featx.tasks import TASKS
 
 log = logging.getLogger("featx")

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from featx.errors import check_choice
-
 
 @dataclass(frozen=True)
 class TaskType:
@@ -29,6 +27,8 @@ class TaskType:
     problem_type: str = "single_label_classification"
     """Hugging Face's name of the same loss (`config.problem_type`), set explicitly: DeBERTa-v2
     left to infer it reads multi-hot labels as soft cross-entropy targets, not BCE."""
+    n_classes: int | None = None
+    """The exact number of classes the task requires (binary: 2); None when any number will do."""
 
     @property
     def regression(self) -> bool:
@@ -77,7 +77,7 @@ class TaskType:
 
 TASKS = {
     "binary": TaskType("binary", "mcc", ("accuracy", "f1", "mcc", "roc_auc"), classes=True,
-                       thresholded=False, loss="cross_entropy"),
+                       thresholded=False, loss="cross_entropy", n_classes=2),
     "multiclass": TaskType("multiclass", "accuracy", ("accuracy", "macro_f1", "mcc"), classes=True,
                            thresholded=False, loss="cross_entropy"),
     "multilabel": TaskType("multilabel", "micro_f1", ("micro_f1", "macro_f1", "macro_roc_auc", "subset_accuracy"),
@@ -86,7 +86,3 @@ TASKS = {
     "regression": TaskType("regression", "pearson", ("mse", "mae", "r2", "pearson", "spearman"),
                            classes=False, thresholded=False, loss="mse", problem_type="regression"),
 }
-
-
-def task_type(name: str) -> TaskType:
-    return TASKS[check_choice(name, TASKS, "task")]

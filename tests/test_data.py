@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from featx.config import DataConfig, load_pipeline
-from featx.data import load_dataset, stratified_assignment
+from featx.data import load_dataset
 from featx.errors import FeatxError
+from featx.splits import stratified_assignment
 from tests.conftest import ROOT, classification_rows, write_rows
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"

@@ -13,7 +13,8 @@ from tests.conftest import ROOT
 # Lower layers first; a module may import only modules of its own layer or below.
 LAYERS = [
     {"errors", "version", "tasks", "files", "progress"},
-    {"config", "metrics", "bootstrap", "pooling", "heads", "torchheads", "pairs", "serialize", "stratify", "stream", "ridge"},
+    {"config", "metrics", "bootstrap", "pooling", "heads", "torchheads", "pairs", "serialize", "stratify", "stream", "ridge",
+     "readers", "builtin", "labels", "splits"},
     {"data", "backbone", "records", "choice", "headfiles", "batching"},
     {"cache", "modeling"},
     {"plan", "verdict", "plots"},

@@ -1,0 +1,453 @@
+"""A table's rows -> validated ids, texts (pairs), raw labels and kept columns (`Columns`,
+`Rows`), and labels -> a task and its encoding (`infer_task`, `LabelEncoder`). No torch.
+
+It owns what a row's values mean and every check on them (an empty text, a missing id, a label
+train never saw), named by file, row and column; reading the files is featx.readers', cutting
+rows into splits featx.splits'.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from featx.config import DataConfig
+from featx.errors import FeatxError, shown
+from featx.readers import Table, is_missing
+from featx.tasks import TASKS
+
+log = logging.getLogger("featx")
+
+# Values a split column may hold, mapped to featx's split names.
+SPLIT_ALIASES = {"train": "train", "dev": "dev", "validation": "dev", "val": "dev", "test": "test"}
+# Integer labels with at most this many distinct values are inferred as classes, not targets.
+MAX_INFERRED_CLASSES = 20
+
+
+@dataclass
+class Distinct:
+    """What infer_task reads of the rows: their label values (here the distinct ones, which
+    decide the task as all of them would)."""
+    labels: list
+
+
+@dataclass
+class Rows:
+    """Validated rows of one table, before label encoding (labels still raw values)."""
+    ids: list[str]
+    texts: list[str]
+    pairs: list[str] | None
+    labels: list
+    kept: dict[str, list[str]]
+    where: list[str]
+    splits: list[str | None]
+
+    def take(self, index) -> "Rows":
+        pick = lambda xs: [xs[i] for i in index]  # noqa: E731
+        return Rows(pick(self.ids), pick(self.texts), None if self.pairs is None else pick(self.pairs),
+                    pick(self.labels), {k: pick(v) for k, v in self.kept.items()},
+                    pick(self.where), pick(self.splits))
+
+    def head(self, n: int) -> "Rows":
+        return self.take(range(min(n, len(self.ids))))
+
+
+@dataclass(frozen=True)
+class Columns:
+    text: str
+    pair: str | None
+    labels: tuple[str, ...]
+    id: str | None
+    split: str | None
+    keep: tuple[str, ...]
+    label_sep: str | None
+    label_regex: str | None
+
+    @classmethod
+    def from_config(cls, cfg: DataConfig, keep, id_column: str | None) -> "Columns":
+        label = cfg.label if cfg.label is not None else "label"
+        labels = (label,) if isinstance(label, str) else tuple(label)
+        return cls(cfg.text or "text", cfg.text_pair, labels, id_column, cfg.split_column,
+                   tuple(keep), cfg.label_sep, cfg.label_regex)
+
+    def empty_rows(self, table: Table) -> list[int]:
+        """Rows whose text (or second text) is empty or missing: listed together in one error, or
+        dropped under data.drop_empty."""
+        for column, role in ((self.text, "text"), (self.pair, "text_pair")):
+            if column is not None:
+                table.require(column, role)
+        return [i for i, row in enumerate(table.rows)
+                if any(is_missing(row.get(c)) for c in (self.text, self.pair) if c is not None)]
+
+    def extract(self, table: Table, skip: set[int] = frozenset()) -> Rows:
+        roles = [(self.text, "text"), (self.pair, "text_pair"), (self.id, "id"),
+                 (self.split, "split_column")]
+        roles += [(c, "label") for c in self.labels] + [(c, "keep") for c in self.keep]
+        for column, role in roles:
+            if column is not None:
+                table.require(column, role)
+        rows = Rows([], [], [] if self.pair else None, [], {k: [] for k in self.keep}, [], [])
+        for i, row in enumerate(table.rows):
+            if i in skip:
+                continue
+            where = table.where(i)
+            rows.where.append(where)
+            rows.texts.append(_text(row.get(self.text), where, self.text))
+            if self.pair:
+                rows.pairs.append(_text(row.get(self.pair), where, self.pair))
+            rows.ids.append(None if self.id is None else _id(row.get(self.id), where, self.id))
+            labels = [self._label(row.get(c), where, c) for c in self.labels]
+            rows.labels.append(labels[0] if len(labels) == 1 else labels)
+            for k in self.keep:
+                rows.kept[k].append("" if row.get(k) is None else _storable(str(row.get(k)), where, k, "value"))
+            rows.splits.append(None if self.split is None else
+                               _split_value(row.get(self.split), where, self.split))
+        return rows
+
+
+    def _label(self, value, where: str, column: str):
+        if self.label_sep is not None and isinstance(value, str) and not value.strip():
+            return ""  # a separated multilabel field that is empty: a row with no labels
+        value = _present(value, where, column)
+        if self.label_regex is None:
+            return value
+        match = _search(self.label_regex, str(value), where, column)
+        if match is None:
+            raise FeatxError(f"{where}, column {shown(column)}: label {shown(value)} does not match "
+                             f"data.label_regex {shown(self.label_regex)}")
+        return match.group(1)
+
+
+# A label_regex may backtrack catastrophically ("(a|aa)+$"): the `regex` module can stop a match
+# after this long, where `re` would hang featx with no message.
+REGEX_SECONDS = 1.0
+
+
+def _search(pattern: str, text: str, where: str, column: str):
+    import regex
+
+    try:
+        return regex.search(pattern, text, timeout=REGEX_SECONDS)
+    except TimeoutError:
+        raise FeatxError(f"{where}, column {shown(column)}: data.label_regex {shown(pattern)} took more "
+                         f"than {REGEX_SECONDS:g} s on one label ({len(text):,} characters): it "
+                         "backtracks catastrophically (nested or overlapping repeats such as (a|aa)+); "
+                         "simplify the pattern") from None
+
+
+def _storable(value: str, where: str, column: str, what: str) -> str:
+    """A string HDF5 and the fingerprint can hold: no NUL byte, no lone surrogate."""
+    if "\x00" in value:
+        raise FeatxError(f"{where}, column {shown(column)}: the {what} holds a NUL byte (\\x00), which no "
+                         "text should; remove it from the file")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise FeatxError(f"{where}, column {shown(column)}: the {what} holds a lone surrogate (an "
+                         "unpaired \\ud800-\\udfff escape), which is not text; fix the row") from None
+    return value
+
+
+def _text(value, where: str, column: str) -> str:
+    if value is None or not isinstance(value, str) or not value.strip():
+        state = "missing" if value is None else ("not a string" if not isinstance(value, str) else "empty")
+        raise FeatxError(f"{where}, column {shown(column)}: text is {state} (value {shown(value)}); remove the "
+                         "row or fill in its text")
+    return _storable(value, where, column, "text")
+
+
+# Rows an empty-text error names; the total is always given.
+EMPTY_SHOWN = 20
+
+
+def empty_message(tables: dict, empty: dict[str | None, list[int]], columns: Columns) -> str:
+    """Every row with an empty or missing text, in one message: the first EMPTY_SHOWN by file
+    and line, the total, and both fixes."""
+    named = [c for c in (columns.text, columns.pair) if c is not None]
+    places: dict[str, list[str]] = {}
+    total = 0
+    for split, rows in empty.items():
+        table = tables[split]
+        for i in rows:
+            total += 1
+            if total > EMPTY_SHOWN:
+                continue
+            row = table.rows[i]
+            state = ", ".join(f"{'missing' if row.get(c) is None else 'empty'}"
+                              + (f" {shown(c)}" if len(named) > 1 else "") for c in named
+                              if is_missing(row.get(c)))
+            places.setdefault(table.files[i] if table.files else table.path, []).append(
+                f"{table.lines[i]} ({state})")
+    listed = "; ".join(f"{path}, row{'s' if len(rows) > 1 else ''} {', '.join(rows)}" for path, rows in places.items())
+    more = f" (the first {EMPTY_SHOWN} of {total:,})" if total > EMPTY_SHOWN else ""
+    column = " or ".join(shown(c) for c in named)
+    return (f"{total:,} row{'s' if total > 1 else ''} with no text (the text is empty or missing in column "
+            f"{column}): {listed}{more}. Fill in or remove {'these rows' if total > 1 else 'the row'}, or set "
+            "`drop_empty = true` in [data] (or data.drop_empty=true) to drop every such row; the cache "
+            "then says how many rows were dropped per split")
+
+
+def dropped_per_split(tables: dict, empty: dict[str | None, list[int]], columns: Columns) -> dict[str, int]:
+    """How many rows data.drop_empty dropped, per split: a split file's rows under its split, a
+    split column's rows under the split they name, one file featx splits itself under "all"."""
+    counts: Counter = Counter()
+    for split, rows in empty.items():
+        for i in rows:
+            if split is not None:
+                counts[split] += 1
+            elif columns.split is not None:
+                counts[_split_value(tables[split].rows[i].get(columns.split), tables[split].where(i), columns.split)] += 1
+            else:
+                counts["all"] += 1
+    return dict(counts)
+
+
+def _id(value, where: str, column: str) -> str:
+    if is_missing(value):
+        raise FeatxError(f"{where}, column {shown(column)}: the id is missing; every row needs a unique id")
+    return _storable(str(value), where, column, "id")
+
+
+def _present(value, where: str, column: str):
+    if is_missing(value):
+        raise FeatxError(f"{where}, column {shown(column)}: the label is missing (value {shown(value)}); "
+                         "remove the row or fill in its label")
+    for item in (value if isinstance(value, list) else [value]):
+        if isinstance(item, str):
+            _storable(item, where, column, "label")
+    return value
+
+
+def _split_value(value, where: str, column: str) -> str:
+    key = str(value).strip().lower() if value is not None else ""
+    if key not in SPLIT_ALIASES:
+        raise FeatxError(f"{where}, column {shown(column)}: split {shown(value)} is not one of "
+                         f"{', '.join(SPLIT_ALIASES)}")
+    return SPLIT_ALIASES[key]
+
+
+def as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+# A number written plainly: "7", "-1.5", "2e3"; not "007" (a code) nor "nan" or "inf".
+PLAIN_NUMBER = re.compile(r"[+-]?((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+# Regression targets beyond this magnitude overflow squared errors and standardisation.
+MAX_TARGET = 1e100
+
+
+def as_number(value, plain: bool = False) -> float | None:
+    """The value as a number, or None. `plain`: strings count only when written as a plain
+    number, so class codes such as "007" stay strings."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, int):  # JSON integers are unbounded: 10**400 is an infinite float
+        return float(value) if abs(value) < 2 ** 1023 else (math.inf if value > 0 else -math.inf)
+    if isinstance(value, float):
+        return value
+    text = str(value).strip()
+    if plain and not PLAIN_NUMBER.fullmatch(text):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def class_key(value) -> str:
+    """Canonical class name: 1, "1" and "1.0" are the same class; "007" and "7" are not; a
+    boolean (JSON, Parquet) is "True" / "False", as a CSV of booleans spells it."""
+    if isinstance(value, bool):
+        return str(value)
+    number = as_number(value, plain=True)
+    if number is not None and math.isfinite(number) and number.is_integer():
+        return str(int(number))
+    return str(value).strip()
+
+
+def _class_name(value, where: str, columns: Columns) -> str:
+    """The class of a binary / multiclass label; an empty one (kept only for a multilabel
+    separator) is missing here."""
+    name = class_key(value)
+    if not name:
+        raise FeatxError(f"{where}, column {shown(columns.labels[0])}: the label is empty; a class "
+                         "needs a name (remove the row or fill in its label)")
+    return name
+
+
+def label_set(value, columns: Columns, where: str) -> list[str]:
+    if len(columns.labels) > 1:  # one 0/1 column per label
+        out = []
+        for column, v in zip(columns.labels, value):
+            number = as_number(v)
+            if number not in (0.0, 1.0):
+                raise FeatxError(f"{where}, column {shown(column)}: multilabel columns hold 0 or 1, "
+                                 f"got {shown(v)}")
+            if number == 1.0:
+                out.append(column)
+        return out
+    if isinstance(value, list):
+        return [class_key(v) for v in value]
+    if columns.label_sep is None:
+        raise FeatxError(f"{where}, column {shown(columns.labels[0])}: a multilabel column needs a list "
+                         "(JSON) or a separator: set data.label_sep (e.g. \",\")")
+    return [class_key(v) for v in str(value).split(columns.label_sep) if v.strip()]
+
+
+def infer_task(rows: Rows, columns: Columns) -> str:
+    """binary / multiclass for strings or few integers, regression for other numbers, multilabel
+    for lists or a label separator; several label columns: 0/1 -> multilabel, else regression."""
+    values = rows.labels
+    column = columns.labels[0]
+    if columns.label_sep is not None or any(isinstance(v, list) and len(columns.labels) == 1 for v in values):
+        fractions = [x for v in values if isinstance(v, list) for x in v
+                     if isinstance(x, float) and not x.is_integer()]
+        if fractions:
+            raise FeatxError(f"column {shown(column)} holds lists of numbers such as {shown(fractions[0])}, and "
+                             "data.task is not set: lists are read as sets of labels (multilabel). For "
+                             "several regression targets give one column per target (data.label = "
+                             "[\"a\", \"b\"]); for label ids set data.task = \"multilabel\"")
+        return "multilabel"
+    flat = [x for v in values for x in as_list(v)]
+    numbers = [as_number(x, plain=True) for x in flat]
+    if len(columns.labels) > 1:
+        return "multilabel" if all(n in (0.0, 1.0) for n in numbers) else "regression"
+    if all(n is not None for n in numbers):
+        distinct = set(numbers)
+        if all(n.is_integer() for n in distinct):
+            if len(distinct) <= MAX_INFERRED_CLASSES:
+                return "binary" if len(distinct) <= 2 else "multiclass"
+            log.warning("column %r holds %d distinct integers: read as a regression target (more than "
+                        "%d); if they are classes, set data.task = \"multiclass\"", column, len(distinct),
+                        MAX_INFERRED_CLASSES)
+        return "regression"
+    return "binary" if len({class_key(x) for x in flat}) <= 2 else "multiclass"
+
+
+@dataclass
+class LabelEncoder:
+    task: str
+    names: tuple[str, ...]
+    columns: Columns
+    index: dict[str, int]
+
+    @classmethod
+    def fit(cls, train: Rows, columns: Columns, task: str, cfg: DataConfig,
+            others: list[Rows] = ()) -> "LabelEncoder":
+        fixed = _read_label_names(cfg.label_names)
+        if TASKS[task].regression:
+            names = columns.labels
+        elif TASKS[task].thresholded and len(columns.labels) > 1:
+            names = columns.labels
+        elif fixed is not None:
+            names = fixed
+        elif TASKS[task].thresholded:
+            # A label of dev or test rows that no training row has is still a label of the task
+            # (benchmark splits have them): kept, so its rows count against every model (which
+            # can only predict it absent), never dropped from the test set nor an error.
+            seen = {x for v, w in zip(train.labels, train.where) for x in label_set(v, columns, w)}
+            elsewhere = {x for rows in others for v, w in zip(rows.labels, rows.where)
+                         for x in label_set(v, columns, w)} - seen
+            if elsewhere:
+                log.info("%d label(s) of the dev or test rows never appear in train (%s): kept as "
+                         "labels the models predict absent", len(elsewhere),
+                         ", ".join(sorted(elsewhere, key=natural_key)[:10]))
+            names = tuple(sorted(seen | elsewhere, key=natural_key))
+        else:
+            if TASKS[task].thresholded:
+                seen = {x for v, w in zip(train.labels, train.where) for x in label_set(v, columns, w)}
+            else:
+                seen = {_class_name(v, w, columns) for v, w in zip(train.labels, train.where)}
+            names = tuple(sorted(seen, key=natural_key))
+        encoder = cls.from_names(task, tuple(names), columns, positions=fixed is not None)
+        if TASKS[task].thresholded and not names:
+            raise FeatxError("the multilabel data has no label at all (every row's label set is "
+                             "empty); fix the label column or data.label_sep")
+        if TASKS[task].classes and len(names) < 2:
+            raise FeatxError(f"the training split has a single class ({', '.join(map(repr, names))}); "
+                             "a classifier needs at least two: fix the labels or the split")
+        if TASKS[task].n_classes not in (None, len(names)):
+            raise FeatxError(f"data.task is {task} but the training labels have {len(names)} "
+                             f"classes: {list(names)[:10]}; use multiclass or fix the labels")
+        return encoder
+
+    @classmethod
+    def from_names(cls, task: str, names: tuple[str, ...], columns: Columns, *,
+                   positions: bool) -> "LabelEncoder":
+        """The encoder of known names (fitted, or a cache's); `positions`: data.label_names was
+        given, so a class or label may also be written as its position in the names."""
+        index = {n: i for i, n in enumerate(names)}
+        if positions and not TASKS[task].regression:
+            # Labels are integer positions in the names list (GoEmotions' "2,17").
+            index = {str(i): i for i in range(len(names))} | index
+        return cls(task, names, columns, index)
+
+    def encode(self, rows: Rows, split: str) -> np.ndarray:
+        if TASKS[self.task].regression:
+            out = np.empty((len(rows.labels), len(self.names)), dtype=np.float64)
+            for i, (value, where) in enumerate(zip(rows.labels, rows.where)):
+                values = as_list(value)
+                if len(values) != len(self.names):
+                    raise FeatxError(
+                        f"{where}, column {shown(self.names[0])}: {len(values)} regression targets in one "
+                        f"field, the task has {len(self.names)} ({', '.join(self.names)}); give one "
+                        "column per target (data.label = [\"a\", \"b\"])")
+                for j, (column, v) in enumerate(zip(self.names, values)):
+                    number = None if isinstance(v, (list, dict)) else as_number(v)
+                    if number is None or not math.isfinite(number):
+                        raise FeatxError(f"{where}, column {shown(column)}: regression target {shown(v)} "
+                                         "is not a finite number")
+                    if abs(number) > MAX_TARGET:
+                        raise FeatxError(f"{where}, column {shown(column)}: regression target {shown(v)} is "
+                                         f"beyond +-{MAX_TARGET:g}; rescale the target (e.g. its "
+                                         "logarithm) so squared errors stay finite")
+                    out[i, j] = number
+            return out
+        if TASKS[self.task].thresholded:
+            out = np.zeros((len(rows.labels), len(self.names)), dtype=np.uint8)
+            for i, (value, where) in enumerate(zip(rows.labels, rows.where)):
+                for label in label_set(value, self.columns, where):
+                    out[i, self._lookup(label, where, split)] = 1
+            return out
+        out = np.empty(len(rows.labels), dtype=np.int64)
+        for i, (value, where) in enumerate(zip(rows.labels, rows.where)):
+            out[i] = self._lookup(_class_name(value, where, self.columns), where, split)
+        return out
+
+    def _lookup(self, label: str, where: str, split: str) -> int:
+        if label not in self.index:
+            raise FeatxError(
+                f"{where}, column {shown(self.columns.labels[0])}: label {shown(label)} in the {split} split "
+                f"never appears in train (train has: {', '.join(list(self.names)[:20])}); remove "
+                "the row or add training examples of that label")
+        return self.index[label]
+
+
+def natural_key(name: str):
+    number = as_number(name)
+    return (0, number, name) if number is not None else (1, 0.0, name)
+
+
+def _read_label_names(spec) -> tuple[str, ...] | None:
+    if spec is None or isinstance(spec, tuple):
+        return spec
+    path = Path(spec)
+    if not path.is_file():
+        raise FeatxError(f"data.label_names file {spec!r} not found; give a list or a file with one "
+                         "name per line")
+    return tuple(line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+
+
+def check_unique_ids(raw: dict[str, Rows]) -> None:
+    seen: dict[str, str] = {}
+    for rows in raw.values():
+        for row_id, where in zip(rows.ids, rows.where):
+            if row_id in seen:
+                raise FeatxError(f"duplicate id {shown(row_id)}: {seen[row_id]} and {where}; ids must be "
+                                 "unique (fix the data or unset data.id to number the rows)")
+            seen[row_id] = where

@@ -1,0 +1,102 @@
+"""Cutting one file's rows into train / dev / test: by its split column, or by a seeded split
+stratified as the task allows (classes, label sets, target deciles). No torch.
+
+It owns the assignment of rows to splits (also the fine-tune's inner split, `label_assignment`);
+reading and validating the rows is featx.labels'.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from featx.config import DataConfig
+from featx.labels import Columns, Rows, as_list, as_number, class_key, infer_task, label_set
+from featx.stratify import iterative_assignment, proportional_sizes
+from featx.tasks import TASKS
+
+SPLITS = ("train", "dev", "test")
+
+
+def split_single(rows: Rows, cfg: DataConfig, columns: Columns, task: str | None) -> dict[str, Rows]:
+    if columns.split is not None:
+        out = {}
+        for name in SPLITS:
+            index = [i for i, s in enumerate(rows.splits) if s == name]
+            if index:
+                out[name] = rows.take(index)
+        return out
+    if rows.ids and rows.ids[0] is None:
+        rows.ids = [f"row-{i}" for i in range(len(rows.ids))]
+    task = task or infer_task(rows, columns)
+    if TASKS[task].thresholded:  # rows carry label sets: iterative stratification over the labels
+        assignment = label_assignment(task, _label_matrix(rows, columns), cfg.dev_fraction,
+                                      cfg.test_fraction, cfg.split_seed)
+    else:
+        assignment = stratified_assignment(_strata(rows, columns, task), cfg.dev_fraction,
+                                           cfg.test_fraction, cfg.split_seed)
+    return {name: rows.take(np.flatnonzero(assignment == code))
+            for code, name in enumerate(SPLITS) if (assignment == code).any()}
+
+
+def label_assignment(task: str, labels: np.ndarray, dev_fraction: float, test_fraction: float,
+                     seed: int) -> np.ndarray:
+    """0/1/2 (train/dev/test) per row of encoded labels, stratified as the task allows: by class,
+    by iterative stratification of multilabel rows (featx.stratify: a label's first row goes
+    to train, its next ones to dev and test, in proportion), regression rows at random. The
+    sizes are round(n x fraction)."""
+    if TASKS[task].thresholded:
+        sizes = proportional_sizes(len(labels), (dev_fraction, test_fraction))
+        return iterative_assignment(labels, sizes, seed).astype(np.int8)
+    strata = labels if TASKS[task].classes else np.zeros(len(labels), dtype=int)
+    return stratified_assignment(strata, dev_fraction, test_fraction, seed)
+
+
+def _label_matrix(rows: Rows, columns: Columns) -> np.ndarray:
+    """(n, L) 0/1 label sets of raw rows (labels in sorted order; a bad value is named when the
+    labels are encoded)."""
+    sets = [label_set(v, columns, w) for v, w in zip(rows.labels, rows.where)]
+    index = {name: j for j, name in enumerate(sorted({x for s in sets for x in s}))}
+    matrix = np.zeros((len(sets), len(index)), dtype=np.uint8)
+    for i, labels in enumerate(sets):
+        matrix[i, [index[x] for x in labels]] = 1
+    return matrix
+
+
+def stratified_assignment(strata: np.ndarray, dev_fraction: float, test_fraction: float,
+                          seed: int) -> np.ndarray:
+    """0/1/2 (train/dev/test) per row: each stratum shuffled (seeded) and cut in proportion.
+
+    The split sizes are round(n x fraction) overall; each stratum gets its proportional share,
+    the remainders going to the strata with the largest fractional parts, and every stratum
+    keeps at least one training row. Written by hand because scikit-learn's stratified
+    splitters refuse strata with one member, which real label distributions have.
+    """
+    rng = np.random.default_rng(seed)
+    values, sizes = np.unique(strata, return_counts=True)
+    out = np.zeros(len(strata), dtype=np.int8)
+    quotas = {}
+    for code, fraction in ((2, test_fraction), (1, dev_fraction)):
+        exact = sizes * fraction
+        quota = np.floor(exact).astype(int)
+        spare = int(round(len(strata) * fraction)) - quota.sum()
+        tie_break = rng.random(len(sizes))
+        for j in sorted(range(len(sizes)), key=lambda j: (-(exact[j] - quota[j]), tie_break[j]))[:max(spare, 0)]:
+            quota[j] += 1
+        quotas[code] = quota
+    for j, value in enumerate(values):
+        members = rng.permutation(np.flatnonzero(strata == value))
+        n_test = min(quotas[2][j], len(members) - 1)
+        n_dev = min(quotas[1][j], len(members) - 1 - n_test)
+        out[members[:n_test]] = 2
+        out[members[n_test:n_test + n_dev]] = 1
+    return out
+
+
+def _strata(rows: Rows, columns: Columns, task: str) -> np.ndarray:
+    if TASKS[task].regression:  # deciles of the (first) target; a bad value is named when encoded
+        first = [as_number(as_list(v)[0]) if as_list(v) else None for v in rows.labels]
+        values = np.array([n if n is not None and math.isfinite(n) else 0.0 for n in first])
+        edges = np.quantile(values, np.linspace(0, 1, 11)[1:-1])
+        return np.searchsorted(edges, values)
+    return np.array([class_key(v) for v in rows.labels])
