@@ -13,9 +13,9 @@ from tests.conftest import ROOT
 # Lower layers first; a module may import only modules of its own layer or below.
 LAYERS = [
     {"errors", "version", "tasks", "files", "progress"},
-    {"config", "metrics", "bootstrap", "pooling", "heads", "torchheads", "pairs", "serialize", "stratify", "stream", "ridge"},
+    {"config", "metrics", "bootstrap", "pooling", "heads", "torchheads", "pairs", "serialize", "stratify", "stream", "ridge", "resolve"},
     {"data", "backbone", "records", "batching"},
-    {"cache", "modeling"},
+    {"cacheschema", "cache", "cachewriter", "modeling"},
     {"plan"},
     {"extract", "probe", "report"},
     {"distributed", "finetune"},
