@@ -120,7 +120,7 @@ def child_featx(path: Path, data_dir: Path, poolings: list[str], layers, dtype: 
 def child_st(path: Path) -> dict:
     from sentence_transformers import SentenceTransformer
 
-    from featx.backbone import resolve
+    from featx.resolve import resolve
 
     texts = _texts(path)
     model = SentenceTransformer(str(resolve(MODEL).path), device="cpu")
@@ -139,7 +139,7 @@ def child_naive(path: Path) -> dict:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from featx.backbone import resolve
+    from featx.resolve import resolve
 
     texts = _texts(path)[:NAIVE_TEXTS]
     where = resolve(MODEL).path
@@ -202,7 +202,7 @@ def run_child(name: str, path: Path, data_dir: Path) -> dict:
 
 def model_flops(lengths: np.ndarray) -> float:
     """FLOPs on real tokens: 2 x non-embedding parameters per token + attention per layer."""
-    from featx.backbone import hidden_size, model_config, num_layers, resolve
+    from featx.resolve import hidden_size, model_config, num_layers, resolve
 
     config = model_config(resolve(MODEL).path)
     hidden, layers = hidden_size(config), num_layers(config)

@@ -75,12 +75,13 @@ def trainer_child(epochs: int, target: float, stop_after: int, bf16: bool) -> di
     )
 
     from featx import backbone as B
+    from featx import resolve as R
     from featx.config import load_pipeline
     from featx.data import load_dataset
 
     pipeline = load_pipeline(ROOT / "pipelines/trec.toml")
     data = load_dataset(pipeline.data, pipeline.name)
-    model_path = B.resolve(pipeline.model.name).path
+    model_path = R.resolve(pipeline.model.name).path
     tokenizer = B.load_tokenizer(model_path)
 
     def encoded(split):

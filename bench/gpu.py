@@ -55,7 +55,7 @@ def run() -> dict:
                          flops / s["seconds"] / peak, s["token_budget"]])
         from sentence_transformers import SentenceTransformer
 
-        from featx.backbone import resolve
+        from featx.resolve import resolve
         all_texts = [__import__("json").loads(line)["text"] for line in texts.read_text().splitlines()]
         model = SentenceTransformer(str(resolve(MODEL).path), device="cuda")
         model.encode(all_texts[:512])

@@ -22,10 +22,11 @@ def _setup():
     import torch
 
     from featx import backbone as B
+    from featx import resolve as R
     from featx.config import DataConfig
     from featx.data import load_dataset
 
-    resolved = B.resolve(MODEL)
+    resolved = R.resolve(MODEL)
     model = B.freeze(B.load_model(resolved, init="pretrained"))
     tokenizer = B.load_tokenizer(resolved.path)
     texts = [t for s in load_dataset(DataConfig(builtin="trec")).splits.values() for t in s.texts]
@@ -79,7 +80,7 @@ def _writer_thread():
     import queue
     import threading
 
-    import featx.cache as C
+    import featx.cachewriter as C
 
     saved_write, saved_flush = C.CacheWriter.write, C.CacheWriter.flush
     items: queue.Queue = queue.Queue(maxsize=8)

@@ -104,7 +104,7 @@ def run() -> dict:
 
 
 def compare(name: str, data: Path, rows: int) -> dict:
-    from featx.backbone import resolve
+    from featx.resolve import resolve
 
     model = str(resolve(MODEL).path)
     data_dir = FOLDER / "featx-data"

@@ -82,9 +82,9 @@ def cmd_verify(pipeline: Pipeline) -> None:
 
 def cmd_info(pipeline: Pipeline) -> None:
     """Show where the pipeline's model resolves to, and its cache: where it is, what it holds."""
-    from featx.backbone import resolve
     from featx.cache import Cache
     from featx.plan import find_cache
+    from featx.resolve import resolve
 
     found = resolve(pipeline.model.name, pipeline.model.revision)
     print(f"model {pipeline.model.name}: {found.path} (found as {found.source}; resolved from a local "

@@ -26,7 +26,9 @@ import h5py
 import numpy as np
 
 from featx import backbone
-from featx.cache import SINGLES, Cache, CacheWriter, partial_path, writer_lock
+from featx.cache import Cache
+from featx.cacheschema import SINGLES, partial_path
+from featx.cachewriter import CacheWriter, writer_lock
 from featx.config import Pipeline
 from featx.errors import FeatxError
 from featx.files import refuse_link

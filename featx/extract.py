@@ -30,7 +30,8 @@ from featx.batching import (
     tokenized_batches,
     window_batches,
 )
-from featx.cache import Cache, CacheWriter, partial_finished, writer_lock
+from featx.cache import Cache
+from featx.cachewriter import CacheWriter, partial_finished, writer_lock
 from featx.config import Pipeline
 from featx.errors import FeatxError
 from featx.files import writable_dir

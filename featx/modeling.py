@@ -27,6 +27,7 @@ from featx import backbone as B
 from featx.batching import Encoder, plan_batches
 from featx.errors import FeatxError
 from featx.pooling import cls_pool, mean_pool
+from featx.resolve import Resolved
 from featx.tasks import TASKS
 
 # What a linear head reads from the backbone output: (output, (B, T) mask) -> (B, H).
@@ -99,7 +100,7 @@ class ReferenceClassifier(nn.Module):
 class ModelSpec:
     """What builds a fine-tune's model: the backbone files and how they load, the task's outputs
     and the head."""
-    resolved: B.Resolved
+    resolved: Resolved
     task: str
     n_labels: int
     head_input: str
@@ -124,7 +125,7 @@ def build_classifier(spec: ModelSpec) -> nn.Module:
     return SequenceClassifier(backbone, outputs, spec.head_input)
 
 
-def reference_class_name(resolved: B.Resolved, trust_remote_code: bool = False) -> str:
+def reference_class_name(resolved: Resolved, trust_remote_code: bool = False) -> str:
     """The architecture's AutoModelForSequenceClassification class name, from its config alone
     (names the fine-tune's record before any weight is loaded)."""
     from transformers import AutoConfig, AutoModelForSequenceClassification

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from featx import backbone
-from featx.cache import SINGLES, CacheSpec, cache_path, partial_path
+from featx import backbone, resolve
+from featx.cacheschema import SINGLES, CacheSpec, cache_path, partial_path
 from featx.config import MODEL_POOLINGS, Pipeline, command, make_command, resolve_layers
 from featx.data import Dataset, Split, load_dataset
 from featx.errors import FeatxError
@@ -31,7 +31,7 @@ AUTO_DTYPES = ("float32", "bfloat16", "float16")
 class Plan:
     pipeline: Pipeline
     dataset: Dataset
-    model: backbone.Resolved
+    model: resolve.Resolved
     fingerprint: str
     n_layers: int
     hidden: int
@@ -40,7 +40,7 @@ class Plan:
     """Per pooling, the hidden-state indices stored."""
     max_length: int = 0
     """Tokens per text after truncation: extract.max_length, or the model's positions if fewer."""
-    sentence: backbone.SentenceSpec | None = None
+    sentence: resolve.SentenceSpec | None = None
     """The model's sentence-transformers embedding, when the `sentence` pooling is stored."""
     singles: Split | None = None
     """A pair task's distinct texts, each encoded alone (extract.pair_singles)."""
@@ -63,7 +63,7 @@ class Plan:
             compute_dtype=compute_dtype, store_dtype=self.pipeline.extract.store_dtype,
             dataset_fingerprint=self.dataset.fingerprint(), singles=self.singles is not None,
             prompt=self.prompt, model_revision=model.revision, attention=self.pipeline.extract.attention,
-            libraries=backbone.library_versions(sentence=self.sentence is not None))
+            libraries=resolve.library_versions(sentence=self.sentence is not None))
 
     def cache_path(self, compute_dtype: str) -> Path:
         return cache_path(self.pipeline.cache_dir, self.spec(compute_dtype))
@@ -131,7 +131,7 @@ def _state(pipeline: Pipeline, data_files: list[str], model_files: list[str]) ->
             stats[name] = None
     # The library versions too: an upgrade makes a new key, which the pointer must not hide.
     return {"config": hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest(),
-            "files": stats, "libraries": backbone.library_versions(sentence=True)}
+            "files": stats, "libraries": resolve.library_versions(sentence=True)}
 
 
 def _pointer(pipeline: Pipeline) -> Path:
@@ -143,7 +143,7 @@ def remember(plan: Plan, path: Path) -> None:
     from featx.files import atomic_write
 
     data = [str(p) for p in plan.dataset.files]
-    model = [str(p) for p in backbone.model_files(plan.model.path, True)]
+    model = [str(p) for p in resolve.model_files(plan.model.path, True)]
     record = {"cache": path.name, "data_files": data, "model_files": model,
               "state": _state(plan.pipeline, data, model)}
     try:
@@ -183,20 +183,20 @@ def find_cache(pipeline: Pipeline) -> Path:
 
 def make_plan(pipeline: Pipeline) -> Plan:
     dataset = load_dataset(pipeline.data, pipeline.name)
-    model = backbone.resolve(pipeline.model.name, pipeline.model.revision)
-    fingerprint = backbone.fingerprint(model.path, pipeline.model.allow_pickle)
-    config = backbone.model_config(model.path)
-    backbone.check_remote_code(config, pipeline.model.name, pipeline.model.trust_remote_code)
-    n_layers, hidden = backbone.num_layers(config), backbone.hidden_size(config)
-    max_positions = backbone.max_positions(config)
+    model = resolve.resolve(pipeline.model.name, pipeline.model.revision)
+    fingerprint = resolve.fingerprint(model.path, pipeline.model.allow_pickle)
+    config = resolve.model_config(model.path)
+    resolve.check_remote_code(config, pipeline.model.name, pipeline.model.trust_remote_code)
+    n_layers, hidden = resolve.num_layers(config), resolve.hidden_size(config)
+    max_positions = resolve.max_positions(config)
     max_length = pipeline.extract.max_length
     if isinstance(max_positions, int) and max_length > max_positions:
         log.warning("extract.max_length = %d is more than the %d positions %s has: texts are cut at %d",
                     max_length, max_positions, pipeline.model.name, max_positions)
         max_length = max_positions
     layers = resolve_layers(pipeline.extract.layers, n_layers)
-    poolings = pipeline.extract.poolings or backbone.default_poolings(model.path, pipeline.model.allow_pickle)
-    sentence = backbone.sentence_spec(model.path) if "sentence" in poolings else None
+    poolings = pipeline.extract.poolings or resolve.default_poolings(model.path, pipeline.model.allow_pickle)
+    sentence = resolve.sentence_spec(model.path) if "sentence" in poolings else None
     if "sentence" in poolings and sentence is None:
         raise FeatxError(f"{model.name} has no sentence-transformers description (modules.json), so "
                          "it has no `sentence` embedding: drop 'sentence' from extract.poolings")
@@ -209,7 +209,7 @@ def make_plan(pipeline: Pipeline) -> Plan:
     singles, pair_rows = (distinct_texts(dataset) if dataset.pairs and pipeline.extract.pair_singles
                           else (None, None))
     # "" says no prompt at all, even where the model names a default one.
-    prompt = pipeline.extract.prompt if pipeline.extract.prompt is not None else backbone.default_prompt(model.path)
+    prompt = pipeline.extract.prompt if pipeline.extract.prompt is not None else resolve.default_prompt(model.path)
     return Plan(pipeline, dataset, model, fingerprint, n_layers, hidden, max_positions, per_pooling,
                 max_length, sentence, singles, pair_rows, prompt or None)
 

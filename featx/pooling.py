@@ -59,7 +59,7 @@ def last_token_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return hidden[torch.arange(hidden.shape[0], device=hidden.device), last].float()  # (B, H)
 
 
-# sentence-transformers' Pooling modes (featx.backbone.SENTENCE_MODES names them).
+# sentence-transformers' Pooling modes (featx.resolve.SENTENCE_MODES names them).
 SENTENCE_MODES = LAYER_POOLINGS | {"mean_sqrt_len": mean_sqrt_len_pool, "last_token": last_token_pool}
 
 
@@ -87,7 +87,7 @@ MODEL_POOLINGS = {"pooler": pooler_output, "sentence": sentence_embedding}
 def pool(pooling: str, hidden_states, mask: torch.Tensor, layers: tuple[int, ...],
          model_output, sentence=None, prompt_length: int = 0) -> torch.Tensor:
     """(B, len(layers), H) for one pooling over the requested hidden states; `sentence` is the
-    model's `featx.backbone.SentenceSpec` (needed by the `sentence` pooling only)."""
+    model's `featx.resolve.SentenceSpec` (needed by the `sentence` pooling only)."""
     if pooling in MODEL_POOLINGS:
         return MODEL_POOLINGS[pooling](model_output, hidden_states, mask, sentence,
                                        prompt_length).unsqueeze(1)  # (B, 1, H)

@@ -46,7 +46,7 @@ def embed(texts, text_pairs=None, *, model: str = DEFAULT_MODEL, pooling: str = 
     token-budget batches, one forward pass, the named pooling (cls, mean, max, pooler,
     sentence). `prompt`: put before every text; unset, the model's default prompt (as
     sentence-transformers' `encode`), "" for none."""
-    from featx import backbone as B
+    from featx import resolve as R
     from featx.config import MODEL_POOLINGS, POOLINGS, resolve_layers
     from featx.errors import check_choice
 
@@ -54,8 +54,8 @@ def embed(texts, text_pairs=None, *, model: str = DEFAULT_MODEL, pooling: str = 
     _check_options(model=model, layer=layer, max_length=max_length, device=device, dtype=dtype,
                    allow_pickle=allow_pickle, progress=progress)
     texts, pairs = _texts_and_pairs(texts, text_pairs)
-    resolved = B.resolve(str(model))
-    n_layers = B.num_layers(B.model_config(resolved.path))
+    resolved = R.resolve(str(model))
+    n_layers = R.num_layers(R.model_config(resolved.path))
     if pooling in MODEL_POOLINGS:
         layers = (n_layers,)
         if layer not in (-1, n_layers, "last"):
@@ -66,7 +66,7 @@ def embed(texts, text_pairs=None, *, model: str = DEFAULT_MODEL, pooling: str = 
     backbone = _Backbone(resolved, init="pretrained", seed=0, allow_pickle=allow_pickle,
                          max_length=max_length, device=device, dtype=dtype,
                          needs_pooler=pooling == "pooler", sentence=pooling == "sentence",
-                         prompt=B.default_prompt(resolved.path) if prompt is None else prompt)
+                         prompt=R.default_prompt(resolved.path) if prompt is None else prompt)
     vectors, _ = backbone.vectors(texts, pairs, {pooling: layers}, progress=progress)
     return vectors[pooling].reshape(len(texts), -1)
 
@@ -125,12 +125,13 @@ class _Backbone:
                  device: str, dtype: str, needs_pooler: bool, sentence: bool, prompt: str | None = None,
                  trust_remote_code: bool = False, attention: str = "auto"):
         from featx import backbone as B
+        from featx import resolve as R
 
         self.device = B.pick_device(device)
         hidden = None  # auto picks bf16 on a CPU only for a model of known, large enough width
         if dtype == "auto":
             try:
-                hidden = B.hidden_size(B.model_config(resolved.path))
+                hidden = R.hidden_size(R.model_config(resolved.path))
             except FeatxError:
                 pass
         self.compute_dtype = B.pick_dtype(dtype, self.device, hidden=hidden)
@@ -139,7 +140,7 @@ class _Backbone:
         self.model = B.freeze(model).to(self.device)
         self.tokenizer = B.load_tokenizer(resolved.path, trust_remote_code)
         B.check_vocabulary(self.tokenizer, model, resolved.path)
-        self.sentence = B.sentence_spec(resolved.path) if sentence else None
+        self.sentence = R.sentence_spec(resolved.path) if sentence else None
         self.max_length = max_length
         self.prompt = prompt
 
@@ -457,10 +458,10 @@ def _runnable_dtype(compute_dtype: str, device: str) -> str:
 
 def _checked_model(m: Manifest):
     """The backbone files, refused unless they are the ones the cache (or export) was built from."""
-    from featx import backbone as B
+    from featx import resolve as R
 
-    resolved = B.resolve(m.model_path)
-    found = B.fingerprint(resolved.path, allow_pickle=m.allow_pickle)
+    resolved = R.resolve(m.model_path)
+    found = R.fingerprint(resolved.path, allow_pickle=m.allow_pickle)
     if found != m.model_fingerprint:
         raise FeatxError(f"the model files at {resolved.path} (fingerprint {found[:16]}) are not the "
                          f"ones this head was trained on (fingerprint {m.model_fingerprint[:16]}); "
@@ -856,18 +857,18 @@ def _os_reason(exc: OSError) -> str:
 
 
 def _fingerprint(folder: Path) -> str:
-    from featx import backbone as B
+    from featx import resolve as R
 
-    return B.fingerprint(folder, allow_pickle=False)
+    return R.fingerprint(folder, allow_pickle=False)
 
 
 def _copy_model(source: Path, target: Path) -> None:
     """The files the backbone's fingerprint covers, at the same relative paths, weights as
     safetensors only (an export never carries a pickle)."""
-    from featx import backbone as B
+    from featx import resolve as R
 
     try:
-        files = B.model_files(source, allow_pickle=False)
+        files = R.model_files(source, allow_pickle=False)
     except FeatxError as exc:
         raise FeatxError(f"{exc}. An export carries safetensors weights only") from None
     for file in files:

@@ -102,7 +102,8 @@ def write_synthetic_cache(folder: Path, task: str, features: dict, labels: dict,
     (split -> (n, len(layers), hidden)), for testing heads without a backbone."""
     import numpy as np
 
-    from featx.cache import CacheSpec, CacheWriter, cache_path
+    from featx.cacheschema import CacheSpec, cache_path
+    from featx.cachewriter import CacheWriter
     from featx.data import Split, dataset_fingerprint
 
     hidden = next(iter(features.values())).shape[-1]

@@ -12,6 +12,7 @@ import torch
 
 from featx import backbone as B
 from featx import modeling as ML
+from featx import resolve as R
 from featx.tasks import TASKS
 from tests.conftest import classification_rows, write_rows
 from tests.tiny_models import ARCHITECTURES, build_tiny
@@ -47,7 +48,7 @@ def test_the_fine_tune_head_is_the_architectures_own(tiny, architecture, task):
     folder = tiny(architecture)
     labels = PROBLEMS[task]
     n = labels.shape[1] if labels.ndim == 2 else 3
-    ours = ML.build_classifier(ML.ModelSpec(B.resolve(str(folder)), task, n, "model", seed=7))
+    ours = ML.build_classifier(ML.ModelSpec(R.resolve(str(folder)), task, n, "model", seed=7))
     torch.manual_seed(7)  # the same seed, before the same loading: the same new head
     reference = AutoModelForSequenceClassification.from_pretrained(
         folder, num_labels=ML.n_outputs(task, n), problem_type=TASKS[task].problem_type)
@@ -70,16 +71,16 @@ def test_the_fine_tune_head_is_the_architectures_own(tiny, architecture, task):
 @pytest.mark.parametrize("architecture", list(ARCHITECTURES))
 def test_poolings_token_types_and_positions_follow_the_architecture(tiny, architecture):
     folder = tiny(architecture)
-    config = B.model_config(folder)
-    poolings = B.default_poolings(folder)
+    config = R.model_config(folder)
+    poolings = R.default_poolings(folder)
     has_pooler = architecture in ("bert", "roberta", "xlm-roberta", "albert", "mpnet")
     assert ("pooler" in poolings) is has_pooler
     encoder = __import__("featx.batching", fromlist=["Encoder"]).Encoder(B.load_tokenizer(folder), 64)
     inputs = encoder.collate(encoder.encode(["the cat sat"], ["a dog ran"], [0]))
     assert ("token_type_ids" in inputs) is (architecture in ("bert", "electra", "deberta-v2"))
-    limit = B.max_positions(config)
+    limit = R.max_positions(config)
     assert limit == (512 if architecture in ("roberta", "xlm-roberta", "mpnet") else config["max_position_embeddings"])
-    model = B.load_model(B.resolve(str(folder)), init="pretrained", pooler=has_pooler)
+    model = B.load_model(R.resolve(str(folder)), init="pretrained", pooler=has_pooler)
     with torch.no_grad():  # the longest input the limit allows runs
         model(input_ids=torch.full((1, min(limit, 600)), 5), attention_mask=torch.ones(1, min(limit, 600), dtype=torch.long))
 
@@ -105,7 +106,7 @@ def test_every_stage_runs_on_every_architecture(tiny, tmp_path, architecture):
         "probe": {"heads": ["logistic"], "baselines": ["majority"], "sweep": False},
         "finetune": {"learning_rates": [1e-4], "max_epochs": 1}})
     with __import__("featx").open_cache(extract(pipeline).path) as cache:
-        assert ("pooler" in cache.poolings) is ("pooler" in B.default_poolings(folder))
+        assert ("pooler" in cache.poolings) is ("pooler" in R.default_poolings(folder))
     probes = run_probe(pipeline)
     assert probes and all(np.isfinite(r["metrics"]["accuracy"]) for r in probes)
     tuned = run_finetune(pipeline)

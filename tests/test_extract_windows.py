@@ -9,7 +9,8 @@ import pytest
 from featx import backbone
 from featx import extract as extract_module
 from featx.batching import Encoder, tokenized_batches
-from featx.cache import Cache, CacheWriter
+from featx.cache import Cache
+from featx.cachewriter import CacheWriter
 from featx.errors import FeatxError
 from featx.extract import extract
 from tests.conftest import assert_same_vectors, classification_rows, write_rows
@@ -79,7 +80,7 @@ def test_small_windows_write_the_same_cache(make_pipeline, tmp_path, monkeypatch
 
 
 def test_a_block_flush_writes_runs_and_keeps_rows_finished_before(tmp_path):
-    from featx.cache import CacheSpec
+    from featx.cacheschema import CacheSpec
     from featx.data import Split, dataset_fingerprint
     from tests.conftest import write_synthetic_cache
 

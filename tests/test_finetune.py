@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 from transformers import BertForSequenceClassification, BertModel
 
 from featx import backbone as B
+from featx import resolve as R
 from featx.batching import Encoder
 from featx.config import load_pipeline
 from featx.errors import FeatxError
@@ -101,7 +102,7 @@ def test_pretrained_path_never_uses_from_config(tiny_bert, monkeypatch):
         raise AssertionError("from_config on the pretrained path")
 
     monkeypatch.setattr(AutoModel, "from_config", refuse)
-    model = B.load_model(B.resolve(str(tiny_bert)), init="pretrained")
+    model = B.load_model(R.resolve(str(tiny_bert)), init="pretrained")
     saved = load_file(tiny_bert / "model.safetensors")
     name = next(k for k in saved if k.endswith("embeddings.word_embeddings.weight"))
     assert torch.equal(model.embeddings.word_embeddings.weight, saved[name])

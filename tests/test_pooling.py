@@ -41,7 +41,7 @@ def test_poolings_compute_in_float32():
 
 
 def test_sentence_embedding_follows_the_model_description():
-    from featx.backbone import SentenceSpec
+    from featx.resolve import SentenceSpec
 
     hidden, mask = hand_batch()
     states = (hidden * 0, hidden)  # the sentence embedding reads the last layer only

@@ -14,9 +14,9 @@ from tests.conftest import ROOT
 LAYERS = [
     {"errors", "version", "tasks", "files", "progress"},
     {"config", "metrics", "bootstrap", "pooling", "heads", "torchheads", "pairs", "serialize", "stratify", "stream", "ridge",
-     "readers", "builtin", "labels", "splits"},
+     "readers", "builtin", "labels", "splits", "resolve"},
     {"data", "backbone", "records", "choice", "headfiles", "batching"},
-    {"cache", "modeling"},
+    {"cacheschema", "cache", "cachewriter", "modeling"},
     {"plan", "verdict", "plots"},
     {"extract", "probe", "report"},
     {"distributed", "finetune"},

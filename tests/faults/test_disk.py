@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-import featx.cache as cache_module
+import featx.cachewriter as cachewriter
 from featx.cache import Cache
 from featx.config import load_pipeline
 from featx.errors import FeatxError
@@ -53,12 +53,12 @@ def test_disk_full_while_allocating_then_resume(tmp_path, tiny_bert):
 def test_disk_full_before_finalizing_keeps_every_row(tmp_path, tiny_bert, monkeypatch):
     data = write_rows(tmp_path / "rows.csv", classification_rows(500, seed=3))
     pipeline = load_pipeline(write_pipeline_toml(tmp_path / "p.toml", data, tiny_bert, tmp_path / "data"))
-    monkeypatch.setattr(cache_module, "FINALIZE_HEADROOM", 1 << 62)  # no disk has that much free
+    monkeypatch.setattr(cachewriter, "FINALIZE_HEADROOM", 1 << 62)  # no disk has that much free
     with pytest.raises(FeatxError, match="every row is computed and kept"):
         extract(pipeline)
     assert list((tmp_path / "data" / "cache").glob("*.partial"))
     assert not list((tmp_path / "data" / "cache").glob("*.h5"))
-    monkeypatch.setattr(cache_module, "FINALIZE_HEADROOM", 1 << 20)
+    monkeypatch.setattr(cachewriter, "FINALIZE_HEADROOM", 1 << 20)
     result = extract(pipeline)
     assert result.stats["rows_computed"] == 0  # only finalized
     FIGURES["checks"]["disk full before finalizing: rows kept, finalized on rerun"] += 1

@@ -306,13 +306,13 @@ def test_tokenizer_larger_than_the_embedding_table(tmp_path, make_pipeline, csv_
 
 def test_out_of_range_labels_in_a_cache(built_cache):
     path = built_cache
-    from featx.cache import _crc32
+    from featx.cacheschema import crc32
 
     with h5py.File(path, "r+") as f:
         f["train/labels"][0] = 99
     with h5py.File(path, "r+") as f:  # and its checksum: only the range check is left to catch it
         raw = path.read_bytes()
-        f["train/labels"].attrs["crc32"] = _crc32(f["train/labels"], lambda o, s: raw[o:o + s])
+        f["train/labels"].attrs["crc32"] = crc32(f["train/labels"], lambda o, s: raw[o:o + s])
     with Cache(path) as cache:
         refused("do not fit the task", cache.labels, "train")
 

@@ -1,0 +1,294 @@
+"""The HDF5 cache's schema: its key (`CacheSpec`), its layout below, creating that layout in
+a new file, the checks that a file is a cache of this schema, and the checksums and attribute
+encoding the writer and the reader share. Imports no torch.
+
+Writing rows into a cache (resume, block writes, finalizing, the writer's lock, disk checks) is
+`featx.cachewriter`'s; reading one is `featx.cache`'s (`Cache`).
+
+One file per cache key, `<cache_dir>/<key[:16]>.h5`. Layout:
+
+    /                       attrs: the key and everything it covers, plus provenance
+    /<split>/ids            (n,)   str
+    /<split>/text           (n,)   str           (and text_pair for pairs)
+    /<split>/labels         (n,) int64 | (n, L) uint8 | (n, T) float64
+    /<split>/columns/<c>    (n,)   str           kept extra columns (TREC's fine label)
+    /<split>/n_tokens       (n,)   int32         tokens after truncation
+    /<split>/truncated      (n,)   bool
+    /<split>/done           (n,)   uint8         rows whose vectors are written (resume)
+    /<split>/<pooling>      (n, n_layers, hidden) float16|float32, attr `layers`
+    /<split>/pair_rows      (n, 2) int64        text pairs: the rows of /singles holding each text
+    /singles/text           (m,)   str          text pairs: every distinct text of either column
+    /singles/n_tokens, truncated, done, <pooling>   as a split's, for each text encoded alone
+
+A cache is built in `<name>.partial` (`partial_path`); `featx.cachewriter` tells how a
+SIGKILL at any moment leaves it resumable, and a final name always means a complete cache.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import zlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from featx.data import Split
+from featx.errors import FeatxError
+from featx.files import loads_json, utc_now
+from featx.tasks import TASKS
+from featx.version import __version__
+
+# 2: a crc32 per dataset, metadata checked against the key; 3: and a crc32 of the attributes;
+# 4: text pairs also store each text encoded alone (/singles)
+SCHEMA_VERSION = 4
+SINGLES = "singles"  # the group of single-text vectors of a pair task (not a split)
+KEY_CHARS = 16
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """Everything the cached numbers depend on; its hash is the cache key."""
+    model_fingerprint: str
+    init: str
+    init_seed: int | None
+    max_length: int
+    layers: dict[str, tuple[int, ...]]
+    """Per pooling, the hidden-state indices stored (pooler: the last layer only)."""
+    compute_dtype: str
+    store_dtype: str
+    dataset_fingerprint: str
+    singles: bool = False
+    """Text pairs: every distinct text is also encoded alone (the bi-encoder features)."""
+    prompt: str | None = None
+    """The text put before every text encoded (sentence-transformers' prompt), if any."""
+    model_revision: str | None = None
+    """The hub revision asked for (model.revision)."""
+    attention: str = "auto"
+    """The attention implementation asked for (extract.attention)."""
+    libraries: dict | None = None
+    """Versions the numbers depend on beside the files: transformers, tokenizers (and
+    sentence-transformers for its embedding)."""
+
+    @property
+    def poolings(self) -> tuple[str, ...]:
+        return tuple(self.layers)
+
+    def key(self) -> str:
+        fields = asdict(self) | {"layers": {p: list(v) for p, v in self.layers.items()},
+                                 "schema": SCHEMA_VERSION}
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def cache_path(cache_dir: str | Path, spec: CacheSpec) -> Path:
+    return Path(cache_dir) / f"{spec.key()[:KEY_CHARS]}.h5"
+
+
+def partial_path(path: Path) -> Path:
+    return path.with_name(path.name + ".partial")
+
+
+def datasets(group: h5py.Group):
+    """(name, dataset) of every dataset of a split, kept columns included."""
+    found = []
+    group.visititems(lambda name, obj: found.append((name, obj)) if isinstance(obj, h5py.Dataset) else None)
+    return found
+
+
+CRC_BLOCK = 1 << 24
+CRC_STRINGS = 1 << 16  # string values per block: the crc of the values joined by NUL, a block at a time
+
+
+def attrs_crc32(meta: dict) -> int:
+    """crc32 of every decoded root attribute but itself, canonically encoded: the attributes no
+    key or dataset shape pins (`n_layers`, which decides what layer -1 is; `featx_version`,
+    `created`) cannot be edited unseen either."""
+    items = {k: v for k, v in meta.items() if k != "attrs_crc32"}
+    return zlib.crc32(json.dumps(items, sort_keys=True, default=repr).encode("utf-8", "surrogatepass"))
+
+
+def crc32(ds: h5py.Dataset, pread) -> int:
+    """crc32 of a dataset's content: the raw bytes of a contiguous numeric dataset (read in
+    blocks with `pread(offset, size)`, ~2 GB/s), the UTF-8 of a string dataset's values."""
+    if h5py.check_string_dtype(ds.dtype) is not None:  # read a block of values at a time
+        crc, strings = 0, ds.asstr()
+        for start in range(0, len(ds), CRC_STRINGS):
+            part = "\x00".join(strings[start:start + CRC_STRINGS].tolist())
+            crc = zlib.crc32(("\x00" if start else "").encode() + part.encode("utf-8", "surrogatepass"), crc)
+        return crc
+    offset, size = ds.id.get_offset(), ds.id.get_storage_size()
+    if offset is None or ds.chunks is not None:
+        return zlib.crc32(np.ascontiguousarray(ds[...]).tobytes())
+    crc = 0
+    for start in range(0, size, CRC_BLOCK):
+        crc = zlib.crc32(pread(offset + start, min(CRC_BLOCK, size - start)), crc)
+    return crc
+
+
+def encode_attr(value):
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value)
+    if isinstance(value, str):
+        return str(value)  # plain str: h5py cannot store str subclasses such as TorchVersion
+    return value
+
+
+def decode_attr(value):
+    """Attributes as written by `encode_attr`: lists and dicts are JSON text."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, bytes):
+        value = value.decode(errors="replace")
+    if isinstance(value, str) and value[:1] in ("[", "{"):
+        try:
+            return loads_json(value)
+        except ValueError:  # not JSON after all: left as text, which the checks refuse by name
+            return value
+    return value
+
+
+def create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[Split], hidden: int,
+           rows: dict[str, np.ndarray] | None, singles: Split | None = None,
+           pair_rows: dict[str, np.ndarray] | None = None):
+    """The layout above in a new file: the attributes, and every group and dataset, allocated."""
+    # Early allocation and no timestamps: after this, writes never touch HDF5 metadata.
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    # No fill values written (they would be written twice, zeros then vectors, and their
+    # write-back competes with the compute); `CacheWriter.open` allocates the blocks instead.
+    dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+    attrs = {"schema_version": SCHEMA_VERSION, "featx_version": __version__, "key": spec.key(),
+             "complete": False, "created": utc_now(), "poolings": list(spec.poolings),
+             "layers": {p: list(v) for p, v in spec.layers.items()},
+             **{k: v for k, v in asdict(spec).items() if k != "layers"}, **info,
+             "splits": [s.name for s in splits]}
+    for name, value in attrs.items():
+        if value is not None:  # HDF5 has no null: an absent attribute reads back as None
+            file.attrs[name] = encode_attr(value)
+    for split in splits:
+        n = len(split.ids)
+        group = file.create_group(split.name)
+        group.attrs["fingerprint"] = split.fingerprint()
+        group.attrs["n_rows"] = n
+        _strings(group, "ids", split.ids)
+        _strings(group, "text", split.texts)
+        if split.text_pairs is not None:
+            _strings(group, "text_pair", split.text_pairs)
+        group.create_dataset("labels", data=split.labels)
+        if pair_rows is not None:
+            group.create_dataset("pair_rows", data=np.asarray(pair_rows[split.name], dtype=np.int64))
+        for column, values in split.columns.items():
+            _strings(group, f"columns/{column}", values)
+        _create_vectors(group, spec, n, hidden, dcpl, None if rows is None else rows[split.name])
+    if singles is not None:
+        group = file.create_group(SINGLES)
+        group.attrs["n_rows"] = len(singles.texts)
+        _strings(group, "text", singles.texts)
+        _create_vectors(group, spec, len(singles.texts), hidden, dcpl,
+                        None if rows is None else rows[SINGLES])
+    file.flush()
+
+
+STRINGS_BLOCK = 1 << 16  # values converted and written at a time: bounded memory at any size
+
+
+def _strings(group: h5py.Group, name: str, values) -> None:
+    """A (n,) string dataset of `values` (any sequence of str), written a block at a time."""
+    ds = group.create_dataset(name, shape=(len(values),), dtype=h5py.string_dtype())
+    for start in range(0, len(values), STRINGS_BLOCK):
+        ds[start:start + STRINGS_BLOCK] = np.array(values[start:start + STRINGS_BLOCK], dtype=object)
+
+
+def _create_vectors(group: h5py.Group, spec: CacheSpec, n: int, hidden: int, dcpl,
+                    rows: np.ndarray | None) -> None:
+    """The per-row datasets extraction writes (and, in a shard, the global rows they are)."""
+    if rows is not None:
+        group.create_dataset("rows", data=np.asarray(rows, dtype=np.int64))
+    for name, dtype, shape in [("n_tokens", "i4", (n,)), ("truncated", "?", (n,)),
+                               ("done", "u1", (n,))]:
+        group.create_dataset(name, shape=shape, dtype=dtype, dcpl=dcpl, track_times=False)
+    for pooling, layers in spec.layers.items():
+        ds = group.create_dataset(pooling, shape=(n, len(layers), hidden),
+                                  dtype=np.dtype(spec.store_dtype), dcpl=dcpl, track_times=False)
+        ds.attrs["layers"] = np.array(layers, dtype=np.int32)
+
+
+def check_meta(file: h5py.File, meta: dict, path: Path) -> None:
+    """A finished cache's attributes must be what featx wrote: of the right types, hashing to
+    the key (the spec) and to the dataset fingerprint (task, label names, splits), and
+    describing datasets that are there with the shapes they claim."""
+    from featx.data import dataset_fingerprint
+
+    def damaged(what: str) -> FeatxError:
+        return FeatxError(f"{path} is damaged or was edited: {what}. Delete it and rerun featx extract")
+
+    names = lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)  # noqa: E731
+    for attr in ("poolings", "splits", "label_names"):
+        if not names(meta.get(attr)):
+            raise damaged(f"its {attr!r} attribute is not a list of names ({meta.get(attr)!r})")
+    layers = meta.get("layers")
+    if not (isinstance(layers, dict) and set(layers) == set(meta["poolings"]) and all(
+            isinstance(v, list) and v and all(isinstance(i, int) for i in v) for v in layers.values())):
+        raise damaged(f"its 'layers' attribute does not list the layers of {meta['poolings']}")
+    absent = [s for s in meta["splits"] if s not in file or not isinstance(file[s], h5py.Group)]
+    if absent:
+        raise damaged(f"its splits attribute names {absent}, which the file does not hold")
+    if not isinstance(meta.get("task"), str) or meta["task"] not in TASKS or not all(isinstance(meta.get(k), int) and meta[k] >= (k != "n_layers")
+                                                 for k in ("n_layers", "hidden_size", "max_length")):
+        raise damaged("its task, n_layers, hidden_size or max_length attribute is not valid")
+    try:
+        spec = CacheSpec(model_fingerprint=meta["model_fingerprint"], init=meta["init"],
+                         init_seed=meta.get("init_seed"), max_length=meta["max_length"],
+                         layers={p: tuple(v) for p, v in layers.items()},
+                         compute_dtype=meta["compute_dtype"], store_dtype=meta["store_dtype"],
+                         dataset_fingerprint=meta["dataset_fingerprint"], singles=meta["singles"],
+                         prompt=meta.get("prompt"), model_revision=meta.get("model_revision"),
+                         attention=meta["attention"], libraries=meta.get("libraries"))
+        splits = [(s, str(file[s].attrs["fingerprint"])) for s in meta["splits"]]
+        key = spec.key()
+    except KeyError as exc:
+        raise damaged(f"its {exc} attribute is missing") from None
+    except (TypeError, ValueError) as exc:
+        raise damaged(f"an attribute has an impossible value ({exc})") from None
+    if key != meta.get("key"):
+        raise damaged("its attributes (model, layers, dtypes, max length, dataset) do not hash to its key")
+    if dataset_fingerprint(meta["task"], meta["label_names"], splits) != meta["dataset_fingerprint"]:
+        raise damaged("its task, label names or split fingerprints are not the ones its key covers")
+    if meta["singles"] is not (SINGLES in file):
+        raise damaged(f"its 'singles' attribute ({meta['singles']!r}) does not say whether it holds "
+                      "the /singles group")
+    groups = [s for s, _ in splits] + ([SINGLES] if meta["singles"] else [])
+    for split in groups:
+        group = file[split]
+        n = group.attrs.get("n_rows")
+        for name, ds in datasets(group):
+            if not isinstance(n, (int, np.integer)) or ds.shape[0] != n:
+                raise damaged(f"{split}/{name} has {ds.shape[0]} rows, the split says {n}")
+        for pooling, stored in layers.items():
+            if pooling not in group:
+                raise damaged(f"the split {split!r} has no {pooling!r} vectors")
+            ds = group[pooling]
+            if ds.shape[1:] != (len(stored), meta["hidden_size"]) or list(ds.attrs.get("layers", [])) != stored:
+                raise damaged(f"{split}/{pooling} does not hold the layers {stored} it should")
+        required = ("text", "n_tokens", "truncated", "done") + (
+            () if split == SINGLES else ("ids", "labels") + (("pair_rows",) if meta["singles"] else ()))
+        for name in required:
+            if name not in group:
+                raise damaged(f"the split {split!r} has no {name!r} dataset")
+        if split != SINGLES and meta["singles"] and group["pair_rows"].shape[1:] != (2,):
+            raise damaged(f"{split}/pair_rows is not (rows, 2)")
+
+
+def check_compatible(file: h5py.File, key: str | None, path: Path) -> None:
+    """Refuse files from another schema, or whose key is not the one expected."""
+    version = file.attrs.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise FeatxError(
+            f"{path} was written with cache schema {version} (featx "
+            f"{file.attrs.get('featx_version', '?')}); this featx {__version__} reads schema "
+            f"{SCHEMA_VERSION}: rerun featx extract to rebuild it (the old file is left as is)")
+    if key is not None and file.attrs.get("key") != key:
+        raise FeatxError(f"{path} holds cache key {str(file.attrs.get('key'))[:KEY_CHARS]}, not "
+                         f"{key[:KEY_CHARS]} that this pipeline needs; it was renamed or copied by "
+                         "hand: delete it and rerun featx extract")
