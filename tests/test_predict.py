@@ -11,9 +11,10 @@ import torch
 import featx
 from featx.cache import Cache
 from featx.errors import FeatxError
+from featx.export import export
 from featx.extract import extract
 from featx.finetune import run_finetune
-from featx.predict import export, load_predictor, predict_file
+from featx.predict import load_predictor, predict_file
 from featx.probe import run_probe
 from featx.records import load_head, read_predictions, record_dir
 from tests.conftest import write_rows
