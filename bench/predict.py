@@ -38,9 +38,10 @@ def _prepare(scratch: Path) -> dict:
     """A trained default pipeline (probe records, a short fine-tune, its export) and the texts."""
     from featx.config import load_pipeline
     from featx.data import load_dataset
+    from featx.export import export
     from featx.extract import extract
     from featx.finetune import run_finetune
-    from featx.predict import export, manifest_for
+    from featx.manifest import manifest_for
     from featx.probe import run_probe
 
     overrides = [f"data_dir={scratch / 'trained'}", "progress=false", "finetune.max_epochs=1",

@@ -30,8 +30,8 @@ def open_cache(path=None, *, pipeline=None):
 
 
 def embed(texts, text_pairs=None, **options):
-    """Vectors of texts from a frozen backbone, by featx's extractor (see `featx.predict.embed`)."""
-    from featx.predict import embed as _embed
+    """Vectors of texts from a frozen backbone, by featx's extractor (see `featx.embedding.embed`)."""
+    from featx.embedding import embed as _embed
     return _embed(texts, text_pairs, **options)
 
 

@@ -127,7 +127,7 @@ def cmd_keys(section: str | None = None) -> int:
 
 def cmd_export(pipeline: Pipeline, args) -> None:
     """Export the fine-tuned model as a Hugging Face folder, or a frozen head with its backbone."""
-    from featx.predict import export
+    from featx.export import export
 
     print(export(pipeline, args.directory, head=args.head, finetuned=args.finetuned))
 

@@ -2,8 +2,8 @@
 
 The model (featx.modeling) is the architecture's own sequence-classification class by default,
 its head initialised by the model's own `_init_weights` (PyTorch's default Kaiming-uniform init
-is what makes hand-written heads train worse). Training: fused AdamW (no decay on biases and
-LayerNorm), 6% linear warmup then linear decay over `max_epochs` (transformers'
+is what makes hand-written heads train worse). Training (featx.training): fused AdamW (no decay
+on biases and LayerNorm), 6% linear warmup then linear decay over `max_epochs` (transformers'
 get_linear_schedule_with_warmup), clipping at 1.0, length-grouped batches of 32. The learning
 rate is searched on the selection split (`search`:
 every rate to convergence on CUDA, successive halving on CPU), and the chosen one trains until its selection score stops
@@ -14,13 +14,11 @@ Regression is trained on standardised targets and reported on the original scale
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import os
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +33,7 @@ from featx.cache import Cache
 from featx.config import MAX_LR, WARN_LR, FinetuneConfig, Pipeline, command
 from featx.data import Split
 from featx.errors import FeatxError
-from featx.files import atomic_write, loads_json, refuse_link, writable_dir
+from featx.files import atomic_write, refuse_link, writable_dir
 from featx.modeling import (
     MODEL_HEAD,
     Encoded,
@@ -44,13 +42,10 @@ from featx.modeling import (
     build_classifier,
     encode_rows,
     fold_probe,
-    loss,
     output_layer,
     predict_logits,
     reference_class_name,
     scores_from_logits,
-    targets,
-    to_device,
 )
 from featx.records import (
     OPTIONAL,
@@ -63,39 +58,13 @@ from featx.records import (
     new_record,
     record_name,
     stop_reason,
-    write_json,
     write_record,
 )
 from featx.splits import label_assignment
 from featx.tasks import TASKS
+from featx.training import Candidate, Setup, json_or_none, load_state, save_state, train, worst_case_epochs
 
 log = logging.getLogger("featx")
-
-# ---------------------------------------------------------------------------------------------
-# Optimisation
-
-
-def length_grouped_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator,
-                           group: int = 50) -> list[np.ndarray]:
-    """Shuffled batches of similar length: shuffle, sort within groups of `group` batches,
-    cut, shuffle the batch order. Less padding than random batches, still random order."""
-    order = rng.permutation(len(lengths))
-    batches = []
-    for start in range(0, len(order), batch_size * group):
-        chunk = order[start:start + batch_size * group]
-        chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]
-        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
-    return [batches[i] for i in rng.permutation(len(batches))]
-
-
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Weight decay on matrices only: biases and LayerNorm weights are not decayed."""
-    no_decay = {id(p) for m in model.modules() if "LayerNorm" in type(m).__name__ or isinstance(m, nn.LayerNorm)
-                for p in m.parameters(recurse=False)}
-    no_decay |= {id(p) for name, p in model.named_parameters() if name.endswith("bias")}
-    params = [p for p in model.parameters() if p.requires_grad]
-    return [{"params": [p for p in params if id(p) not in no_decay], "weight_decay": weight_decay},
-            {"params": [p for p in params if id(p) in no_decay], "weight_decay": 0.0}]
 
 
 def check_learning_rate(lr: float) -> None:
@@ -136,87 +105,6 @@ AUTO_STEPS, AUTO_MIN_EPOCHS, AUTO_MAX_EPOCHS = 1500, 4, 20
 def auto_max_epochs(n_train: int, batch_size: int) -> int:
     steps = math.ceil(n_train / batch_size)
     return int(min(AUTO_MAX_EPOCHS, max(AUTO_MIN_EPOCHS, math.ceil(AUTO_STEPS / steps))))
-
-
-@dataclass
-class Setup:
-    """Everything a candidate's training needs, built once per stage run."""
-    cfg: FinetuneConfig
-    task: str
-    n_labels: int
-    metric: str
-    encoder: Encoder
-    train: Encoded
-    select: Encoded
-    scaler: TargetScaler | None
-    device: torch.device
-    dtype: torch.dtype
-    budget_tokens: int
-    max_epochs: int
-    max_seconds: float
-    directory: Path
-    run_hash: str
-    make_model: object
-    """() -> a fresh classifier (featx.modeling) with the run's initial weights (the same for
-    every candidate)."""
-    progress: bool
-    report: Encoded | None = None
-    report_split: str = "test"
-    select_split: str = "dev"
-    worst_steps: int = 0
-    """Optimizer steps the search takes at most (for the time estimate)."""
-    truncated: dict | None = None
-    """Texts of each part max_length cut (train, select, report), for the record."""
-    estimated: bool = False
-    """Whether the time estimate was logged (once, after the first steps)."""
-
-    @property
-    def eval_dtype(self) -> torch.dtype:
-        """Scoring runs in float32 on CPU whatever the training autocast (a forward pass is a
-        small share of the cost there, and predict, an export and its record then agree to the
-        last digit); a GPU scores in its training dtype."""
-        return self.dtype if self.device.type == "cuda" else torch.float32
-
-    @property
-    def strategy(self) -> str:
-        """The learning-rate search actually run: `auto` is full on CUDA, halving on CPU."""
-        if self.cfg.search != "auto":
-            return self.cfg.search
-        return "full" if self.device.type == "cuda" else "halving"
-
-
-@dataclass
-class Candidate:
-    """One learning rate's training state; saved after every epoch, so a killed run resumes."""
-    learning_rate: float
-    epoch: int = 0
-    step: int = 0
-    best_score: float = float("-inf")
-    best_epoch: int = 0
-    stale: int = 0
-    """Epochs in a row that gained less than min_delta on the best score."""
-    threshold: float = 0.5
-    stopped_by: str | None = None
-    """None while it may go on; "patience", "max_epochs", "budget", "diverged" or "halving"."""
-    seconds: float = 0.0
-    train_rows: int = 0
-    eval_rows: int = 0
-    loss: list = dataclasses.field(default_factory=list)
-    select: list = dataclasses.field(default_factory=list)
-    epoch_seconds: list = dataclasses.field(default_factory=list)
-    """Training seconds (evaluation included) spent when each epoch ended, cumulative."""
-    weights_file: str | None = None
-    optimizer_file: str | None = None
-    """The last committed epoch's files (what a resumed run starts from)."""
-
-    @property
-    def name(self) -> str:
-        return f"lr-{self.learning_rate:g}"
-
-    @property
-    def converged(self) -> bool:
-        """The selection score stopped improving: the last epoch gained less than min_delta."""
-        return self.stale >= 1
 
 
 # Stop reasons a larger budget lifts: running again with more epochs (or seconds) continues.
@@ -285,7 +173,7 @@ def run_finetune(pipeline: Pipeline) -> dict:
 
 def _previous(done: Path, run_hash: str) -> dict | None:
     """This configuration's finished record, if its best weights are still there."""
-    previous = _json_or_none(done) if done.is_file() else None
+    previous = json_or_none(done) if done.is_file() else None
     if not isinstance(previous, dict) or previous.get("run_hash") != run_hash \
             or not checkpoint_path(done.parent, previous).is_file():
         return None
@@ -341,18 +229,6 @@ def _prepare(pipeline: Pipeline, plan, cache_path: Path, rows, *, metric: str, r
                  report_split=report_split, select_split=select_split, truncated=truncated)
 
 
-def worst_case_epochs(n_candidates: int, max_epochs: int, strategy: str) -> int:
-    """Epochs the search trains at most: full trains every candidate to the cap; halving trains
-    every alive candidate one more epoch per round, then the last one to the cap."""
-    if n_candidates == 1 or strategy == "full":
-        return n_candidates * max_epochs
-    alive, rung, epochs = n_candidates, 1, 0
-    while alive > 1:
-        epochs += alive
-        alive, rung = math.ceil(alive / 2), rung + 1
-    return epochs + max(0, max_epochs - (rung - 1))
-
-
 def _announce(setup: "Setup", plan) -> None:
     """What the search will do, before it spends any time (the rate follows after its first steps)."""
     cfg = setup.cfg
@@ -374,17 +250,10 @@ def _record(pipeline: Pipeline, plan, setup: "Setup", candidates: list["Candidat
             features: str, head: str, seconds: float, previous: dict | None) -> dict:
     """Evaluate the chosen candidate's best epoch on the report split; keep its weights; the
     record (its predictions under `_predictions`, for write_record)."""
-    from safetensors.torch import load_model
-
     cfg, task = setup.cfg, setup.task
     chosen = max((c for c in candidates if c.best_epoch), key=lambda c: (c.best_score, -c.learning_rate))
-    model = setup.make_model()
-    load_model(model, setup.directory / chosen.name / "best.safetensors", device=str(setup.device))
     report = setup.report
-    t = time.perf_counter()
-    logits = predict_logits(model, setup.encoder, report, setup.device, setup.eval_dtype, setup.budget_tokens)
-    predict_seconds = time.perf_counter() - t
-    scores = scores_from_logits(task, logits, setup.scaler)
+    scores, predict_seconds = _report_scores(setup, chosen)
     metric_values = M.evaluate(task, report.labels, scores, chosen.threshold)
     capped = not chosen.converged and chosen.stopped_by in CAPS
     # A capped run keeps every candidate's last epoch, so running again with a larger cap continues.
@@ -396,20 +265,13 @@ def _record(pipeline: Pipeline, plan, setup: "Setup", candidates: list["Candidat
     eval_rows_total = sum(c.eval_rows for c in candidates) + len(report.labels)
     raise_cap = (f"finetune.max_epochs={2 * setup.max_epochs}" if chosen.stopped_by == "max_epochs"
                  else f"finetune.max_seconds={2 * setup.max_seconds:g}")
-    continued = (previous["continued"] + [{"after_epoch": previous["epochs"], "stopped_by": previous["stopped_by"],
-                                           "max_epochs": setup.max_epochs, "max_seconds": setup.max_seconds}]
-                 if previous is not None else [])
     return new_record(
         stage="finetune", pipeline=pipeline.name, cache_key=key, task=task, features=features,
         pooling=cfg.head_input, layers=[plan.n_layers], head=head, init=pipeline.model.init,
         baseline=None,
         protocol={"name": "finetune", "select_on": setup.select_split if setup.select_split != "train"
                   else f"{cfg.validation_fraction:.0%} of train", "report_on": setup.report_split},
-        hyperparameters=dataclasses.asdict(cfg) | {
-            "learning_rate": chosen.learning_rate, "max_epochs": setup.max_epochs,
-            "max_seconds": setup.max_seconds, "search": setup.strategy, "max_length": plan.max_length,
-            "dtype": str(setup.dtype).removeprefix("torch."),
-            "eval_dtype": str(setup.eval_dtype).removeprefix("torch.")},
+        hyperparameters=_hyperparameters(setup, plan, chosen),
         search=[_candidate_entry(c) for c in candidates], seeds=[cfg.seed], primary_metric=setup.metric,
         metrics=metric_values, metrics_std={k: 0.0 for k in metric_values}, per_seed=[metric_values],
         metrics_ci=bootstrap.intervals(task, report.labels, predictions.scores, chosen.threshold),
@@ -423,7 +285,7 @@ def _record(pipeline: Pipeline, plan, setup: "Setup", candidates: list["Candidat
         budget={"max_epochs": setup.max_epochs, "max_seconds": setup.max_seconds or None,
                 "machine_dependent": bool(setup.max_seconds)},
         continue_with=command(pipeline, "finetune", raise_cap) if capped else None,
-        continued=continued,
+        continued=_continued(previous, setup),
         wall_seconds=round(seconds + (previous["wall_seconds"] or 0.0 if previous else 0.0), 3),
         curve={"loss": chosen.loss, "select": chosen.select}, device=str(setup.device),
         # Relative to the run's folder: a data_dir that moves keeps its records true.
@@ -441,262 +303,60 @@ def _record(pipeline: Pipeline, plan, setup: "Setup", candidates: list["Candidat
         if TASKS[task].thresholded else None) | {"_predictions": predictions}
 
 
+def _report_scores(setup: Setup, chosen: Candidate) -> tuple[np.ndarray, float]:
+    """The chosen candidate's best epoch scored on the report split, and the seconds it took."""
+    from safetensors.torch import load_model
+
+    model = setup.make_model()
+    load_model(model, setup.directory / chosen.name / "best.safetensors", device=str(setup.device))
+    t = time.perf_counter()
+    logits = predict_logits(model, setup.encoder, setup.report, setup.device, setup.eval_dtype, setup.budget_tokens)
+    predict_seconds = time.perf_counter() - t
+    return scores_from_logits(setup.task, logits, setup.scaler), predict_seconds
+
+
+def _hyperparameters(setup: Setup, plan, chosen: Candidate) -> dict:
+    """The configuration as it ran: the chosen learning rate, the caps, the search and dtypes used."""
+    return dataclasses.asdict(setup.cfg) | {
+        "learning_rate": chosen.learning_rate, "max_epochs": setup.max_epochs,
+        "max_seconds": setup.max_seconds, "search": setup.strategy, "max_length": plan.max_length,
+        "dtype": str(setup.dtype).removeprefix("torch."),
+        "eval_dtype": str(setup.eval_dtype).removeprefix("torch.")}
+
+
+def _continued(previous: dict | None, setup: Setup) -> list:
+    """The runs this one continues: each one's last epoch and stop reason, and the caps it went on with."""
+    return (previous["continued"] + [{"after_epoch": previous["epochs"], "stopped_by": previous["stopped_by"],
+                                      "max_epochs": setup.max_epochs, "max_seconds": setup.max_seconds}]
+            if previous is not None else [])
+
+
 def search(setup: Setup) -> list[Candidate]:
     """Train the learning-rate candidates (successive halving, or each to convergence); every
     candidate's state is on disk after each epoch, so the decisions replay on resume."""
     cfg = setup.cfg
-    candidates = [_load_state(setup, Candidate(lr)) for lr in cfg.learning_rates]
+    candidates = [load_state(setup, Candidate(lr)) for lr in cfg.learning_rates]
     if len(candidates) == 1 or setup.strategy == "full":
         for candidate in candidates:
-            _train(setup, candidate, candidates, until=setup.max_epochs)
+            train(setup, candidate, candidates, until=setup.max_epochs)
     else:
         alive, rung = list(candidates), 1
         while len(alive) > 1:
             for candidate in alive:
-                _train(setup, candidate, candidates, until=rung)
+                train(setup, candidate, candidates, until=rung)
             # A finished candidate (patience, cap) stays in the comparison with its best score.
             ranked = sorted((c for c in alive if c.best_epoch), key=lambda c: -c.best_score)
             keep = ranked[:math.ceil(len(alive) / 2)] or alive[:1]
             for candidate in alive:
                 if candidate not in keep and candidate.stopped_by is None:
                     candidate.stopped_by = "halving"
-                    _save_state(setup, candidate)
+                    save_state(setup, candidate)
             alive, rung = keep, rung + 1
-        _train(setup, alive[0], candidates, until=setup.max_epochs)
+        train(setup, alive[0], candidates, until=setup.max_epochs)
     if not any(c.best_epoch for c in candidates):
         raise FeatxError("fine-tuning produced no usable epoch: every learning rate diverged or the "
                          "selection metric was never a number; check the data and the learning rates")
     return candidates
-
-
-def _spent(candidates: list[Candidate]) -> float:
-    return sum(c.seconds for c in candidates)
-
-
-def _train(setup: Setup, candidate: Candidate, everyone: list[Candidate], until: int) -> None:
-    """Train `candidate` up to epoch `until` unless it stops first (patience, budget, divergence)."""
-    from safetensors.torch import load_model
-    from featx.progress import progress
-
-    cfg = setup.cfg
-    if candidate.stopped_by or candidate.epoch >= until:
-        return
-    folder = setup.directory / candidate.name
-    model = setup.make_model()
-    optimizer = _optimizer(model, cfg, candidate.learning_rate, setup.device)
-    steps_per_epoch = math.ceil(len(setup.train.labels) / cfg.batch_size)
-    total = steps_per_epoch * setup.max_epochs
-    from transformers import get_linear_schedule_with_warmup
-
-    scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * total), total)
-    scaler_fp16 = torch.amp.GradScaler(setup.device.type, enabled=setup.dtype == torch.float16)
-    if candidate.epoch:  # resume: weights, optimizer, schedule and RNG as the last epoch left them
-        load_model(model, folder / candidate.weights_file, device=str(setup.device))
-        load_training_state(folder / candidate.optimizer_file, optimizer, scheduler)
-        log.info("continuing %s after epoch %d (from its checkpoint)", candidate.name, candidate.epoch)
-    y = targets(setup.task, setup.train.labels, setup.scaler)
-    model.train()
-    while candidate.epoch < until:
-        per_epoch = candidate.seconds / candidate.epoch if candidate.epoch else 0.0
-        if setup.max_seconds and candidate.epoch and _spent(everyone) + per_epoch > setup.max_seconds:
-            candidate.stopped_by = "budget"
-            log.warning("%s: stopping after epoch %d: another epoch (about %.0f s) would pass the "
-                        "wall-time cap finetune.max_seconds = %.0f (%.0f s spent)", candidate.name,
-                        candidate.epoch, per_epoch, setup.max_seconds, _spent(everyone))
-            break
-        epoch = candidate.epoch + 1
-        started = time.perf_counter()
-        rng = np.random.default_rng(cfg.seed * 1000 + epoch)  # the batch order is a function of the epoch
-        batches = length_grouped_batches(setup.train.lengths, cfg.batch_size, rng)
-        running, count = 0.0, 0
-        bar = progress(batches, desc=f"finetune {candidate.name} epoch {epoch}/{setup.max_epochs}",
-                       unit="step", enabled=setup.progress)
-        for position, rows in enumerate(bar, 1):
-            inputs = to_device(setup.encoder.collate([setup.train.encodings[i] for i in rows]), setup.device)
-            with torch.autocast(setup.device.type, dtype=setup.dtype, enabled=setup.dtype != torch.float32):
-                logits = model(**inputs)  # (B, outputs)
-            value = loss(setup.task, logits.float(), y[rows].to(setup.device))
-            if not torch.isfinite(value):
-                return _diverged(setup, candidate, epoch, len(candidate.loss), everyone)
-            optimizer.zero_grad(set_to_none=True)
-            scaler_fp16.scale(value).backward()
-            scaler_fp16.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            scaler_fp16.step(optimizer)
-            scaler_fp16.update()
-            scheduler.step()
-            candidate.step += 1
-            candidate.train_rows += len(rows)
-            running, count = running + value.item(), count + 1
-            if not setup.estimated and (position == ESTIMATE_AFTER or position == len(batches)):
-                _estimate(setup, everyone, candidate, position / (time.perf_counter() - started))
-            if candidate.step % cfg.log_every == 0 or count == len(batches):
-                candidate.loss.append([candidate.step, running / count])
-                bar.set_postfix_str(f"loss {running / count:.4f}", refresh=False)
-                running, count = 0.0, 0
-        bar.close()
-        _evaluate(setup, model, candidate, epoch)
-        candidate.seconds += time.perf_counter() - started
-        candidate.epoch_seconds.append(round(candidate.seconds, 3))
-        if candidate.stale >= cfg.patience:
-            candidate.stopped_by = "patience"
-        elif epoch >= setup.max_epochs:
-            candidate.stopped_by = "max_epochs"
-        _checkpoint(setup, model, optimizer, scheduler, candidate)
-        if candidate.stopped_by:
-            break
-    _save_state(setup, candidate)
-
-
-# Optimizer steps timed before the search's duration is estimated (the first are the slowest).
-ESTIMATE_AFTER = 20
-
-
-def _estimate(setup: Setup, everyone: list[Candidate], candidate: Candidate, rate: float) -> None:
-    """Log how long the rest of the search takes at most, at the rate of its first steps."""
-    setup.estimated = True
-    done = sum(c.step for c in everyone)
-    left = max(0, setup.worst_steps - done)
-    evals = worst_case_epochs(len(everyone), setup.max_epochs, setup.strategy) * len(setup.select.labels)
-    log.info("%.1f optimizer steps/s on this machine (%s): the search takes at most about %s more "
-             "(%d steps, and %d rows scored on the selection split), less when it converges early; "
-             "a frozen-only answer needs no fine-tune (featx report after featx probe)",
-             rate, setup.device, _duration(left / rate + evals / (8 * rate * setup.cfg.batch_size)),
-             left, evals)
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else (f"{seconds / 60:.0f} min" if seconds < 7200
-                                                     else f"{seconds / 3600:.1f} h")
-
-
-def _evaluate(setup: Setup, model, candidate: Candidate, epoch: int) -> None:
-    """Score the epoch on the selection split; keep the weights when they are the best yet."""
-    from safetensors.torch import save_model
-
-    logits = predict_logits(model, setup.encoder, setup.select, setup.device, setup.eval_dtype,
-                            setup.budget_tokens)
-    candidate.eval_rows += len(setup.select.labels)
-    scores = scores_from_logits(setup.task, logits, setup.scaler)
-    threshold = M.choose_threshold(setup.select.labels, scores) if TASKS[setup.task].thresholded else 0.5
-    score = M.evaluate(setup.task, setup.select.labels, scores, threshold)[setup.metric]
-    candidate.select.append([epoch, score])
-    candidate.epoch = epoch
-    log.info("%s epoch %d: %s on the selection split = %.4f", candidate.name, epoch, setup.metric, score)
-    if not math.isfinite(score):
-        candidate.stale += 1
-        return
-    gain = score - candidate.best_score
-    candidate.stale = 0 if gain >= setup.cfg.min_delta else candidate.stale + 1
-    if gain > 0:
-        candidate.best_score, candidate.best_epoch, candidate.threshold = score, epoch, threshold
-        folder = setup.directory / candidate.name
-        folder.mkdir(parents=True, exist_ok=True)
-        atomic_write(folder / "best.safetensors", lambda p: save_model(model, str(p)))
-
-
-def _diverged(setup: Setup, candidate: Candidate, epoch: int, step: int, everyone) -> None:
-    """A non-finite loss: this learning rate is out (even its earlier epochs: it is unstable);
-    with no other candidate it is an error."""
-    candidate.stopped_by = "diverged"
-    message = (f"the fine-tune at learning rate {candidate.learning_rate:g} diverged: the training "
-               f"loss is not finite at epoch {candidate.epoch + 1}, step {candidate.step + 1}")
-    if len(everyone) == 1:
-        raise FeatxError(message + "; lower finetune.learning_rates or check the targets (no "
-                         "record is written for a diverged run)")
-    log.warning("%s; the candidate is dropped", message)
-    candidate.best_epoch, candidate.best_score = 0, float("-inf")  # never chosen
-    _save_state(setup, candidate)
-
-
-def _optimizer(model, cfg: FinetuneConfig, lr: float, device):
-    # The fused kernel (CPU and CUDA) does the whole update in one pass: measured 0.022 s against
-    # 0.081 s per step for all-MiniLM-L6-v2 on 2 CPU cores.
-    try:
-        return torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=lr, fused=True)
-    except (RuntimeError, TypeError):  # a device or dtype the fused kernel does not cover
-        return torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=lr)
-
-
-STATE_FIELDS = [f.name for f in dataclasses.fields(Candidate)]
-
-
-def _checkpoint(setup: Setup, model, optimizer, scheduler, candidate: Candidate) -> None:
-    """Commit the epoch: its weights and optimizer state under new names, then the state file
-    that names them (a crash before it leaves the previous epoch's files in charge), then
-    drop the older files."""
-    from safetensors.torch import save_model
-
-    folder = setup.directory / candidate.name
-    folder.mkdir(parents=True, exist_ok=True)
-    candidate.weights_file = f"epoch-{candidate.epoch}.safetensors"
-    candidate.optimizer_file = f"epoch-{candidate.epoch}.optimizer.safetensors"
-    atomic_write(folder / candidate.weights_file, lambda p: save_model(model, str(p)))
-    atomic_write(folder / candidate.optimizer_file, lambda p: save_training_state(p, optimizer, scheduler))
-    _save_state(setup, candidate)
-    for old in folder.glob("epoch-*"):
-        if old.name not in (candidate.weights_file, candidate.optimizer_file):
-            old.unlink()
-
-
-def save_training_state(path: Path, optimizer, scheduler) -> None:
-    """The optimizer's moments, its settings, the schedule and the RNG, as safetensors (the
-    tensors) and JSON (the rest): nothing a resumed run reads back is a pickle."""
-    from safetensors.torch import save_file
-
-    state = optimizer.state_dict()
-    tensors = {"rng": torch.get_rng_state()}
-    plain = {}
-    for index, values in state["state"].items():
-        for name, value in values.items():
-            if torch.is_tensor(value):
-                tensors[f"state.{index}.{name}"] = value.detach().cpu().contiguous()
-            else:
-                plain[f"{index}.{name}"] = value
-    meta = {"param_groups": state["param_groups"], "plain": plain, "scheduler": scheduler.state_dict()}
-    save_file(tensors, str(path), metadata={"featx": json.dumps(meta)})
-
-
-def load_training_state(path: Path, optimizer, scheduler) -> None:
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), "pt") as f:
-            meta = loads_json(f.metadata()["featx"])
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-        state: dict[int, dict] = {}
-        for key, value in list(tensors.items()) + list(meta["plain"].items()):
-            if key == "rng":
-                continue
-            index, name = key.removeprefix("state.").split(".", 1)
-            state.setdefault(int(index), {})[name] = value
-        optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
-        scheduler.load_state_dict(meta["scheduler"])
-        torch.set_rng_state(tensors["rng"])
-    except (SafetensorError, OSError, KeyError, ValueError, TypeError) as exc:
-        raise FeatxError(f"{path} is not the training state featx wrote ({type(exc).__name__}: "
-                         f"{str(exc)[:200]}); delete its folder ({path.parent}) to train that learning "
-                         "rate again") from None
-
-
-def _save_state(setup: Setup, candidate: Candidate) -> None:
-    folder = setup.directory / candidate.name
-    folder.mkdir(parents=True, exist_ok=True)
-    write_json(folder / "state.json", {"run_hash": setup.run_hash} | dataclasses.asdict(candidate))
-
-
-def _load_state(setup: Setup, candidate: Candidate) -> Candidate:
-    path = setup.directory / candidate.name / "state.json"
-    if not path.is_file():
-        return candidate
-    saved = _json_or_none(path)
-    if not isinstance(saved, dict) or saved.get("run_hash") != setup.run_hash:
-        return candidate
-    loaded = Candidate(**{k: saved[k] for k in STATE_FIELDS if k in saved})
-    # A larger cap than the one that stopped it: train on (the budget is checked again at once).
-    if loaded.stopped_by == "max_epochs" and loaded.epoch < setup.max_epochs or loaded.stopped_by == "budget":
-        loaded.stopped_by = None
-    return loaded
 
 
 def _sha256(path: Path) -> str:
@@ -704,14 +364,6 @@ def _sha256(path: Path) -> str:
 
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def _json_or_none(path: Path):
-    """A state or record file featx wrote, or None when it is unreadable (then it is redone)."""
-    try:
-        return loads_json(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def _candidate_entry(candidate: Candidate) -> dict:
@@ -771,4 +423,3 @@ def model_spec(pipeline: Pipeline, plan) -> ModelSpec:
                      init=pipeline.model.init, seed=pipeline.finetune.seed if pipeline.model.init != "random"
                      else pipeline.model.seed, allow_pickle=pipeline.model.allow_pickle,
                      trust_remote_code=pipeline.model.trust_remote_code)
-

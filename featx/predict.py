@@ -1,206 +1,36 @@
 """Using the answer: predictions on new texts with the exact configuration the verdict chose, on
-the exact backbone the cache was built from; vectors from Python; exports.
+the exact backbone the cache was built from.
 
     featx predict pipelines/trec.toml new.csv              # the verdict's frozen configuration
     featx predict pipelines/trec.toml new.csv --head mean@5/logistic
     featx predict pipelines/trec.toml new.csv --finetuned
-    featx export pipelines/trec.toml out/ --finetuned      # a standard Hugging Face folder
 
 A frozen prediction recomputes only the pooling and layers its head reads, with the
 extractor's own batching, rounds them to the cache's stored dtype (so the head sees what it
 was fitted on), and applies the head: rebuilt from arrays and JSON (never unpickled), and only
-when it is the head its record names (sha256, and the record it was fitted for).
+when it is the head its record names (sha256, and the record it was fitted for). Which record
+and files a predictor uses is featx.manifest's; `embed` is featx.embedding's, exports featx.export's.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
-import os
-import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from featx import metrics as M
+from featx.embedding import Backbone, texts_and_pairs
 from featx.errors import FeatxError, shown
+from featx.manifest import Manifest, as_pipeline, check_sha256, checked_model, manifest_for, read_manifest
 from featx.tasks import TASKS
 
 log = logging.getLogger("featx")
 
-DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-MANIFEST = "featx-predictor.json"
-
-
-# ---------------------------------------------------------------------------------------------
-# Vectors without a pipeline
-
-
-def embed(texts, text_pairs=None, *, model: str = DEFAULT_MODEL, pooling: str = "mean", layer=-1,
-          max_length: int = 256, device: str = "auto", dtype: str = "auto",
-          allow_pickle: bool = False, progress: bool = False, prompt: str | None = None) -> np.ndarray:
-    """Vectors of `texts` (and pairs) from a frozen backbone: (n, hidden), or (n, k * hidden)
-    for a list of k layers, in the texts' order. The same extractor as the cache: length-sorted
-    token-budget batches, one forward pass, the named pooling (cls, mean, max, pooler,
-    sentence). `prompt`: put before every text; unset, the model's default prompt (as
-    sentence-transformers' `encode`), "" for none."""
-    from featx import resolve as R
-    from featx.config import MODEL_POOLINGS, POOLINGS, resolve_layers
-    from featx.errors import check_choice
-
-    check_choice(pooling, POOLINGS, "pooling")
-    _check_options(model=model, layer=layer, max_length=max_length, device=device, dtype=dtype,
-                   allow_pickle=allow_pickle, progress=progress)
-    texts, pairs = _texts_and_pairs(texts, text_pairs)
-    resolved = R.resolve(str(model))
-    n_layers = R.num_layers(R.model_config(resolved.path))
-    if pooling in MODEL_POOLINGS:
-        layers = (n_layers,)
-        if layer not in (-1, n_layers, "last"):
-            raise FeatxError(f"the {pooling!r} pooling exists for the last layer only (layer -1)")
-    else:
-        spec = [layer] if isinstance(layer, (int, str)) else list(layer)
-        layers = tuple(i for s in spec for i in resolve_layers(s if isinstance(s, str) else int(s), n_layers))
-    backbone = _Backbone(resolved, init="pretrained", seed=0, allow_pickle=allow_pickle,
-                         max_length=max_length, device=device, dtype=dtype,
-                         needs_pooler=pooling == "pooler", sentence=pooling == "sentence",
-                         prompt=R.default_prompt(resolved.path) if prompt is None else prompt)
-    vectors, _ = backbone.vectors(texts, pairs, {pooling: layers}, progress=progress)
-    return vectors[pooling].reshape(len(texts), -1)
-
-
-def _check_options(*, model, layer, max_length, device, dtype, allow_pickle, progress) -> None:
-    """embed's keyword arguments, each refused by name when it is not what it must be."""
-    import re
-
-    from featx.config import COMPUTE_DTYPES, LAYER_SHORTHANDS, MAX_INT
-    from featx.errors import check_choice
-
-    integer = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool)  # noqa: E731
-    if not isinstance(model, (str, Path)) or not str(model):
-        raise FeatxError(f"model must be a model folder or hub name, got {shown(model)}")
-    if not (integer(layer) or (isinstance(layer, str) and layer in LAYER_SHORTHANDS)
-            or (isinstance(layer, (list, tuple)) and layer and all(integer(i) for i in layer))):
-        raise FeatxError(f"layer {shown(layer)} is not a layer: give an index (0 = embeddings, -1 = "
-                         f"last), a non-empty list of indices, or one of {', '.join(LAYER_SHORTHANDS)}")
-    if not integer(max_length) or not 2 <= max_length <= MAX_INT:
-        raise FeatxError(f"max_length must be an integer of at least 2, got {shown(max_length)}")
-    if not isinstance(device, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
-        raise FeatxError(f"unknown device {shown(device)}; choose one of: 'auto', 'cpu', 'cuda', 'cuda:N'")
-    check_choice(dtype, COMPUTE_DTYPES, "dtype")
-    for name, value in (("allow_pickle", allow_pickle), ("progress", progress)):
-        if not isinstance(value, bool):
-            raise FeatxError(f"{name} must be True or False, got {shown(value)}")
-
-
-def _texts_and_pairs(texts, text_pairs) -> tuple[list[str], list[str] | None]:
-    texts = _texts(texts, "texts")
-    pairs = None if text_pairs is None else _texts(text_pairs, "text_pairs")
-    if pairs is not None and len(pairs) != len(texts):
-        raise FeatxError(f"{len(texts)} texts but {len(pairs)} text_pairs; give one pair per text")
-    return texts, pairs
-
-
-def _texts(values, what: str) -> list[str]:
-    if isinstance(values, str):
-        values = [values]
-    if values is None or isinstance(values, (bytes, dict)) or not hasattr(values, "__iter__"):
-        raise FeatxError(f"{what} must be a string or a list of strings, got {type(values).__name__}")
-    values = list(values)
-    if not values:
-        raise FeatxError(f"{what} is empty: give at least one text")
-    bad = [i for i, t in enumerate(values) if not isinstance(t, str) or not t.strip()]
-    if bad:
-        raise FeatxError(f"{what}[{bad[0]}] is {'empty' if isinstance(values[bad[0]], str) else 'not a string'} "
-                         f"({len(bad)} such); every text must be a non-empty string")
-    return values
-
-
-class _Backbone:
-    """A loaded frozen backbone and its tokenizer, for vectors in memory."""
-
-    def __init__(self, resolved, *, init: str, seed: int, allow_pickle: bool, max_length: int,
-                 device: str, dtype: str, needs_pooler: bool, sentence: bool, prompt: str | None = None,
-                 trust_remote_code: bool = False, attention: str = "auto"):
-        from featx import backbone as B
-        from featx import resolve as R
-
-        self.device = B.pick_device(device)
-        hidden = None  # auto picks bf16 on a CPU only for a model of known, large enough width
-        if dtype == "auto":
-            try:
-                hidden = R.hidden_size(R.model_config(resolved.path))
-            except FeatxError:
-                pass
-        self.compute_dtype = B.pick_dtype(dtype, self.device, hidden=hidden)
-        model = B.load_model(resolved, init=init, seed=seed, allow_pickle=allow_pickle, pooler=needs_pooler,
-                             trust_remote_code=trust_remote_code, attention=attention)
-        self.model = B.freeze(model).to(self.device)
-        self.tokenizer = B.load_tokenizer(resolved.path, trust_remote_code)
-        B.check_vocabulary(self.tokenizer, model, resolved.path)
-        self.sentence = R.sentence_spec(resolved.path) if sentence else None
-        self.max_length = max_length
-        self.prompt = prompt
-
-    def vectors(self, texts, pairs, layers: dict, progress: bool = False):
-        from featx.extract import embed_rows
-
-        return embed_rows(self.model, self.tokenizer, texts, pairs, layers, max_length=self.max_length,
-                          device=self.device, compute_dtype=self.compute_dtype, sentence=self.sentence,
-                          prompt=self.prompt, show_progress=progress)
-
 
 # ---------------------------------------------------------------------------------------------
 # Predictors
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """What a predictor needs, read from a pipeline's cache and records or from an export."""
-    kind: str
-    """"frozen" (a head on cached features) or "finetuned"."""
-    task: str
-    label_names: tuple[str, ...]
-    features: str
-    head: str
-    pooling: str
-    layers: tuple[int, ...]
-    model_path: str
-    model_fingerprint: str
-    init: str
-    init_seed: int | None
-    max_length: int
-    compute_dtype: str
-    store_dtype: str
-    text_pair: bool
-    threshold: float
-    combine: str = "joint"
-    """A text pair's features: joint, or `featx.pairs` of its two texts encoded alone."""
-    prompt: str | None = None
-    """The prompt put before every text, as extraction did."""
-    attention: str = "auto"
-    """The attention implementation extraction asked for."""
-    head_file: str | None = None
-    """Frozen: the head file (arrays and JSON, `featx.serialize`)."""
-    head_sha256: str | None = None
-    """The head file's sha256, as its record names it: another file is refused."""
-    head_binding: dict | None = None
-    """The record the head was fitted for (`featx.headfiles.head_binding`); the head's own manifest
-    must say the same."""
-    allow_pickle: bool = False
-    """Whether pickled .bin backbone weights may be loaded (the pipeline's model.allow_pickle;
-    never for an export, which carries safetensors only)."""
-    checkpoint: str | None = None
-    """Fine-tuned: the best weights (safetensors)."""
-    checkpoint_sha256: str | None = None
-    """Their sha256, as the fine-tune's record names it (checked before they are loaded)."""
-    head_input: str | None = None
-    target_scaler: dict | None = None
-    primary_metric: str | None = None
-    record_metrics: dict | None = None
-    """The record's test metrics, for the user's reference."""
 
 
 class Predictor:
@@ -236,7 +66,7 @@ class Predictor:
         multilabel (n, L) per-label probabilities; regression (n, T) on the original scale.
         `progress`: a progress bar (or a log line every 30 s off a terminal)."""
         m = self.manifest
-        texts, pairs = _texts_and_pairs(texts, text_pairs)
+        texts, pairs = texts_and_pairs(texts, text_pairs)
         if not isinstance(progress, bool):
             raise FeatxError(f"progress must be True or False, got {shown(progress)}")
         if m.text_pair and pairs is None:
@@ -287,11 +117,11 @@ class Predictor:
             self._head = load_head(m.head_file, sha256=m.head_sha256, binding=m.head_binding)
         return self._head
 
-    def _load_backbone(self) -> _Backbone:
+    def _load_backbone(self) -> Backbone:
         if self._backbone is None:
             m = self.manifest
-            resolved = _checked_model(m)
-            self._backbone = _Backbone(resolved, init=m.init, seed=m.init_seed or 0, allow_pickle=m.allow_pickle,
+            resolved = checked_model(m)
+            self._backbone = Backbone(resolved, init=m.init, seed=m.init_seed or 0, allow_pickle=m.allow_pickle,
                                        max_length=m.max_length, device=self.device,
                                        dtype=_runnable_dtype(m.compute_dtype, self.device),
                                        needs_pooler=m.pooling == "pooler",
@@ -328,7 +158,7 @@ class Predictor:
 
             from featx import backbone as B
 
-            resolved = _checked_model(m)
+            resolved = checked_model(m)
             device = B.pick_device(self.device)
             dtype = B.pick_dtype(_runnable_dtype(m.compute_dtype, self.device), device)
             if m.checkpoint is None:  # an exported Hugging Face folder
@@ -337,7 +167,7 @@ class Predictor:
                 model = ML.build_classifier(ML.ModelSpec(
                     resolved, m.task, len(m.label_names), m.head_input, init=m.init, seed=m.init_seed or 0,
                     allow_pickle=m.allow_pickle, trust_remote_code=self.trust_remote_code))
-                _check_sha256(Path(m.checkpoint), m.checkpoint_sha256)
+                check_sha256(Path(m.checkpoint), m.checkpoint_sha256)
                 load_model(model, m.checkpoint, device=str(device))
             encoder = Encoder(B.load_tokenizer(resolved.path, self.trust_remote_code), m.max_length, m.prompt)
             self._finetuned = (model.to(device).eval(), encoder, device, TORCH_DTYPES[dtype],
@@ -350,16 +180,6 @@ class Predictor:
         if m.target_scaler:
             scaler = ML.TargetScaler(np.array(m.target_scaler["mean"]), np.array(m.target_scaler["std"]))
         return ML.scores_from_logits(m.task, logits, scaler)
-
-
-def _check_sha256(path: Path, expected: str | None) -> None:
-    import hashlib
-
-    with open(path, "rb") as f:
-        found = hashlib.file_digest(f, "sha256").hexdigest()
-    if found != expected:
-        raise FeatxError(f"{path} is not the fine-tuned model its record names (its sha256 differs): it "
-                         "was replaced or changed since; rerun featx finetune")
 
 
 def _Logits(path):
@@ -379,98 +199,11 @@ def _Logits(path):
     return Logits()
 
 
-def _read_manifest(folder: Path) -> Manifest:
-    """An export's manifest, its paths resolved against the folder (exports can move). An export
-    is a file someone handed over: its fields are checked, its paths must stay inside the
-    folder, and its backbone loads from safetensors only."""
-    from featx.files import loads_json
-
-    path = folder / MANIFEST
-    if folder.name.endswith(PARTIAL):
-        raise FeatxError(f"{folder} is a partial export (an export was interrupted there); export again")
-    if not path.is_file():
-        raise FeatxError(f"{folder} is not a featx export (no {MANIFEST}); give a pipeline file or "
-                         "a folder written by featx export")
-    try:
-        raw = loads_json(path.read_text())
-        if not isinstance(raw, dict):
-            raise TypeError("not a JSON object")
-        fields = {f.name for f in dataclasses.fields(Manifest)}
-        manifest = Manifest(**{k: v for k, v in raw.items() if k in fields})
-        _check_manifest(manifest)
-    except (ValueError, TypeError, OSError) as exc:
-        raise FeatxError(f"{path} is not a valid featx manifest ({str(exc)[:200]}); export again") from None
-    inside = folder.resolve()
-
-    def place(p):
-        if p is None:
-            return None
-        resolved = (folder / p).resolve()
-        if resolved != inside and inside not in resolved.parents:
-            raise FeatxError(f"{path} names {str(p)[:100]!r}, outside the export folder; export again")
-        return str(resolved)
-    return dataclasses.replace(manifest, model_path=place(manifest.model_path),
-                               head_file=place(manifest.head_file), checkpoint=place(manifest.checkpoint),
-                               label_names=tuple(manifest.label_names), layers=tuple(manifest.layers),
-                               allow_pickle=False)
-
-
-def _check_manifest(m: Manifest) -> None:
-    """The types every field must have (a TypeError names the first that does not)."""
-    from featx.config import ATTENTIONS, HEAD_INPUTS, PAIR_FEATURES, POOLINGS
-    from featx.tasks import TASKS as REGISTRY
-
-    def need(ok: bool, what: str):
-        if not ok:
-            raise TypeError(what)
-    need(m.kind in ("frozen", "finetuned"), "kind is neither frozen nor finetuned")
-    need(m.task in REGISTRY, f"task is not one of {', '.join(REGISTRY)}")
-    need(isinstance(m.label_names, list) and m.label_names and all(isinstance(n, str) for n in m.label_names),
-         "label_names is not a list of names")
-    need(isinstance(m.layers, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in m.layers),
-         "layers is not a list of indices")
-    need(m.pooling in POOLINGS + ("text",), "pooling is not a pooling")
-    for name in ("features", "head", "model_path", "model_fingerprint", "init", "compute_dtype", "store_dtype"):
-        need(isinstance(getattr(m, name), str), f"{name} is not a string")
-    need(m.store_dtype in ("float16", "float32"), "store_dtype is not float16 or float32")
-    need(isinstance(m.max_length, int) and m.max_length >= 2, "max_length is not a length")
-    need(isinstance(m.threshold, (int, float)) and 0 <= m.threshold <= 1, "threshold is not in [0, 1]")
-    need(isinstance(m.text_pair, bool), "text_pair is not true or false")
-    if m.kind == "frozen":
-        need(isinstance(m.head_file, str) and isinstance(m.head_sha256, str), "a frozen export names no head and its sha256")
-    need(not str(m.head_file).endswith(".joblib"), "its head is a joblib pickle of an older featx, which "
-         "featx no longer loads (a pickle runs code)")
-    need(m.head_binding is None or isinstance(m.head_binding, dict), "head_binding is not an object")
-    need(m.checkpoint is None, "an export carries its weights as a Hugging Face folder, not a checkpoint")
-    need(m.target_scaler is None, "an export folds its target scaler into its weights")
-    need(m.combine in PAIR_FEATURES, f"combine is not one of {', '.join(PAIR_FEATURES)}")
-    need(m.prompt is None or isinstance(m.prompt, str), "prompt is not a string")
-    need(m.attention in ATTENTIONS, f"attention is not one of {', '.join(ATTENTIONS)}")
-    need(m.head_input is None or m.head_input in HEAD_INPUTS, f"head_input is not one of {', '.join(HEAD_INPUTS)}")
-
-
 def _runnable_dtype(compute_dtype: str, device: str) -> str:
     """The cache's compute dtype, unless this device cannot run it (float16 needs CUDA)."""
     from featx import backbone as B
 
     return "auto" if compute_dtype == "float16" and B.pick_device(device).type != "cuda" else compute_dtype
-
-
-def _checked_model(m: Manifest):
-    """The backbone files, refused unless they are the ones the cache (or export) was built from."""
-    from featx import resolve as R
-
-    resolved = R.resolve(m.model_path)
-    found = R.fingerprint(resolved.path, allow_pickle=m.allow_pickle)
-    if found != m.model_fingerprint:
-        raise FeatxError(f"the model files at {resolved.path} (fingerprint {found[:16]}) are not the "
-                         f"ones this head was trained on (fingerprint {m.model_fingerprint[:16]}); "
-                         "restore them, or rerun extract and probe with the new files")
-    return resolved
-
-
-# ---------------------------------------------------------------------------------------------
-# Finding what to predict with
 
 
 def load_predictor(pipeline, head: str | None = None, *, finetuned: bool = False,
@@ -491,145 +224,10 @@ def load_predictor(pipeline, head: str | None = None, *, finetuned: bool = False
         raise FeatxError(f"finetuned must be True or False, got {shown(finetuned)}")
     path = Path(pipeline) if isinstance(pipeline, (str, Path)) else None
     if path is not None and path.is_dir():  # a folder never allows a model's own code to run
-        return Predictor(_read_manifest(path), device=device)
-    pipeline = _pipeline(pipeline)
+        return Predictor(read_manifest(path), device=device)
+    pipeline = as_pipeline(pipeline)
     return Predictor(manifest_for(pipeline, head, finetuned), device=device,
                      trust_remote_code=pipeline.model.trust_remote_code)
-
-
-def _pipeline(pipeline):
-    from featx.config import Pipeline, load_pipeline
-
-    return pipeline if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
-
-
-def manifest_for(pipeline, head: str | None, finetuned: bool) -> Manifest:
-    """The chosen record of the pipeline's current cache, as a Manifest."""
-    from featx.cache import Cache
-    from featx.plan import make_plan
-    from featx.records import made_by, probe_config_hash, probe_dir, read_records, record_dir
-
-    if head is not None and finetuned:
-        raise FeatxError("give --head or --finetuned, not both")
-    plan = make_plan(pipeline)
-    cache_path = plan.find_cache()
-    with Cache(cache_path) as cache:
-        meta = dict(cache.meta)
-    if meta["model_fingerprint"] != plan.fingerprint:
-        raise FeatxError(f"the model files now resolved for {pipeline.model.name!r} (fingerprint "
-                         f"{plan.fingerprint[:16]}) are not the ones the cache was built from "
-                         f"(fingerprint {meta['model_fingerprint'][:16]}); rerun featx extract")
-    # The current configuration's records only, as the report takes them; the others (another
-    # probe or fine-tune configuration on this cache, or another cache) are named when nothing fits.
-    pipeline_runs = Path(pipeline.runs_dir) / pipeline.name
-    everything = [r for folder in sorted(pipeline_runs.glob("*")) if folder.is_dir()
-                  for r in read_records(folder) if r["pipeline"] == pipeline.name]
-    records = [r for r in everything if made_by(r, pipeline) and r["cache_key"] == meta["key"]]
-    probes = probe_dir(pipeline.runs_dir, pipeline.name, meta["key"], probe_config_hash(pipeline.probe))
-    try:
-        record = _choose(records, head, finetuned, pipeline, others=[r for r in everything if r not in records])
-    except FeatxError as exc:
-        from featx.records import probe_interrupted
-
-        if not finetuned and probe_interrupted(probes, probe_config_hash(pipeline.probe)) is not None:
-            raise FeatxError(f"{exc}. The last probe of this configuration was interrupted before it "
-                             "wrote them: rerun it to finish") from None
-        raise
-    directory = record_dir(pipeline.runs_dir, record)
-    if record["stage"] == "probe":
-        _check_probe_finished(directory, pipeline, record, chosen_by_verdict=head is None)
-    common = dict(allow_pickle=pipeline.model.allow_pickle,
-                  task=meta["task"], label_names=tuple(meta["label_names"]), features=record["features"],
-                  head=record["head"], model_path=str(plan.model.path), model_fingerprint=plan.fingerprint,
-                  init=meta["init"], init_seed=meta.get("init_seed"), max_length=int(meta["max_length"]),
-                  compute_dtype=meta["compute_dtype"], store_dtype=meta["store_dtype"],
-                  text_pair=bool(meta.get("text_pair")), prompt=meta.get("prompt"),
-                  attention=meta.get("attention", "auto"),
-                  threshold=float(record.get("threshold") or 0.5), primary_metric=record["primary_metric"],
-                  record_metrics=record["metrics"])
-    if record["stage"] == "finetune":
-        from featx.records import checkpoint_path
-
-        checkpoint = checkpoint_path(directory, record)
-        source = pipeline.source or "<pipeline>"
-        # Weights named by a record are taken from this run's folder only, and only as written.
-        if not checkpoint.resolve().is_relative_to(directory.resolve()) or not checkpoint.is_file():
-            raise FeatxError(f"the fine-tuned weights {checkpoint} are gone (or not under {directory}); "
-                             f"rerun featx finetune {source}")
-        if not isinstance(record.get("checkpoint_sha256"), str):
-            raise FeatxError(f"the fine-tune record of {checkpoint} names no sha256 of its weights (an "
-                             f"older featx wrote it); rerun featx finetune {source}")
-        return Manifest(kind="finetuned", pooling=record["pooling"], layers=tuple(record["layers"]),
-                        checkpoint=str(checkpoint), checkpoint_sha256=record["checkpoint_sha256"],
-                        head_input=record["pooling"], target_scaler=record.get("target_scaler"), **common)
-    from featx.headfiles import head_binding, head_entry
-
-    entry = head_entry(record, pipeline.source or "<pipeline>")
-    return Manifest(kind="frozen", pooling=record["pooling"], layers=tuple(record["layers"]),
-                    combine=record["combine"], head_file=str(directory / "heads" / entry["file"]),
-                    head_sha256=entry["sha256"], head_binding=head_binding(record, entry["seed"]), **common)
-
-
-def _choose(records: list[dict], head: str | None, finetuned: bool, pipeline,
-            others: tuple | list = ()) -> dict:
-    """The record to predict with; `others` are this pipeline's records of other configurations
-    (named when nothing of the current one fits, with the command that selects them)."""
-    from featx.choice import best_frozen, best_tuned
-
-    source = pipeline.source or "<pipeline>"
-    if finetuned:
-        frozen = best_frozen(records, pipeline.runs_dir)
-        metric = frozen["primary_metric"] if frozen else None
-        tunes = [r for r in records if r["stage"] == "finetune"]
-        tuned = best_tuned(records, metric) if metric else (tunes[0] if tunes else None)
-        if tuned is None:
-            raise FeatxError(f"no fine-tune record of the current configuration for this cache"
-                             f"{_elsewhere(others, pipeline, 'finetune', ('INPUT', '--finetuned'))}: run "
-                             f"`featx finetune {source}` first")
-        return tuned
-    if head is None:
-        chosen = best_frozen(records, pipeline.runs_dir)
-        if chosen is None:
-            raise FeatxError(f"no probe record of the current configuration for this cache yet"
-                             f"{_elsewhere(others, pipeline, 'probe', ('INPUT',))}: run `featx probe {source}` "
-                             "first (the default head is the verdict's best frozen configuration)")
-        return chosen
-    features, sep, name = head.partition("/")
-    matches = [r for r in records if r["stage"] == "probe" and r["features"] == features and r["head"] == name]
-    if not sep or not matches:
-        available = sorted(f"{r['features']}/{r['head']}" for r in records if r["stage"] == "probe"
-                           and r["protocol"]["name"] != "mteb")
-        raise FeatxError(f"no probe record {shown(head)} for this cache; heads are named features/head, "
-                         f"and these exist: {', '.join(available) or 'none (run featx probe)'}"
-                         f"{_elsewhere(others, pipeline, 'probe', ('INPUT', '--head', head))}")
-    return max(matches, key=lambda r: r["created"])
-
-
-def _elsewhere(others, pipeline, stage: str, args: tuple[str, ...]) -> str:
-    """The configurations of `stage` records of this pipeline other than the current one, each
-    with the command that predicts with it (featx.records.elsewhere)."""
-    from featx.records import elsewhere
-
-    lines = elsewhere([r for r in others if r["stage"] == stage], pipeline, "predict", args=args, limit=4)
-    return (f" (records of {len(lines)} other configuration(s) exist: " + "; ".join(lines) + ")") if lines else ""
-
-
-def _check_probe_finished(directory: Path, pipeline, record: dict, chosen_by_verdict: bool) -> None:
-    """An interrupted probe's best record is the best of the fits that finished, not the
-    verdict's choice: refused for the default head, said for a named one."""
-    from featx.records import probe_config_hash, probe_interrupted
-
-    status = probe_interrupted(directory, probe_config_hash(pipeline.probe))
-    if status is None:
-        return
-    source = pipeline.source or "<pipeline>"
-    what = (f"the last probe of this configuration was interrupted ({status.get('planned')} fits "
-            f"planned, not all have records)")
-    if chosen_by_verdict:
-        raise FeatxError(f"{what}: the best of the fits that finished is not the verdict's "
-                         f"configuration. Rerun `featx probe {source}` to finish it, or name a head "
-                         f"with --head {record['features']}/{record['head']}")
-    log.warning("%s; predicting with %s/%s as asked", what, record["features"], record["head"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -647,7 +245,7 @@ def predict_file(pipeline, source: str, *, head: str | None = None, finetuned: b
     input has labels. Returns {"out": path, "rows": n, "truncated": k, "metrics": {...} or None}."""
     from featx.data import read_inputs
 
-    pipeline = _pipeline(pipeline)
+    pipeline = as_pipeline(pipeline)
     out = Path(out) if out else pipeline.root / "predictions" / f"{pipeline.name}.csv"
     _check_output(out, pipeline, source)  # before any work: an unwritable --out must not cost the embedding
     manifest = manifest_for(pipeline, head, finetuned)
@@ -762,171 +360,3 @@ def _write(path: Path, table: dict[str, list], label_sep: str = ",") -> None:
             writer.writerows([joined(cell) for cell in row] for row in zip(*(table[c] for c in columns)))
 
     atomic_write(path, {"jsonl": jsonl, "parquet": parquet, "csv": delimited, "tsv": delimited}[kind])
-
-
-# ---------------------------------------------------------------------------------------------
-# featx export
-
-
-PARTIAL = ".featx-partial"
-PARTIAL_MARK = ".featx-export-in-progress"
-
-
-def export(pipeline, out_dir: str | Path, *, head: str | None = None, finetuned: bool = False) -> Path:
-    """A fine-tuned model -> a standard Hugging Face folder (AutoModelForSequenceClassification,
-    pipeline("text-classification")); a frozen configuration -> the backbone folder, the head
-    and a manifest. Both carry featx-predictor.json, which `load_predictor(folder)` reads.
-
-    All or nothing: the export is built in `<out>.featx-partial` beside it and renamed to `out`
-    when complete (a leftover partial folder is named so, and the next export replaces it). It
-    carries only what featx itself loads safely: safetensors weights, the head as arrays and
-    JSON, checked against its record before it is copied."""
-    pipeline = _pipeline(pipeline)
-    manifest = manifest_for(pipeline, head, finetuned)
-    out = _export_target(Path(out_dir))
-    head_bytes = None
-    if manifest.kind == "frozen":
-        from featx.headfiles import read_head
-
-        _, head_bytes = read_head(manifest.head_file, sha256=manifest.head_sha256,
-                                  binding=manifest.head_binding, source=pipeline.source or "<pipeline>")
-    partial = _fresh_partial(out)
-    try:
-        # Paths in the manifest are relative to the folder, so the export can be moved.
-        if manifest.kind == "finetuned":
-            _export_finetuned(manifest, partial)
-            manifest = dataclasses.replace(manifest, model_path=".", checkpoint=None, head_input="model",
-                                           target_scaler=None, model_fingerprint=_fingerprint(partial))
-        else:
-            _copy_model(Path(manifest.model_path), partial / "backbone")
-            name = Path(manifest.head_file).name
-            (partial / name).write_bytes(head_bytes)
-            manifest = dataclasses.replace(manifest, model_path="backbone", head_file=name)
-        manifest = dataclasses.replace(manifest, allow_pickle=False)
-        (partial / MANIFEST).write_text(json.dumps(dataclasses.asdict(manifest), indent=1) + "\n")
-        (partial / PARTIAL_MARK).unlink()
-        os.rename(partial, out)  # replaces an empty folder at `out`; never a full one
-    except OSError as exc:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise FeatxError(f"the export to {out} failed ({_os_reason(exc)}); nothing was written there: "
-                         "free some space or choose another folder, and export again") from None
-    except BaseException:  # an error or Ctrl-C: nothing half-built stays (a SIGKILL leaves the partial)
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    log.info("exported %s/%s (%s) to %s", manifest.features, manifest.head, manifest.kind, out)
-    return out
-
-
-def _export_target(out: Path) -> Path:
-    """The export folder, refused before any work when it cannot be one: a file, a link, a
-    folder with files in it, or a place that cannot be written."""
-    from featx.files import refuse_link, writable_dir
-
-    refuse_link(out, "where featx would export")
-    if out.exists():
-        if not out.is_dir():
-            raise FeatxError(f"{out} exists and is a file; export into a new folder")
-        if any(out.iterdir()):
-            raise FeatxError(f"{out} exists and is not empty; export into a new folder")
-    writable_dir(out.parent, "the export's parent folder", fix="export into another folder")
-    return out
-
-
-def _fresh_partial(out: Path) -> Path:
-    """An empty `<out>.featx-partial`, replacing one a killed export left (and only such one)."""
-    from featx.files import refuse_link
-
-    partial = out.with_name(out.name + PARTIAL)
-    refuse_link(partial)
-    if partial.exists():
-        if not (partial / PARTIAL_MARK).is_file():
-            raise FeatxError(f"{partial} exists and is not a partial featx export; move it away")
-        log.info("removing %s, a partial export an interrupted run left", partial)
-        shutil.rmtree(partial)
-    partial.mkdir()
-    (partial / PARTIAL_MARK).write_text("an unfinished featx export: safe to delete\n")
-    return partial
-
-
-def _os_reason(exc: OSError) -> str:
-    import errno
-
-    if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
-        return "the disk is full or a file-size limit applies"
-    return exc.strerror or str(exc)
-
-
-def _fingerprint(folder: Path) -> str:
-    from featx import resolve as R
-
-    return R.fingerprint(folder, allow_pickle=False)
-
-
-def _copy_model(source: Path, target: Path) -> None:
-    """The files the backbone's fingerprint covers, at the same relative paths, weights as
-    safetensors only (an export never carries a pickle)."""
-    from featx import resolve as R
-
-    try:
-        files = R.model_files(source, allow_pickle=False)
-    except FeatxError as exc:
-        raise FeatxError(f"{exc}. An export carries safetensors weights only") from None
-    for file in files:
-        relative = file.relative_to(source)
-        (target / relative).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(file, target / relative)
-
-
-# Architectures whose own sequence-classification head is dropout + Linear on the pooler: a
-# fine-tune with head_input = "pooler" is their class, parameter for parameter.
-POOLER_HEAD_TYPES = ("bert", "albert", "megatron-bert", "nezha")
-
-
-def _export_finetuned(m: Manifest, out: Path) -> None:
-    """The fine-tuned model as its architecture's standard AutoModelForSequenceClassification
-    folder, with its tokenizer: the model head is that class already; a pooler head on BERT or
-    ALBERT is it parameter for parameter. A regression head predicts standardised targets: the
-    scaler is folded into its output layer, so the exported logits are on the original scale."""
-    import torch
-    from safetensors.torch import load_file
-    from transformers import AutoConfig, AutoModelForSequenceClassification
-
-    from featx import backbone as B
-    from featx import modeling as ML
-
-    resolved = _checked_model(m)
-    config = AutoConfig.from_pretrained(resolved.path, trust_remote_code=False)
-    if m.head_input != ML.MODEL_HEAD and not (m.head_input == "pooler" and config.model_type in POOLER_HEAD_TYPES):
-        raise FeatxError(f"this fine-tune reads {m.head_input!r} features with featx's linear head; "
-                         f"{config.model_type}'s standard sequence classifier has a head of its own. "
-                         "Fine-tune with finetune.head_input = \"model\" to export it, or use "
-                         "featx.load_predictor on the pipeline")
-    names = list(m.label_names)
-    config.num_labels = ML.n_outputs(m.task, len(names))
-    config.problem_type = TASKS[m.task].problem_type
-    labels = ["0", "1"] if config.num_labels == 2 and len(names) != 2 else names
-    config.id2label = {i: str(name) for i, name in enumerate(labels)}
-    config.label2id = {str(name): i for i, name in enumerate(labels)}
-    model = AutoModelForSequenceClassification.from_config(config)
-    _check_sha256(Path(m.checkpoint), m.checkpoint_sha256)
-    saved = load_file(m.checkpoint)
-    if m.head_input == ML.MODEL_HEAD:  # ReferenceClassifier keeps the class's own names under `model.`
-        state = {k.removeprefix("model."): v for k, v in saved.items()}
-    else:
-        prefix = model.base_model_prefix
-        state = {f"{prefix}.{k.removeprefix('backbone.')}": v for k, v in saved.items() if k.startswith("backbone.")}
-        state |= {"classifier.weight": saved["classifier.weight"], "classifier.bias": saved["classifier.bias"]}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not k.endswith("position_ids")]
-    if missing or unexpected:
-        raise FeatxError(f"the fine-tuned weights do not map onto {type(model).__name__}: missing "
-                         f"{missing[:5]}, unexpected {unexpected[:5]}")
-    if TASKS[m.task].regression and m.target_scaler:
-        layer = ML.output_layer(ML.ReferenceClassifier(model))
-        std = torch.tensor(m.target_scaler["std"], dtype=layer.weight.dtype)
-        mean = torch.tensor(m.target_scaler["mean"], dtype=layer.weight.dtype)
-        with torch.no_grad():
-            layer.weight.mul_(std[:, None])
-            layer.bias.mul_(std).add_(mean)
-    model.save_pretrained(out)
-    B.load_tokenizer(resolved.path).save_pretrained(out)

@@ -93,7 +93,8 @@ def test_every_stage_runs_on_every_architecture(tiny, tmp_path, architecture):
     from featx.config import pipeline_from_dict
     from featx.extract import extract
     from featx.finetune import run_finetune
-    from featx.predict import export, load_predictor
+    from featx.export import export
+    from featx.predict import load_predictor
     from featx.probe import run_probe
     from featx.report import write_report
 

@@ -20,13 +20,7 @@ from featx.batching import Encoder
 from featx.config import load_pipeline
 from featx.errors import FeatxError
 from featx.extract import extract
-from featx.finetune import (
-    _probe_head,
-    encode_split,
-    length_grouped_batches,
-    parameter_groups,
-    run_finetune,
-)
+from featx.finetune import _probe_head, encode_split, run_finetune
 from featx.modeling import (
     LOSSES,
     SequenceClassifier,
@@ -36,6 +30,7 @@ from featx.modeling import (
     predict_logits,
     scores_from_logits,
 )
+from featx.training import length_grouped_batches, parameter_groups
 from tests.conftest import LABELS, WORDS, run_featx, write_pipeline_toml, write_rows
 
 
@@ -225,7 +220,7 @@ def test_a_capped_run_continues_from_its_last_epoch_under_a_larger_cap(make_pipe
 
 
 def test_the_plan_and_an_estimate_are_said_before_training(make_pipeline, tmp_path, caplog):
-    from featx.finetune import worst_case_epochs
+    from featx.training import worst_case_epochs
 
     assert worst_case_epochs(2, 10, "halving") == 2 + 9  # both one epoch, the better one to 10
     assert worst_case_epochs(4, 10, "halving") == 4 + 2 + 8 and worst_case_epochs(3, 5, "full") == 15

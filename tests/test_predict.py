@@ -11,10 +11,11 @@ import torch
 import featx
 from featx.cache import Cache
 from featx.errors import FeatxError
+from featx.export import export
 from featx.extract import extract
 from featx.finetune import run_finetune
 from featx.headfiles import load_head
-from featx.predict import export, load_predictor, predict_file
+from featx.predict import load_predictor, predict_file
 from featx.probe import run_probe
 from featx.records import read_predictions, record_dir
 from tests.conftest import write_rows

@@ -291,7 +291,7 @@ def test_pairs_are_probed_jointly_and_as_two_texts_alone(make_pipeline, tmp_path
     assert M.evaluate("regression", y[:, None], scores)["pearson"] == pytest.approx(bi["metrics"]["pearson"], abs=1e-6)
     zero_predictor = load_predictor(pipeline, head="cos:mean@2/identity")
     assert np.corrcoef(zero_predictor.predict(texts, pairs), cosine)[0, 1] == pytest.approx(1.0)
-    from featx.predict import export
+    from featx.export import export
 
     exported = load_predictor(export(pipeline, tmp_path / "exported", head="bi:mean@2/logistic"))
     np.testing.assert_allclose(exported.scores(texts, pairs), scores, rtol=1e-6)

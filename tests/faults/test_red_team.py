@@ -52,7 +52,7 @@ def test_non_finite_config_numbers_are_refused_however_built():
 def test_a_diverged_fine_tune_is_an_error_and_writes_no_record(tmp_path, make_pipeline, monkeypatch):
     import torch
 
-    from featx import finetune, modeling
+    from featx import modeling, training
 
     data = write_rows(tmp_path / "d.csv", classification_rows(60))
     pipeline = make_pipeline({"path": str(data)}, extract={"poolings": ["mean"]},
@@ -70,12 +70,12 @@ def test_a_diverged_fine_tune_is_an_error_and_writes_no_record(tmp_path, make_pi
     assert not list(Path(pipeline.runs_dir).rglob("finetune_*.json"))  # no record
     # with a second learning rate the diverged one is dropped, and the other one is the result
     current = {}
-    build = finetune._optimizer
+    build = training._optimizer
 
     def remember(model, cfg, lr, device):
         current["lr"] = lr
         return build(model, cfg, lr, device)
-    monkeypatch.setattr(finetune, "_optimizer", remember)
+    monkeypatch.setattr(training, "_optimizer", remember)
     monkeypatch.setitem(modeling.LOSSES, "cross_entropy", lambda logits, target: losses["cross_entropy"](
         logits, target) * (float("nan") if current["lr"] == 1e-4 else 1.0))
     two = make_pipeline({"path": str(data)}, extract={"poolings": ["mean"]},

@@ -23,9 +23,10 @@ from hypothesis import strategies as st
 import featx
 from featx.config import load_pipeline, pipeline_from_dict
 from featx.errors import FeatxError
+from featx.export import export
 from featx.extract import extract
 from featx.finetune import run_finetune
-from featx.predict import export, load_predictor, predict_file
+from featx.predict import load_predictor, predict_file
 from featx.probe import run_probe
 from featx.records import probe_config_hash, read_records
 from featx.report import write_report
@@ -456,7 +457,8 @@ def test_a_full_disk_during_an_export_leaves_nothing_and_the_retry_works(project
 
 
 def test_a_partial_export_is_named_and_the_next_export_replaces_it(project, tmp_path):
-    from featx.predict import PARTIAL, PARTIAL_MARK
+    from featx.export import PARTIAL_MARK
+    from featx.manifest import PARTIAL
 
     out = tmp_path / "bundle"
     partial = tmp_path / f"bundle{PARTIAL}"
