@@ -497,7 +497,8 @@ def load_predictor(pipeline, head: str | None = None, *, finetuned: bool = False
 
 
 def _pipeline(pipeline):
-    from featx.config import Pipeline, load_pipeline
+    from featx.config import Pipeline
+    from featx.configfile import load_pipeline
 
     return pipeline if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from featx.config import DataConfig, load_pipeline
+from featx.config import DataConfig
+from featx.configfile import load_pipeline
 from featx.data import load_dataset, stratified_assignment
 from featx.errors import FeatxError
 from tests.conftest import ROOT, classification_rows, write_rows

@@ -13,9 +13,10 @@ from tests.conftest import ROOT
 # Lower layers first; a module may import only modules of its own layer or below.
 LAYERS = [
     {"errors", "version", "tasks", "files", "progress"},
-    {"config", "metrics", "bootstrap", "pooling", "heads", "torchheads", "pairs", "serialize", "stratify", "stream", "ridge"},
+    {"config", "configfile", "metrics", "bootstrap", "pooling", "heads", "varying", "boosting", "lexical", "torchheads",
+     "pairs", "serialize", "stratify", "stream", "ridge", "search"},
     {"data", "backbone", "records", "batching"},
-    {"cache", "modeling"},
+    {"cache", "modeling", "job", "baselines"},
     {"plan"},
     {"extract", "probe", "report"},
     {"distributed", "finetune"},
