@@ -63,7 +63,7 @@ SST2_ROWS = 20_000
 def sst2_file(folder: Path) -> Path | None:
     """The first SST-2 train sentences (through the sst2 pipeline's own loader) for a longer
     run, or None when ../shared/data is absent."""
-    from featx.config import load_pipeline
+    from featx.configfile import load_pipeline
     from featx.data import load_dataset
 
     data_cfg = load_pipeline(SST2_PIPELINE).data
@@ -98,7 +98,7 @@ def _texts(path: Path) -> list[str]:
 
 def child_featx(path: Path, data_dir: Path, poolings: list[str], layers, dtype: str, store: str,
                 budget: int = 0) -> dict:
-    from featx.config import pipeline_from_dict
+    from featx.configfile import pipeline_from_dict
     from featx.extract import extract
 
     pipeline = pipeline_from_dict({

@@ -39,7 +39,7 @@ def _env() -> dict:
 
 def featx_child(data_dir: Path, overrides: list[str]) -> dict:
     """`featx finetune` in a child process; its record."""
-    from featx.config import load_pipeline
+    from featx.configfile import load_pipeline
     from featx.records import read_records, run_dir
 
     common = [f"data_dir={data_dir}", "progress=false", *overrides]
@@ -76,7 +76,7 @@ def trainer_child(epochs: int, target: float, stop_after: int, bf16: bool) -> di
 
     from featx import backbone as B
     from featx import resolve as R
-    from featx.config import load_pipeline
+    from featx.configfile import load_pipeline
     from featx.data import load_dataset
 
     pipeline = load_pipeline(ROOT / "pipelines/trec.toml")

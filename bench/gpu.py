@@ -30,7 +30,7 @@ def run() -> dict:
     import torch
 
     from featx.cache import Cache
-    from featx.config import pipeline_from_dict
+    from featx.configfile import pipeline_from_dict
     from featx.extract import extract
 
     if not torch.cuda.is_available():

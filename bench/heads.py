@@ -3,7 +3,7 @@ previous solver, and every head's fit at a million rows against a tiny-BERT pass
 
 1. Accuracy and fit time, per dataset (built-in TREC coarse and fine; GoEmotions when
    ../shared/data is present), on one cache (mean of the last layer): each pair of heads runs
-   the probe's own selection and refit (`featx.probe.probe_one`: the same grid, protocol and
+   the probe's own selection and refit (`featx.job.probe_one`: the same grid, protocol and
    seed) on the same feature set, alternated over rounds (`FEATX_BENCH_ROUNDS`, default 1;
    first one, then the other, reversed every other round). The accuracy comparison is the
    paired bootstrap (`featx.bootstrap.paired`) of the test primary metric, torch minus
@@ -51,6 +51,7 @@ def previous_tfidf():
     from sklearn.linear_model import LogisticRegression
 
     from featx import heads as H
+    from featx.lexical import LexicalFeatures
     from featx.tasks import TASKS
 
     def build(task, seed, threads, C=1.0, alpha=1.0):
@@ -63,7 +64,7 @@ def previous_tfidf():
         return [{"C": c} for c in (1.0, 10.0, 100.0)] if TASKS[task].classes else H.HEADS["tfidf"].grid(task)
 
     H.HEADS["tfidf-previous"] = H.Head("tfidf-previous", build, deterministic=False, path=True,
-                                       prepare=H.LexicalFeatures, baseline="lexical", grid=grid)
+                                       prepare=LexicalFeatures, baseline="lexical", grid=grid)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,10 +74,10 @@ def previous_tfidf():
 def compare(name: str, pipeline_file: str, overrides: list[str], scratch: Path) -> list[dict]:
     from featx import bootstrap
     from featx.cache import Cache
-    from featx.config import load_pipeline
+    from featx.configfile import load_pipeline
     from featx.extract import extract
     from featx.metrics import primary
-    from featx.probe import TEXT, Features, probe_one
+    from featx.job import TEXT, Features, probe_one
 
     pipeline = load_pipeline(ROOT / pipeline_file, [f"data_dir={scratch / 'data'}", "progress=false",
                                                     'extract.poolings=["mean"]', 'extract.layers="last"',

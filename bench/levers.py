@@ -109,7 +109,7 @@ def _writer_thread():
 
 
 def _extract_seconds(folder: Path, tag: str, all_layers: bool) -> float:
-    from featx.config import pipeline_from_dict
+    from featx.configfile import pipeline_from_dict
     from featx.extract import extract
 
     extract_cfg = ({"poolings": ["cls", "mean", "max", "pooler"], "layers": "all"} if all_layers

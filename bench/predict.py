@@ -36,7 +36,7 @@ def _child(code: str) -> float:
 
 def _prepare(scratch: Path) -> dict:
     """A trained default pipeline (probe records, a short fine-tune, its export) and the texts."""
-    from featx.config import load_pipeline
+    from featx.configfile import load_pipeline
     from featx.data import load_dataset
     from featx.export import export
     from featx.extract import extract
@@ -68,7 +68,7 @@ def run() -> dict:
         scratch = Path(scratch)
         setup = _prepare(scratch)
         predict = (
-            "import json, time; from featx.config import load_pipeline; "
+            "import json, time; from featx.configfile import load_pipeline; "
             "from featx.predict import predict_file\n"
             f"pipeline = load_pipeline('pipelines/trec.toml', {setup['overrides']!r})\n"
             "t = time.perf_counter()\n"
@@ -77,7 +77,7 @@ def run() -> dict:
         # The same texts through extraction with the head's one pooling and layer, into a fresh
         # cache each round (never a cache hit).
         extract = (
-            "import json, tempfile, time; from featx.config import pipeline_from_dict; "
+            "import json, tempfile, time; from featx.configfile import pipeline_from_dict; "
             "from featx.extract import extract\n"
             f"p = pipeline_from_dict({{'name': 'bench', 'data_dir': tempfile.mkdtemp(dir={str(scratch)!r}), "
             f"'progress': False, 'data': {{'path': {setup['texts']!r}, 'task': 'multiclass'}}, "

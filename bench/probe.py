@@ -87,7 +87,7 @@ def _slug(name: str) -> str:
 
 
 def one(name: str, pipeline_file: str, overrides: list[str], scratch: Path) -> dict:
-    from featx.config import load_pipeline
+    from featx.configfile import load_pipeline
     from featx.extract import extract
 
     new_dir, old_dir = scratch / _slug(name), scratch / (_slug(name) + "-previous")

@@ -21,7 +21,8 @@ def open_cache(path=None, *, pipeline=None):
     if path is not None and not isinstance(path, (str, __import__("os").PathLike)):
         raise FeatxError(f"open_cache takes a cache path (a str or Path), got {type(path).__name__}")
     if pipeline is not None:
-        from featx.config import Pipeline, load_pipeline
+        from featx.config import Pipeline
+        from featx.configfile import load_pipeline
         from featx.plan import find_cache
 
         config = pipeline if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)

@@ -10,7 +10,8 @@ import argparse
 import logging
 import sys
 
-from featx.config import Pipeline, load_pipeline
+from featx.config import Pipeline
+from featx.configfile import load_pipeline
 from featx.errors import FeatxError
 
 
@@ -119,7 +120,7 @@ def cmd_predict(pipeline: Pipeline, args) -> None:
 
 def cmd_keys(section: str | None = None) -> int:
     """List every key a pipeline file takes, with its default and what it does (docs/keys.md)."""
-    from featx.config import keys_reference
+    from featx.configfile import keys_reference
 
     print(keys_reference(section))
     return 0

@@ -30,7 +30,8 @@ from featx import bootstrap
 from featx import metrics as M
 from featx.batching import TORCH_DTYPES, Encoder, default_token_budget
 from featx.cache import Cache
-from featx.config import MAX_LR, WARN_LR, FinetuneConfig, Pipeline, command
+from featx.config import FinetuneConfig, MAX_LR, Pipeline, WARN_LR
+from featx.configfile import command
 from featx.data import Split
 from featx.errors import FeatxError
 from featx.files import atomic_write, refuse_link, writable_dir
@@ -407,7 +408,8 @@ def _protocol_rows(dataset, cfg: FinetuneConfig):
 def _probe_head(pipeline: Pipeline, cache_path: Path, head_input: str, n_layers: int, task: str,
                 scaler: TargetScaler | None) -> tuple[np.ndarray, np.ndarray]:
     """LP-FT's starting head: (weight, bias) of the logistic probe on the same features."""
-    from featx.probe import Features, fit_selected
+    from featx.probe import Features
+    from featx.job import fit_selected
 
     features = Features(head_input, (n_layers,))
     estimator = fit_selected(cache_path, features, "logistic", pipeline.probe)

@@ -20,12 +20,13 @@ A multilabel label never (or always) present in the rows a head is fitted on get
 estimator: its probability is that constant (MultilabelLogistic does it itself, the other
 heads through VaryingLabels). Every head takes `random_state` and a thread count; nothing
 touches the backbone. The torch heads (featx/torchheads.py) import torch when they fit, never
-when they predict.
+when they predict. The LightGBM heads are featx/boosting.py's, the TF-IDF baseline
+featx/lexical.py's and VaryingLabels featx/varying.py's; this module is the registry and the
+other heads.
 """
 from __future__ import annotations
 
 import contextlib
-import inspect
 import signal
 import threading
 import warnings
@@ -33,149 +34,27 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-from sklearn.base import (
-    BaseEstimator,
-    ClassifierMixin,
-    RegressorMixin,
-    TransformerMixin,
-    clone,
-)
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.compose import TransformedTargetRegressor
 from sklearn.dummy import DummyClassifier, DummyRegressor
 from sklearn.exceptions import ConvergenceWarning, DataConversionWarning
 from sklearn.linear_model import LogisticRegression, Ridge
-from sklearn.model_selection import train_test_split
-from sklearn.multiclass import OneVsRestClassifier
-from sklearn.multioutput import MultiOutputClassifier, MultiOutputRegressor
 from sklearn.neural_network import MLPClassifier, MLPRegressor
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from featx import boosting, lexical
 from featx.errors import check_choice
 from featx.ridge import RidgeClassifierHead
 from featx.tasks import TASKS
 from featx.torchheads import TorchLogistic, TorchMLPClassifier, TorchMLPRegressor, TorchRidge
-
-
-class _LightGBMHead(BaseEstimator):
-    """LightGBM with early stopping on a seeded validation split carved from the training data,
-    so `fit(X, y)` needs nothing else (and works inside MultiOutput wrappers)."""
-
-    def __init__(self, *, num_leaves: int = 31, learning_rate: float = 0.1,
-                 n_estimators: int = 1000, early_stopping_rounds: int = 30,
-                 validation_fraction: float = 0.1, min_child_samples: int = 20,
-                 colsample_bytree: float = 0.5, subsample: float = 0.8, reg_lambda: float = 1.0,
-                 max_bin: int = 63, random_state: int = 0, n_jobs: int = 1):
-        self.num_leaves = num_leaves
-        self.learning_rate = learning_rate
-        self.n_estimators = n_estimators
-        self.early_stopping_rounds = early_stopping_rounds
-        self.validation_fraction = validation_fraction
-        self.min_child_samples = min_child_samples
-        self.colsample_bytree = colsample_bytree
-        self.subsample = subsample
-        self.reg_lambda = reg_lambda
-        self.max_bin = max_bin
-        self.random_state = random_state
-        self.n_jobs = n_jobs
-
-    def _fit(self, model_class, X, y, stratify: bool):
-        import lightgbm
-
-        if len(X) < 2:
-            raise ValueError(f"{type(self).__name__} needs at least 2 samples to hold some out for "
-                             f"early stopping, got n_samples={len(X)}")
-        held = max(1, int(np.ceil(self.validation_fraction * len(X))))
-        counts = np.unique(y, return_counts=True)[1] if stratify else None
-        # Stratified only when it can be: every class twice, a held-out row per class.
-        can_stratify = stratify and counts.min() >= 2 and held >= len(counts) and len(X) - held >= len(counts)
-        fit_rows, val_rows = train_test_split(np.arange(len(X)), test_size=held,
-                                              random_state=self.random_state,
-                                              stratify=y if can_stratify else None)
-        if stratify:
-            fit_rows, val_rows = _keep_every_class(y, fit_rows, val_rows)
-        X_fit, X_val, y_fit, y_val = X[fit_rows], X[val_rows], y[fit_rows], y[val_rows]
-        self.model_ = model_class(
-            n_estimators=self.n_estimators, learning_rate=self.learning_rate,
-            num_leaves=self.num_leaves, min_child_samples=self.min_child_samples,
-            colsample_bytree=self.colsample_bytree, subsample=self.subsample, subsample_freq=1,
-            reg_lambda=self.reg_lambda, max_bin=self.max_bin, random_state=self.random_state,
-            n_jobs=self.n_jobs, verbose=-1)
-        stop = [lightgbm.early_stopping(self.early_stopping_rounds, verbose=False)]
-        if "eval_X" in inspect.signature(model_class.fit).parameters:  # lightgbm >= 4.7
-            self.model_.fit(X_fit, y_fit, eval_X=(X_val,), eval_y=(y_val,), callbacks=stop)
-        else:
-            self.model_.fit(X_fit, y_fit, eval_set=[(X_val, y_val)], callbacks=stop)
-        self.best_iteration_ = int(self.model_.best_iteration_ or self.n_estimators)
-        return self
-
-
-def _keep_every_class(y: np.ndarray, fit_rows: np.ndarray, val_rows: np.ndarray):
-    """The early-stopping split with every class of y in its fitting part: a class whose rows
-    all fell into the validation part (a label of one positive row) moves them back, else the
-    model would be fitted on one class and know nothing of the other. An emptied validation
-    part is the fitting part (early stopping then reads the training loss)."""
-    missing = np.isin(y[val_rows], y[fit_rows], invert=True)
-    if not missing.any():
-        return fit_rows, val_rows
-    fit_rows = np.concatenate([fit_rows, val_rows[missing]])
-    val_rows = val_rows[~missing]
-    return fit_rows, val_rows if len(val_rows) else fit_rows
-
-
-class LightGBMClassifierHead(ClassifierMixin, _LightGBMHead):
-    def fit(self, X, y):
-        from lightgbm import LGBMClassifier
-        from sklearn.utils.multiclass import check_classification_targets
-
-        X, y = validate_data(self, X, y)
-        check_classification_targets(y)
-        self.classes_ = np.unique(y)
-        # LightGBM wants numbers: fitted on class positions, mapped back in predict.
-        return self._fit(LGBMClassifier, X, np.searchsorted(self.classes_, y), stratify=True)
-
-    def predict_proba(self, X):
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False)
-        if len(self.classes_) == 1:
-            return np.ones((len(X), 1))
-        # A class that fell entirely into the validation split gets probability 0.
-        proba = self.model_.predict_proba(X)
-        out = np.zeros((len(X), len(self.classes_)))
-        out[:, self.model_.classes_] = proba
-        return out
-
-    def predict(self, X):
-        proba = self.predict_proba(X)  # first: it checks the head is fitted
-        return self.classes_[proba.argmax(axis=1)]
-
-
-class LightGBMRegressorHead(RegressorMixin, _LightGBMHead):
-    def fit(self, X, y):
-        from lightgbm import LGBMRegressor
-
-        X, y = validate_data(self, X, y, y_numeric=True)
-        return self._fit(LGBMRegressor, X, y, stratify=False)
-
-    def predict(self, X):
-        check_is_fitted(self)
-        return self.model_.predict(validate_data(self, X, reset=False))
+from featx.varying import VaryingLabels, constant_labels
 
 
 # The logit a constant label's coefficients give (zero weights, this intercept): finite, so LP-FT
 # can fold it into a torch head, and its sigmoid is within 1e-13 of the constant.
 CONSTANT_LOGIT = 30.0
-
-
-def constant_labels(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(varying (L,) bool, constant (L,) float) of 0/1 labels Y (n, L): which labels have both
-    positive and negative rows, and the value (0 or 1) of each one that has not (0 where it
-    varies)."""
-    Y = np.asarray(Y)
-    positives = (Y.reshape(len(Y), -1) != 0).sum(axis=0)
-    varying = (positives > 0) & (positives < len(Y))
-    return varying, ((positives == len(Y)) & ~varying).astype(np.float64)
 
 
 class MLPHead(MLPClassifier):
@@ -310,111 +189,6 @@ class IncreasingScore(RegressorMixin, BaseEstimator):
         return out[:, 0] if self.n_targets_ == 1 else out
 
 
-class VaryingLabels(ClassifierMixin, BaseEstimator):
-    """A multilabel estimator fitted on the labels that vary in its training rows, only.
-
-    A label never (or always) present in those rows gets no estimator (scikit-learn's
-    classifiers refuse a single class, or answer with a one-column probability): its
-    probability is that constant. Rare labels make this the rule, not the exception: a label
-    with one training row is absent from the training part of all but one cross-validation
-    fold. `estimator` takes (n, k) 0/1 targets of the k varying labels (MLPClassifier,
-    MultiOutputClassifier, DummyClassifier); None is fitted when no label varies.
-    """
-
-    def __init__(self, estimator):
-        self.estimator = estimator
-
-    def fit(self, X, y):
-        Y = np.asarray(y).reshape(X.shape[0], -1)  # (n, L); X may be sparse (TF-IDF)
-        previous = getattr(self, "varying_", None)
-        self.varying_, self.constant_ = constant_labels(Y)
-        self.classes_ = np.arange(Y.shape[1])
-        if not self.varying_.any():
-            self.estimator_ = None
-            return self
-        # A warm-started estimator refitted on the same labels (a regularisation path) starts
-        # from its last solution: its new parameters are the template's, its state its own.
-        fitted = getattr(self, "estimator_", None)
-        if (fitted is not None and getattr(self.estimator, "warm_start", False) is True
-                and np.array_equal(previous, self.varying_)):
-            self.estimator_ = fitted.set_params(**self.estimator.get_params(deep=False))
-        else:
-            self.estimator_ = clone(self.estimator)
-        self.estimator_.fit(X, Y[:, self.varying_])
-        return self
-
-    def predict_proba(self, X):
-        check_is_fitted(self)
-        proba = np.tile(self.constant_, (X.shape[0], 1))  # (n, L)
-        if self.estimator_ is not None:
-            fitted = self.estimator_.predict_proba(X)
-            proba[:, self.varying_] = _label_probabilities(fitted, int(self.varying_.sum()))
-        return proba
-
-    def predict(self, X):
-        return (self.predict_proba(X) >= 0.5).astype(int)
-
-
-def _label_probabilities(proba, k: int) -> np.ndarray:
-    """P(label) (n, k) from a multilabel predict_proba: one (n, 2) array per label
-    (MultiOutputClassifier, DummyClassifier), (n, k) (MLPClassifier), or one (n, 2) array when
-    a single label was fitted (as a binary problem). Every label here varies: both columns exist."""
-    if isinstance(proba, list):
-        return np.stack([p[:, 1] for p in proba], axis=1)
-    proba = np.asarray(proba)
-    return proba[:, 1:] if k == 1 and proba.shape[1] == 2 else proba
-
-
-class LexicalFeatures(TransformerMixin, BaseEstimator):
-    """TF-IDF of word n-grams and character n-grams (within word boundaries), sublinear term
-    frequencies, each block L2-normalised: the lexical baseline's features.
-
-    X is (n,) texts, or (n, 2) text pairs; a pair becomes [a * b, |a - b|] of its two texts'
-    vectors (element-wise), so a linear head can read what they share and where they differ.
-    """
-
-    def __init__(self, *, word_ngrams: tuple[int, int] = (1, 2), char_ngrams: tuple[int, int] = (2, 5),
-                 max_features: int = 50_000):
-        self.word_ngrams = word_ngrams
-        self.char_ngrams = char_ngrams
-        self.max_features = max_features
-
-    def fit(self, X, y=None):
-        from sklearn.feature_extraction.text import TfidfVectorizer
-
-        texts = self._texts(X).ravel()
-        common = dict(sublinear_tf=True, max_features=self.max_features, dtype=np.float32)
-        self.vectorizers_ = []
-        for analyzer, ngrams in (("word", self.word_ngrams), ("char_wb", self.char_ngrams)):
-            # Words of one character count too ("I", "a", "2"): short texts need them.
-            pattern = {"token_pattern": r"(?u)\b\w+\b"} if analyzer == "word" else {}
-            vectorizer = TfidfVectorizer(analyzer=analyzer, ngram_range=tuple(ngrams), **pattern,
-                                         **common)
-            try:
-                self.vectorizers_.append(vectorizer.fit(texts))
-            except ValueError:  # no token of this kind in any text (punctuation only): skip the block
-                continue
-        if not self.vectorizers_:
-            raise ValueError("the texts hold no word or character n-grams to build TF-IDF features from")
-        return self
-
-    def transform(self, X):
-        import scipy.sparse as sp
-
-        texts = self._texts(X)
-        vectors = [sp.hstack([v.transform(texts[:, j]) for v in self.vectorizers_]).tocsr()
-                   for j in range(texts.shape[1])]
-        if len(vectors) == 1:
-            return vectors[0]
-        a, b = vectors
-        return sp.hstack([a.multiply(b), abs(a - b)]).tocsr()
-
-    @staticmethod
-    def _texts(X) -> np.ndarray:
-        texts = np.asarray(X, dtype=object)
-        return texts.reshape(len(texts), -1)  # (n, 1) texts or (n, 2) pairs
-
-
 # ---------------------------------------------------------------------------------------------
 # The registry: how each head is built per task, and the grid its hyperparameters come from
 
@@ -447,15 +221,6 @@ def _mlp(task: str, seed: int, threads: int, alpha: float = 1e-4, hidden: int = 
     return make_pipeline(StandardScaler(), MLPHead(**common))
 
 
-def _lightgbm(task: str, seed: int, threads: int, num_leaves: int = 31):
-    params = dict(num_leaves=num_leaves, random_state=seed, n_jobs=threads)
-    if TASKS[task].regression:
-        return MultiOutputRegressor(LightGBMRegressorHead(**params))
-    if TASKS[task].thresholded:
-        return VaryingLabels(MultiOutputClassifier(LightGBMClassifierHead(**params)))
-    return LightGBMClassifierHead(**params)
-
-
 def _logistic_torch(task: str, seed: int, threads: int, C: float = 1.0, alpha: float = 1.0):
     # The same objectives as `_logistic`'s: ridge in closed form, L-BFGS for the logistic losses.
     if TASKS[task].regression:
@@ -486,41 +251,6 @@ def _majority(task: str, seed: int, threads: int):
     if TASKS[task].thresholded:
         return VaryingLabels(DummyClassifier(strategy="prior"))
     return DummyClassifier(strategy="prior")
-
-
-def _tfidf(task: str, seed: int, threads: int, C: float = 1.0, alpha: float = 1.0):
-    # On L2-normalised TF-IDF rows, without a scaler (scaling columns would inflate rare n-grams).
-    if TASKS[task].regression:
-        return Ridge(alpha=alpha)
-    if TASKS[task].thresholded:
-        # One binary problem per label, and MultiOutputClassifier clones its estimator for each
-        # (no warm start across C): liblinear is the fastest fresh fit there (GoEmotions, 28
-        # labels x 43,410 rows: 1.8x faster than SAGA, the same dev F1), and its dual
-        # coordinate descent (the rows fewer than the n-gram columns) 2-8x faster again than
-        # its primal Newton steps, to the same optimum (90 newswire-like labels: 0.4 s a label
-        # instead of 3 s).
-        return VaryingLabels(MultiOutputClassifier(LogisticRegression(
-            C=C, solver="liblinear", dual=True, tol=1e-3, max_iter=1000, random_state=seed)))
-    # One binary liblinear problem per class (one for a binary task), in its primal form (trust-
-    # region Newton): its cost hardly grows with C, where SAGA's multinomial epochs do. Measured
-    # on the built-in TREC fine (50 classes, 4,305 rows, 72,320 n-gram columns) along C = 1, 10,
-    # 100, 1000: 16 s against SAGA's 35 s (warm-started), the same test accuracy at each C within
-    # 0.3 points; SST-2 (binary, 60,615 rows): 57 s against 257 s, the same scores. lbfgs on the
-    # multinomial took 45 s (each step multiplies the whole features x classes matrix); the dual
-    # form, fast at small C, took 109 s at C = 100 on SST-2.
-    return OneVsRestClassifier(LogisticRegression(C=C, solver="liblinear", dual=False, tol=1e-3,
-                                                  max_iter=1000, random_state=seed))
-
-
-def _tfidf_grid(task: str) -> list[dict]:
-    if TASKS[task].regression:
-        return [{"alpha": a} for a in (0.1, 1.0, 10.0, 100.0)]
-    # Multilabel goes one step weaker: one binary problem per label, and a rare label's few rows
-    # want a light penalty (a 90-label newswire-like long tail peaked past C = 100; GoEmotions
-    # at C = 1, where the path stops long before). Its dual liblinear fit costs about the same
-    # at 1000 as at 100. Classes keep three values: past a winning C = 100 the path goes on
-    # (featx.probe's edge steps) while the score improves.
-    return [{"C": c} for c in ((1.0, 10.0, 100.0, 1000.0) if TASKS[task].thresholded else (1.0, 10.0, 100.0))]
 
 
 @dataclass(frozen=True)
@@ -562,7 +292,7 @@ HEADS = {
         else [{"C": c} for c in (1e-3, 1e-2, 1e-1, 1.0, 10.0)])),
     "mlp": Head("mlp", _mlp, deterministic=False, complexity=1,
                 grid=lambda task: [{"alpha": a} for a in (1e-4, 1e-2, 1.0)]),
-    "lightgbm": Head("lightgbm", _lightgbm, deterministic=False, max_outputs=20, complexity=2,
+    "lightgbm": Head("lightgbm", boosting.lightgbm, deterministic=False, max_outputs=20, complexity=2,
                      grid=lambda task: [{"num_leaves": n} for n in (7, 31)]),
     "logistic-torch": Head("logistic-torch", _logistic_torch, deterministic=True, path=True, complexity=1,
                            grid=lambda task: HEADS["logistic"].grid(task)),
@@ -570,8 +300,8 @@ HEADS = {
                       grid=lambda task: HEADS["mlp"].grid(task)),
     "majority": Head("majority", _majority, deterministic=True, grid=lambda task: [{}],
                      baseline="majority"),
-    "tfidf": Head("tfidf", _tfidf, deterministic=False, path=True, prepare=LexicalFeatures,
-                  baseline="lexical", grid=_tfidf_grid),
+    "tfidf": Head("tfidf", lexical.tfidf, deterministic=False, path=True, prepare=lexical.LexicalFeatures,
+                  baseline="lexical", grid=lexical.tfidf_grid),
 }
 
 
@@ -655,4 +385,4 @@ def predict_scores(estimator, X: np.ndarray, task: str, n_classes: int) -> np.nd
     classes = np.asarray(getattr(estimator, "classes_", np.arange(proba.shape[1])))
     full = np.zeros((n, n_classes))
     full[:, classes] = proba  # classes are label indices; a class missing from train stays at 0
-    return full[:, 1] if task == "binary" else full
+    return TASKS[task].from_probabilities(full)

@@ -165,7 +165,8 @@ def check_sha256(path: Path, expected: str | None) -> None:
 
 def as_pipeline(pipeline):
     """A pipeline given as a TOML path or a `Pipeline`, as a `Pipeline`."""
-    from featx.config import Pipeline, load_pipeline
+    from featx.config import Pipeline
+    from featx.configfile import load_pipeline
 
     return pipeline if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
 

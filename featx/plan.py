@@ -17,7 +17,8 @@ import numpy as np
 
 from featx import backbone, resolve
 from featx.cacheschema import SINGLES, CacheSpec, cache_path, partial_path
-from featx.config import MODEL_POOLINGS, Pipeline, command, make_command, resolve_layers
+from featx.config import MODEL_POOLINGS, Pipeline, resolve_layers
+from featx.configfile import command, make_command
 from featx.data import Dataset, Split, load_dataset
 from featx.errors import FeatxError
 

@@ -375,7 +375,7 @@ def elsewhere(others: list[dict], pipeline, stage: str, *, args: tuple[str, ...]
     """One line per configuration the `others` records (this pipeline's, not made by `pipeline`
     as configured) were made with: the overrides that select it, what it holds, and the command
     that runs `stage` on it (also as `make`, for the stages the Makefile has)."""
-    from featx.config import command, make_command
+    from featx.configfile import command, make_command
 
     groups: dict[tuple, list[dict]] = {}
     for record in others:

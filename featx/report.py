@@ -17,7 +17,8 @@ import math
 import os
 from pathlib import Path
 
-from featx.config import Pipeline, command
+from featx.config import Pipeline
+from featx.configfile import command
 from featx.errors import FeatxError
 from featx.plots import plots
 from featx.verdict import Inputs, Verdict, collect, rows, verdict
@@ -139,7 +140,7 @@ def _stop(tune: dict) -> str:
 
 
 def _make(pipeline, target: str) -> str:
-    from featx.config import make_command
+    from featx.configfile import make_command
 
     return make_command(pipeline, target)
 

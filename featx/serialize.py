@@ -43,8 +43,8 @@ MAX_DEPTH = 64
 
 def allowed() -> dict[str, type]:
     """The classes a head file may name: scikit-learn's and LightGBM's that featx's heads are
-    made of, and featx's own (featx/heads.py, featx/torchheads.py: fitted, those hold numpy
-    arrays only). A new estimator class needs one entry here."""
+    made of, and featx's own (featx/heads.py and the modules of its heads: fitted, those hold
+    numpy arrays only). A new estimator class needs one entry here."""
     from lightgbm import Booster, LGBMClassifier, LGBMRegressor
     from sklearn.compose import TransformedTargetRegressor
     from sklearn.dummy import DummyClassifier, DummyRegressor
@@ -57,17 +57,20 @@ def allowed() -> dict[str, type]:
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import LabelBinarizer, LabelEncoder, StandardScaler
 
-    from featx import heads
+    from featx import boosting, heads, lexical, varying
 
     classes = [Pipeline, StandardScaler, LabelBinarizer, LabelEncoder, LogisticRegression, Ridge,
                MLPClassifier, MLPRegressor, AdamOptimizer, SGDOptimizer, TransformedTargetRegressor,
                MultiOutputClassifier, MultiOutputRegressor, OneVsRestClassifier, DummyClassifier, DummyRegressor,
                TfidfVectorizer, TfidfTransformer, LGBMClassifier, LGBMRegressor, Booster,
-               heads.LightGBMClassifierHead, heads.LightGBMRegressorHead, heads.MultilabelLogistic,
-               heads.LexicalFeatures, heads.IncreasingScore, heads.VaryingLabels, heads.MLPHead,
+               boosting.LightGBMClassifierHead, boosting.LightGBMRegressorHead, heads.MultilabelLogistic,
+               lexical.LexicalFeatures, heads.IncreasingScore, varying.VaryingLabels, heads.MLPHead,
                heads.TorchLogistic, heads.TorchRidge, heads.TorchMLPClassifier, heads.TorchMLPRegressor,
                heads.RidgeClassifierHead]
-    return {_name(c): c for c in classes}
+    # Head files written before these classes left featx/heads.py name them there: they still load.
+    earlier = {f"featx.heads.{c.__qualname__}": c for c in (
+        boosting.LightGBMClassifierHead, boosting.LightGBMRegressorHead, lexical.LexicalFeatures, varying.VaryingLabels)}
+    return {_name(c): c for c in classes} | earlier
 
 
 # Types that appear as values (TfidfVectorizer's dtype=np.float32; a defaultdict's factory).

@@ -53,6 +53,10 @@ class TaskType:
         """One column per class or label: binary (n, 2); multiclass, multilabel as they are."""
         return np.stack([1 - scores, scores], axis=1) if self.name == "binary" else scores
 
+    def from_probabilities(self, probabilities: np.ndarray) -> np.ndarray:
+        """One column per class -> scores: binary (n, 2) -> (n,) P(positive); the others as they are."""
+        return probabilities[:, 1] if self.name == "binary" else probabilities
+
     def decode(self, scores: np.ndarray, names, threshold: float = 0.5):
         """Scores -> label names (classes), lists of names (multilabel), values (regression)."""
         names = np.asarray(names, dtype=object)

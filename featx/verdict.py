@@ -17,7 +17,8 @@ import numpy as np
 
 from featx.bootstrap import MIN_ROWS
 from featx.choice import FrozenChoice, best_tuned, frozen_choice, selection_score
-from featx.config import Pipeline, command
+from featx.config import Pipeline
+from featx.configfile import command
 from featx.errors import FeatxError
 from featx.records import made_by, read_records
 
@@ -51,7 +52,7 @@ def collect(runs_dir: str | Path, pipeline: str, current: "Pipeline | None" = No
     Records only under other overrides are an error that names each configuration with the
     command that reports it. Without `current` (a library call on records alone): the newest
     probe configuration and the newest fine-tune of the newest pretrained cache."""
-    from featx.config import make_command
+    from featx.configfile import make_command
     from featx.records import elsewhere
 
     root = Path(runs_dir) / pipeline

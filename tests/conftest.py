@@ -15,7 +15,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest
 
-from featx.config import pipeline_from_dict
+from featx.configfile import pipeline_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 

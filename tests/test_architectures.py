@@ -90,7 +90,7 @@ def test_poolings_token_types_and_positions_follow_the_architecture(tiny, archit
 def test_every_stage_runs_on_every_architecture(tiny, tmp_path, architecture):
     from transformers import pipeline as hf_pipeline
 
-    from featx.config import pipeline_from_dict
+    from featx.configfile import pipeline_from_dict
     from featx.extract import extract
     from featx.finetune import run_finetune
     from featx.export import export

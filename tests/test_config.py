@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from featx.config import POOLINGS, load_pipeline, pipeline_from_dict
+from featx.config import POOLINGS
+from featx.configfile import load_pipeline, pipeline_from_dict
 from featx.errors import FeatxError
 from tests.conftest import ROOT
 
@@ -66,7 +67,8 @@ def test_the_key_reference_is_generated_from_the_dataclasses():
     """docs/keys.md is `featx keys`: every key with its default and its docstring, kept true."""
     import dataclasses
 
-    from featx.config import SECTIONS, field_docs, keys_reference
+    from featx.config import SECTIONS
+    from featx.configfile import field_docs, keys_reference
     from tests.conftest import ROOT
 
     assert (ROOT / "docs" / "keys.md").read_text() == keys_reference() + "\n", \

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from featx.cli import main
-from featx.config import load_pipeline
+from featx.configfile import load_pipeline
 from featx.errors import FeatxError
 from featx.extract import extract
 from featx.finetune import run_finetune
@@ -196,7 +196,7 @@ def test_the_make_command_hands_every_override_to_featx_unchanged(tmp_path):
     import shutil
     import subprocess
 
-    from featx.config import make_command, pipeline_from_dict
+    from featx.configfile import make_command, pipeline_from_dict
 
     if shutil.which("make") is None:
         pytest.skip("no make on this machine")

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from featx.config import DataConfig, load_pipeline
+from featx.config import DataConfig
+from featx.configfile import load_pipeline
 from featx.data import load_dataset
 from featx.errors import FeatxError
 from featx.splits import stratified_assignment

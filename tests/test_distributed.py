@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from featx.cache import Cache
-from featx.config import load_pipeline
+from featx.configfile import load_pipeline
 from featx.distributed import deal
 from featx.extract import extract
 from tests.conftest import (

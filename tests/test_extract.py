@@ -316,7 +316,7 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(big_job, tmp_path):
     before = done_rows(partial)
     assert 0 < before < BIG
 
-    from featx.config import load_pipeline
+    from featx.configfile import load_pipeline
     resumed = extract(load_pipeline(big_job(killed_dir)))
     assert resumed.stats["rows_computed"] == BIG - before  # nothing done twice
     clean = extract(load_pipeline(big_job(tmp_path / "clean")))

@@ -17,7 +17,7 @@ from transformers import BertForSequenceClassification, BertModel
 from featx import backbone as B
 from featx import resolve as R
 from featx.batching import Encoder
-from featx.config import load_pipeline
+from featx.configfile import load_pipeline
 from featx.errors import FeatxError
 from featx.extract import extract
 from featx.finetune import _probe_head, encode_split, run_finetune
@@ -104,7 +104,7 @@ def test_pretrained_path_never_uses_from_config(tiny_bert, monkeypatch):
 
 
 def test_learning_rate_guard(tmp_path, caplog):
-    from featx.config import pipeline_from_dict
+    from featx.configfile import pipeline_from_dict
     from featx.finetune import check_learning_rate
 
     with pytest.raises(FeatxError, match="destroy|overwrites"):
@@ -191,7 +191,7 @@ def test_tiny_dataset_is_overfitted(make_pipeline, tmp_path):
 def test_a_capped_run_continues_from_its_last_epoch_under_a_larger_cap(make_pipeline, tmp_path, caplog):
     import dataclasses
 
-    from featx.config import command
+    from featx.configfile import command
 
     data = write_rows(tmp_path / "d.csv", separable_rows(48))
     settings = {"learning_rates": [1e-4, 3e-4], "batch_size": 8, "patience": 3, "min_delta": 0.0,
@@ -265,7 +265,7 @@ def test_multilabel_uses_bce_and_a_threshold(make_pipeline, tmp_path):
 def test_lp_ft_head_starts_at_the_probe(make_pipeline, tmp_path, task, head_input):
     from featx.cache import Cache
     from featx.plan import make_plan
-    from featx.probe import Features, fit_selected
+    from featx.job import Features, fit_selected
 
     rows = separable_rows(60)
     if task == "binary":

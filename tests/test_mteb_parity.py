@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from featx.config import load_pipeline
+from featx.configfile import load_pipeline
 from tests.conftest import ROOT
 
 SHARED = ROOT.parent / "shared" / "data"

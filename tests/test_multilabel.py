@@ -16,9 +16,11 @@ from featx import bootstrap as BS
 from featx import heads as H
 from featx import metrics as M
 from featx import config
+from featx.boosting import LightGBMClassifierHead
 from featx.config import DataConfig
 from featx.data import load_dataset
 from featx.errors import FeatxError
+from featx.lexical import LexicalFeatures
 from tests.conftest import WORDS, write_rows
 
 # Label j of the unit problems: 0 and 1 common, 2 one positive row, 3 never, 4 always present.
@@ -102,7 +104,7 @@ def test_lightgbm_keeps_a_lone_positive_in_its_fitting_part():
     y = np.zeros(30, dtype=int)
     y[7] = 1
     for seed in range(30):  # a tenth of the rows is held out: some seeds draw the positive row
-        head = H.LightGBMClassifierHead(n_estimators=20, random_state=seed).fit(X, y)
+        head = LightGBMClassifierHead(n_estimators=20, random_state=seed).fit(X, y)
         assert head.model_.n_classes_ == 2 and head.predict_proba(X).shape == (30, 2)
 
 
@@ -282,7 +284,7 @@ def test_many_rare_labels_reach_low_thresholds_and_weak_penalties():
     assert M.choose_threshold(y, scores) < 0.05  # a linear head's small probabilities of rare labels
     assert [c["C"] for c in H.HEADS["tfidf"].grid("multilabel")] == [1.0, 10.0, 100.0, 1000.0]
     _, texts, Y = rare_problem(300, seed=4)
-    X = H.LexicalFeatures().fit(texts).transform(texts)
+    X = LexicalFeatures().fit(texts).transform(texts)
     dual = H.fit(H.build("tfidf", "multilabel", {"C": 100.0}), X, Y).predict_proba(X)
     for j in (0, 1, ONE):  # liblinear's dual coordinate descent reaches the primal optimum
         primal = LogisticRegression(C=100.0, solver="liblinear", tol=1e-6).fit(X, Y[:, j])

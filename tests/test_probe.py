@@ -12,12 +12,16 @@ import featx
 from featx import config
 from featx import heads as H
 from featx import metrics as M
+from featx.boosting import LightGBMClassifierHead, LightGBMRegressorHead
 from featx.cache import Cache
 from featx.config import ProbeConfig
 from featx.errors import FeatxError
+from featx.job import Features, probe_one, undersample
+from featx.lexical import LexicalFeatures
+from featx.probe import run_probe
 from featx.headfiles import head_binding, load_head, save_heads
-from featx.probe import Features, choose_protocol, probe_one, run_probe, undersample
 from featx.records import probe_config_hash, probe_dir, read_records
+from featx.search import choose_protocol
 from tests.conftest import write_rows, write_synthetic_cache
 
 SPLITS = {"train": 300, "dev": 120, "test": 120}
@@ -337,16 +341,16 @@ def test_lightgbm_leaves_the_staged_grid_past_twenty_classes(tmp_path, caplog):
 
 
 def test_warm_started_path_and_holdout_match_fresh_fits(tmp_path):
-    from featx.probe import _select, _selection_splits
+    from featx.search import select, selection_splits
 
     features, labels, names = make_task("multilabel", True, dim=10)
     X, y = features["train"][:, 0], labels["train"]
     cfg = ProbeConfig()
     protocol = choose_protocol("holdout", ["train", "test"], 5, len(y))
     assert protocol.name == "holdout" and "held out" in protocol.select_on
-    search = _select("logistic", "multilabel", 3, X, y, None, None, protocol=protocol, cfg=cfg,
-                     metric="micro_f1", threads=1).search
-    [(_, held)] = _selection_splits("multilabel", y, protocol, 5, 0)
+    search = select(head="logistic", task="multilabel", n_classes=3, X=X, y=y, X_dev=None, y_dev=None,
+                    protocol=protocol, cfg=cfg, metric="micro_f1", threads=1).search
+    [(_, held)] = selection_splits("multilabel", y, protocol, 5, 0)
     assert len(held) == len(y) // 2  # iteratively stratified, exactly the rows the protocol names
     for candidate in (c for c in search if not c.get("skipped")):  # each scores as a fresh fit would
         fresh = H.fit(H.build("logistic", "multilabel", candidate["params"]), np.delete(X, held, 0),
@@ -381,13 +385,13 @@ def _scripted_head(monkeypatch, curve):
 
 
 def _select_scripted(protocol, **cfg):
-    from featx.probe import _select
+    from featx.search import select
 
     y = np.arange(40) % 2
     X = y[:, None].astype(float)
-    dev = (X, y) if protocol.name == "dev" else (None, None)
-    return _select("scripted", "binary", 2, X, y, *dev, protocol=protocol, cfg=ProbeConfig(**cfg),
-                   metric="accuracy", threads=1)
+    X_dev, y_dev = (X, y) if protocol.name == "dev" else (None, None)
+    return select(head="scripted", task="binary", n_classes=2, X=X, y=y, X_dev=X_dev, y_dev=y_dev,
+                  protocol=protocol, cfg=ProbeConfig(**cfg), metric="accuracy", threads=1)
 
 
 def test_a_regularisation_path_stops_past_its_peak(monkeypatch):
@@ -416,7 +420,7 @@ def test_a_regularisation_path_stops_past_its_peak(monkeypatch):
 
 
 def test_a_grid_whose_edge_wins_goes_on_past_it(monkeypatch):
-    from featx.probe import EDGE_STEPS, _beyond
+    from featx.search import EDGE_STEPS, _beyond
 
     assert _beyond([{"C": 1e-3}, {"C": 1e-2}, {"C": 1e-1}], 0) == {"C": pytest.approx(1e-4)}
     assert _beyond([{"C": 1e-3}, {"C": 1e-2}], -1) == {"C": pytest.approx(0.1)}
@@ -502,7 +506,7 @@ def test_majority_and_tfidf_baselines(tmp_path, make_pipeline):
 
 def test_lexical_features_of_pairs_read_overlap_and_difference():
     X = np.array([["the cat sat", "the cat sat"], ["the cat sat", "a dog ran"]], dtype=object)
-    features = H.LexicalFeatures().fit(X)
+    features = LexicalFeatures().fit(X)
     Z = features.transform(X).toarray()
     half = Z.shape[1] // 2
     assert Z.shape[0] == 2 and Z.shape[1] == 2 * half
@@ -524,6 +528,6 @@ def test_mteb_sampling_reseeds_every_experiment_as_mteb_does(tmp_path):
     assert record["n_train_sampled"] == len(expected)
 
 
-@parametrize_with_checks([H.LightGBMClassifierHead(n_estimators=20), H.LightGBMRegressorHead(n_estimators=20)])
+@parametrize_with_checks([LightGBMClassifierHead(n_estimators=20), LightGBMRegressorHead(n_estimators=20)])
 def test_lightgbm_heads_are_scikit_learn_estimators(estimator, check):
     check(estimator)

@@ -350,7 +350,7 @@ def test_the_frozen_side_is_the_simplest_within_one_standard_error(tmp_path):
 def test_each_verdict_ends_with_the_command_that_acts_on_it(tmp_path):
     import dataclasses
 
-    from featx.config import pipeline_from_dict
+    from featx.configfile import pipeline_from_dict
 
     pipeline = dataclasses.replace(pipeline_from_dict({"name": "fx", "data": {"builtin": "trec"}}),
                                    source="pipelines/fx.toml", overrides=("model.name=./m",))

@@ -8,8 +8,9 @@ from sklearn.linear_model import Ridge
 from sklearn.preprocessing import StandardScaler
 
 from featx.config import ProbeConfig
-from featx.probe import choose_protocol, heads_for
+from featx.probe import heads_for
 from featx.ridge import RidgeClassifierHead
+from featx.search import choose_protocol
 
 
 def _problem(seed=0, n=300, d=10, k=4):
@@ -77,14 +78,14 @@ def test_regression_runs_ridge_once_named_logistic():
 
 def test_cv_compares_candidates_on_the_first_fold_and_scores_the_choice_out_of_fold():
     from featx import metrics as M
-    from featx.probe import _select, _selection_splits
+    from featx.search import select, selection_splits
 
     X, y = _problem(4, n=400)
     cfg = ProbeConfig(folds=4)
     protocol = choose_protocol("cv", ["train", "test"], 4)
-    chosen = _select("ridge", "multiclass", 4, X, y, None, None, protocol=protocol, cfg=cfg,
-                     metric="accuracy", threads=1)
-    splits = _selection_splits("multiclass", y, protocol, 4, 0)
+    chosen = select(head="ridge", task="multiclass", n_classes=4, X=X, y=y, X_dev=None, y_dev=None,
+                    protocol=protocol, cfg=cfg, metric="accuracy", threads=1)
+    splits = selection_splits("multiclass", y, protocol, 4, 0)
     assert len(chosen.scores) == len(chosen.truth) == len(y)  # every training row, out of fold
     # the chosen candidate refitted on each fold predicts exactly the scores recorded for it
     for fit_rows, held_rows in splits:
@@ -98,7 +99,8 @@ def test_cv_compares_candidates_on_the_first_fold_and_scores_the_choice_out_of_f
 
 
 def test_the_second_stage_takes_the_runner_up_in_a_near_tie():
-    from featx.probe import Features, _second_stage_features
+    from featx.job import Features
+    from featx.probe import _second_stage_features
 
     first = [(Features("mean", (i,)), "ridge") for i in range(4)]
 

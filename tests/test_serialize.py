@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from featx import heads as H
 from featx import serialize
 from featx.errors import FeatxError
-from featx.probe import _saved
+from featx.job import _saved
 
 TASKS = ("binary", "multiclass", "multilabel", "regression")
 WORDS = "cat dog sat mat big small red blue ran flew".split()
@@ -103,6 +103,20 @@ def with_document(data: bytes, doc: dict | str) -> bytes:
     text = doc if isinstance(doc, str) else json.dumps(doc)
     tensors[serialize.DOCUMENT] = np.frombuffer(text.encode(), np.uint8)
     return save(tensors)
+
+
+@pytest.mark.parametrize("head, task", [("tfidf", "multilabel"), ("lightgbm", "multilabel"), ("lightgbm", "regression")])
+def test_a_head_file_naming_its_classes_in_featx_heads_still_loads(head, task):
+    # As written before the LightGBM, TF-IDF and VaryingLabels classes left featx/heads.py.
+    estimator, X, _ = fitted(head, task)
+    data = serialize.dumps(estimator, {})
+    text = json.dumps(document(data))
+    earlier = text
+    for module in ("boosting", "lexical", "varying"):
+        earlier = earlier.replace(f'"featx.{module}.', '"featx.heads.')
+    assert earlier != text
+    again, _ = serialize.loads(with_document(data, earlier))
+    np.testing.assert_array_equal(H.predict_scores(again, X, task, 0), H.predict_scores(estimator, X, task, 0))
 
 
 class Boom:

@@ -13,10 +13,10 @@ from tests.conftest import ROOT
 # Lower layers first; a module may import only modules of its own layer or below.
 LAYERS = [
     {"errors", "version", "tasks", "files", "progress"},
-    {"config", "metrics", "bootstrap", "pooling", "heads", "torchheads", "pairs", "serialize", "stratify", "stream", "ridge",
-     "readers", "builtin", "labels", "splits", "resolve"},
+    {"config", "configfile", "metrics", "bootstrap", "pooling", "heads", "varying", "boosting", "lexical", "torchheads",
+     "pairs", "serialize", "stratify", "stream", "ridge", "search", "readers", "builtin", "labels", "splits", "resolve"},
     {"data", "backbone", "records", "choice", "headfiles", "batching"},
-    {"cacheschema", "cache", "cachewriter", "modeling", "training"},
+    {"cacheschema", "cache", "cachewriter", "modeling", "training", "job", "baselines"},
     {"plan", "verdict", "plots", "manifest", "export"},
     {"extract", "probe", "report", "embedding"},
     {"distributed", "finetune"},

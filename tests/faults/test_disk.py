@@ -11,7 +11,7 @@ import pytest
 
 import featx.cachewriter as cachewriter
 from featx.cache import Cache
-from featx.config import load_pipeline
+from featx.configfile import load_pipeline
 from featx.errors import FeatxError
 from featx.extract import extract
 from tests.conftest import (

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from featx.cache import Cache
-from featx.config import DataConfig, pipeline_from_dict
+from featx.config import DataConfig
+from featx.configfile import pipeline_from_dict
 from featx.data import load_dataset
 from featx.errors import FeatxError
 from tests.faults.conftest import FIGURES, FULL

@@ -13,7 +13,7 @@ import h5py
 import pytest
 
 from featx.cache import Cache
-from featx.config import load_pipeline
+from featx.configfile import load_pipeline
 from featx.extract import extract
 from tests.conftest import (
     assert_same_vectors,

@@ -16,7 +16,9 @@ from featx import heads as H
 from featx import metrics as M
 from featx.config import DataConfig, ProbeConfig
 from featx.data import load_dataset
-from featx.probe import TEXT, Features, _selection_splits, probe_one
+from featx.job import TEXT, Features, probe_one
+from featx.search import selection_splits
+from featx.varying import constant_labels
 from tests.conftest import write_synthetic_cache
 from tests.faults.conftest import FIGURES, FULL
 from tests.faults.test_hostile import featx_only
@@ -57,7 +59,7 @@ def test_rare_labels_under_every_head_and_protocol(tmp_path_factory, counts, n_t
     cfg = ProbeConfig(protocol=protocol, folds=3)
     result = featx_only(category, probe_one, path, TEXT if H.HEADS[head].baseline else Features("mean", (0,)),
                         head, cfg)
-    varying, constant = H.constant_labels(labels["train"])
+    varying, constant = constant_labels(labels["train"])
     if result is None:
         if varying.any():
             silent(category, f"a valid long tail refused ({head}, {protocol}, counts {counts})")
@@ -73,8 +75,8 @@ def test_rare_labels_under_every_head_and_protocol(tmp_path_factory, counts, n_t
         silent(category, f"{head}: a label constant in train predicted as something else")
     if record["labels"] != M.label_summary(labels["train"], report, names):
         silent(category, f"{head}: the record's label counts {record['labels']} disagree with the data")
-    splits = _selection_splits("multilabel", labels["train"], record_protocol(record), cfg.folds, cfg.seeds[0])
-    fitted = [int(H.constant_labels(labels["train"] if rows is None else labels["train"][rows])[0].sum())
+    splits = selection_splits("multilabel", labels["train"], record_protocol(record), cfg.folds, cfg.seeds[0])
+    fitted = [int(constant_labels(labels["train"] if rows is None else labels["train"][rows])[0].sum())
               for rows, _ in splits]
     if [s["labels_fitted"] for s in record["selection_labels"]] != fitted:
         silent(category, f"{head}: selection_labels {record['selection_labels']} disagree with its splits")
@@ -85,7 +87,7 @@ def test_rare_labels_under_every_head_and_protocol(tmp_path_factory, counts, n_t
 
 
 def record_protocol(record):
-    from featx.probe import Protocol
+    from featx.search import Protocol
 
     return Protocol(record["protocol"]["name"], record["protocol"]["select_on"], record["protocol"]["report_on"])
 

@@ -16,7 +16,8 @@ import pytest
 
 import featx
 from featx.cache import Cache
-from featx.config import DataConfig, FinetuneConfig, load_pipeline, pipeline_from_dict
+from featx.config import DataConfig, FinetuneConfig
+from featx.configfile import load_pipeline, pipeline_from_dict
 from featx.data import load_dataset
 from featx.errors import FeatxError
 from featx.extract import extract

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import featx
-from featx.config import load_pipeline, pipeline_from_dict
+from featx.configfile import load_pipeline, pipeline_from_dict
 from featx.errors import FeatxError
 from featx.export import export
 from featx.extract import extract

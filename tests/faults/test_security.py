@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from featx.config import pipeline_from_dict
+from featx.configfile import pipeline_from_dict
 from featx.errors import FeatxError
 from featx.extract import extract
 from featx.headfiles import load_head

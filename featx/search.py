@@ -1,0 +1,285 @@
+"""The probe's protocols and hyperparameter selection under them: which rows choose a head's
+hyperparameters, which report, and the search along the head's grid. What a job loads and
+records is featx/job.py's; planning and the stage are featx/probe.py's. Never touches torch.
+
+Protocol (stated in every record):
+- dev: fit each candidate on train, choose on dev, report on test.
+- cv:  choose by k-fold cross-validation on train (out-of-fold predictions), refit on all of
+       train, report on test (or on dev when there is no test split).
+- holdout: choose on one held-out part of train, refit on all of train (large train splits).
+- mteb: MTEB's classification evaluator, to check featx against leaderboard numbers.
+`auto` is dev when dev and test both exist, else cv, or holdout past `cv_max_rows` training
+rows. Multilabel decisions use one threshold chosen with the hyperparameters.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import sparse
+
+from featx import bootstrap
+from featx import heads as H
+from featx import metrics as M
+from featx.config import ProbeConfig
+from featx.errors import FeatxError
+from featx.stratify import iterative_folds, iterative_holdout
+from featx.tasks import TASKS
+
+
+@dataclass(frozen=True)
+class Protocol:
+    name: str
+    select_on: str
+    report_on: str
+
+
+def choose_protocol(requested: str, splits: list[str], folds: int, n_train: int = 0,
+                    cv_max_rows: int = 20_000) -> Protocol:
+    report = "test" if "test" in splits else "dev"
+    if report not in splits:
+        raise FeatxError(f"the cache has only {splits}: probing needs a dev or test split to report on")
+    if requested == "mteb":
+        return Protocol("mteb", "-", report)
+    if requested == "dev" or (requested == "auto" and {"dev", "test"} <= set(splits)):
+        if not {"dev", "test"} <= set(splits):
+            raise FeatxError(f"probe.protocol = \"dev\" needs dev and test splits; the cache has "
+                             f"{splits} (use \"cv\", \"holdout\" or \"auto\")")
+        return Protocol("dev", "dev", "test")
+    if requested == "holdout" or (requested == "auto" and n_train > cv_max_rows):
+        # Past cv_max_rows one held-out split is as good a judge as k folds at 1/k of the cost:
+        # the standard error of an accuracy on 2,000+ rows is already about 1 point or less.
+        return Protocol("holdout", f"{_holdout_rows(n_train)} rows held out of train", report)
+    return Protocol("cv", f"{folds}-fold cv on train", report)
+
+
+def _holdout_rows(n_train: int) -> int:
+    """10% of train, at least 2,000 rows (or half of a small train), at most 10,000."""
+    return int(min(10_000, max(min(2_000, n_train // 2), n_train // 10)))
+
+
+# A path stops after this many candidates in a row score below its best: one dip can be noise.
+PATH_PATIENCE = 2
+# Candidates tried beyond a regularisation grid's edge when the edge wins (C / 10, C x 10 ...).
+EDGE_STEPS = 2
+
+
+@dataclass
+class Selection:
+    """What choosing a head's hyperparameters found."""
+    params: dict
+    threshold: float
+    score: float
+    """The chosen candidate's selection score: on dev, the held-out rows, or out of fold (cv)."""
+    search: list[dict]
+    """Every candidate with its selection score (under cv: on the first fold's held rows), or
+    `skipped: true`, in grid order."""
+    fitted: object | None
+    """The chosen candidate fitted on all of train when the protocol fitted it so (dev)."""
+    scores: np.ndarray
+    """The chosen candidate's predictions on the selection rows (dev, out of fold, held out)."""
+    truth: np.ndarray
+    """Those rows' labels."""
+
+
+def select(*, head: str, task: str, n_classes: int, X: np.ndarray | sparse.csr_matrix, y: np.ndarray,
+           X_dev: np.ndarray | sparse.csr_matrix | None, y_dev: np.ndarray | None, protocol: Protocol,
+           cfg: ProbeConfig, metric: str, threads: int) -> Selection:
+    """Try the candidates of the head's grid; the best on dev, out of fold, or on the held-out
+    rows wins.
+
+    A convex head walks its grid as a regularisation path: each fit starts from the previous
+    candidate's solution (scikit-learn's warm start), which costs a fraction of fresh fits.
+    The path stops once PATH_PATIENCE candidates in a row score below its best (on dev, the
+    held-out rows, or under cv the first fold's held rows), or once one scores clearly below it
+    (`_clearly_below`): along C the selection score rises to one peak and falls, and the weakly regularised end is the costliest to fit (C = 100 was
+    half the TF-IDF cost on GoEmotions). The candidates it skipped are listed with
+    `skipped: true`. When an edge of a
+    path's grid wins, the path goes on past it (EDGE_STEPS candidates at most, while they
+    improve): a winning edge says the grid stopped too early."""
+    seed = cfg.seeds[0]
+    splits = selection_splits(task, y, protocol, cfg.folds, seed)
+    # Under cv the candidates are compared on the first fold (one fit each, as the holdout
+    # protocol does) and only the chosen one is fitted on the other folds: its out-of-fold score
+    # over every training row is what records, and the verdict, compare. Scoring every candidate
+    # on every fold cost k times the fits; on TREC fine it chose the same hyperparameters
+    # (docs/benchmarks.md).
+    search_splits = splits[:1]
+    rows = None if protocol.name == "dev" else splits[0][1]
+    truth = y_dev if rows is None else y[rows]
+
+    def walk(grid: list[dict]) -> list[dict]:
+        tried = _walk(head, task, n_classes, grid, X, y, X_dev, search_splits, seed=seed, threads=threads,
+                      stop_early=H.HEADS[head].path, metric=metric, truth=truth, rows=rows)
+        for candidate in tried:
+            if candidate["held"] is not None:
+                if rows is not None:
+                    candidate["held"] = candidate["held"][rows]
+                candidate["scored"] = candidate["scored"] or _score(task, truth, candidate["held"], metric)
+        return tried
+
+    tried = walk(list(H.HEADS[head].grid(task)))
+    for side in ((0, -1) if H.HEADS[head].path else ()):
+        for step in range(1, EDGE_STEPS + 1):
+            best = _best(tried)
+            beyond = _beyond([c["params"] for c in tried], side)
+            if best != (0 if side == 0 else len(tried) - 1) or beyond is None:
+                break
+            extra = walk([beyond])
+            for candidate in extra:
+                candidate["extension"] = step  # chosen only if strictly better than those nearer the grid
+            tried = extra + tried if side == 0 else tried + extra
+            if _best(tried) == best + (side == 0):  # no better past the edge: the grid was enough
+                break
+    best = tried[_best(tried)]
+    search = [{"params": c["params"], "skipped": True} if c["held"] is None else
+              {"params": c["params"], "score": c["scored"][0], "threshold": c["scored"][1]} for c in tried]
+    if len(search_splits) == len(splits):
+        return Selection(best["params"], best["scored"][1], best["scored"][0], search, best["fitted"],
+                         best["held"], truth)
+    held = _out_of_fold(head, task, n_classes, best["params"], best["held"], X, y, splits, seed=seed,
+                        threads=threads)
+    score, threshold = _score(task, y, held, metric)
+    return Selection(best["params"], threshold, score, search, None, held, y)
+
+
+def _out_of_fold(head: str, task: str, n_classes: int, params: dict, first: np.ndarray, X, y, splits, *,
+                 seed: int, threads: int) -> np.ndarray:
+    """The chosen candidate's predictions on every training row, each from the fold that held it
+    out: `first` (the first fold's, from the search) and a fresh fit per other fold."""
+    held = np.zeros((len(y),) + first.shape[1:])
+    held[splits[0][1]] = first
+    for fit_rows, held_rows in splits[1:]:
+        estimator = H.fit(H.build(head, task, params, seed, threads), X[fit_rows], y[fit_rows])
+        held[held_rows] = H.predict_scores(estimator, X[held_rows], task, n_classes)
+    return held
+
+
+def _walk(head: str, task: str, n_classes: int, grid: list[dict], X, y, X_dev, splits, *, seed: int,
+          threads: int, stop_early: bool, metric: str, truth, rows) -> list[dict]:
+    """Fit `grid` along each selection split: per candidate its params, its predictions on the
+    held rows (all of train for folds; None when the path stopped before it), its fit on all
+    of train (the dev protocol) and its score when the path stop had to compute it.
+
+    Candidate by candidate, each on every split (one warm-started estimator per split), so a
+    path stops on its selection score whatever the protocol: after a candidate's last fold, its
+    out-of-fold score is known (`truth`: the selection rows' labels; `rows`: the held-out part's
+    rows, or None)."""
+    tried = [{"params": params, "held": None, "fitted": None, "scored": None} for params in grid]
+    estimators = [None] * len(splits)
+    # Each split's rows, sliced once (cv sizes: a few copies of a small X; holdout: one).
+    parts = [((X, y) if fit is None else (X[fit], y[fit]), X_dev if held is None else X[held])
+             for fit, held in splits]
+    path_best, below, best_held = None, 0, None
+    for candidate in tried:
+        for j, (train_rows, held_rows) in enumerate(splits):
+            (X_fit, y_fit), X_held = parts[j]
+            estimators[j] = H.step(head, task, candidate["params"], seed, threads, previous=estimators[j])
+            H.fit(estimators[j], X_fit, y_fit)
+            scores = H.predict_scores(estimators[j], X_held, task, n_classes)
+            if held_rows is None:  # the dev protocol: keep the fit, it may be the chosen one
+                candidate["held"] = scores
+                candidate["fitted"] = copy.deepcopy(estimators[j]) if H.HEADS[head].path else estimators[j]
+            else:
+                if candidate["held"] is None:
+                    candidate["held"] = np.zeros((len(y),) + scores.shape[1:])
+                candidate["held"][held_rows] = scores
+        if stop_early:
+            held = candidate["held"] if rows is None else candidate["held"][rows]
+            candidate["scored"] = _score(task, truth, held, metric)
+            value = candidate["scored"][0]
+            if path_best is None or _better(value, path_best):
+                path_best, below, best_held = value, 0, (held, candidate["scored"][1])
+            elif value < path_best - TIE:  # past the peak (NaN never stops the path)
+                below += 1
+                if below >= PATH_PATIENCE or _clearly_below(task, metric, truth, best_held,
+                                                            (held, candidate["scored"][1]), path_best - value):
+                    break
+    return tried
+
+
+def _clearly_below(task: str, metric: str, truth, best: tuple, candidate: tuple, gap: float) -> bool:
+    """Whether a candidate's gap to the path's best is more than two standard errors of their
+    paired difference on the selection rows: past the peak for sure, not a dip of noise. The
+    path's weak end costs the most (GoEmotions' multilabel TF-IDF: C = 100 took most of its
+    610 s, after C = 10 had scored 2.6 points under C = 1)."""
+    se = bootstrap.difference_se(task, metric, truth, best, candidate)
+    return se is not None and gap > 2 * se
+
+
+def _best(tried: list[dict]) -> int:
+    """The position of the best scored candidate: among equals, the one nearest the grid (a
+    candidate past its edge counts only when strictly better), then the first."""
+    best = None
+    for j, candidate in enumerate(tried):
+        if candidate["scored"] is None:
+            continue
+        if best is None or _better(candidate["scored"][0], tried[best]["scored"][0]) or (
+                not _better(tried[best]["scored"][0], candidate["scored"][0])
+                and candidate.get("extension", 0) < tried[best].get("extension", 0)):
+            best = j
+    return best
+
+
+def _beyond(grid: list[dict], side: int) -> dict | None:
+    """The candidate one step past the grid's low (side 0) or high (side -1) end, for a grid of
+    one numeric hyperparameter in constant ratio (C in 1e-3 .. 10: 1e-4 or 100)."""
+    keys = {tuple(params) for params in grid}
+    if len(grid) < 2 or len(keys) != 1 or len(next(iter(keys))) != 1:
+        return None
+    (key,) = next(iter(keys))
+    values = [params[key] for params in grid]
+    if not all(isinstance(v, (int, float)) and v > 0 for v in values):
+        return None
+    ratio = values[1] / values[0]
+    return {key: float(values[0] / ratio if side == 0 else values[-1] * ratio)}
+
+
+def _score(task: str, truth: np.ndarray, scores: np.ndarray, metric: str) -> tuple[float, float]:
+    """(the selection score, the multilabel threshold chosen with it, 0.5 otherwise)."""
+    threshold = M.choose_threshold(truth, scores) if TASKS[task].thresholded else 0.5
+    return M.evaluate(task, truth, scores, threshold)[metric], threshold
+
+
+# Scores closer than this are a tie (a correlation is invariant to a ridge's shrinkage, and its
+# value then differs between candidates only in rounding): the earlier candidate keeps it.
+TIE = 1e-9
+
+
+def _better(value: float, than: float) -> bool:
+    return not np.isnan(value) and (np.isnan(than) or value > than + TIE)
+
+
+def selection_splits(task, y, protocol: Protocol, folds: int, seed: int) -> list[tuple]:
+    """(train rows, held rows) per split; (None, None) for the dev protocol (all of train, dev).
+    Classes are stratified, multilabel rows iteratively stratified (rare labels reach as many
+    folds as they have rows), regression targets split at random."""
+    from sklearn.model_selection import KFold, StratifiedKFold, train_test_split
+
+    if protocol.name == "dev":
+        return [(None, None)]
+    if TASKS[task].thresholded:
+        if protocol.name == "holdout":
+            return [iterative_holdout(y, _holdout_rows(len(y)), seed)]
+        return iterative_folds(y, folds, seed)
+    classes = TASKS[task].classes
+    if protocol.name == "holdout":
+        rows = np.arange(len(y))
+        counts = np.bincount(y) if classes else None
+        stratify = y if classes and counts[counts > 0].min() >= 2 else None
+        fit, held = train_test_split(rows, test_size=_holdout_rows(len(y)), random_state=seed,
+                                     stratify=stratify)
+        return [(np.sort(fit), np.sort(held))]
+    if classes:
+        smallest = min(int(c) for c in np.bincount(y) if c > 0)
+        if smallest < 2:
+            raise FeatxError("a class has a single training example; cross-validation needs at "
+                             "least two per class (add examples, or give a dev split)")
+        splitter = StratifiedKFold(min(folds, smallest), shuffle=True, random_state=seed)
+    else:
+        if folds > len(y):
+            raise FeatxError(f"probe.folds = {folds} is more than the {len(y)} training rows: lower "
+                             f"probe.folds (at most {len(y)}) or give more rows")
+        splitter = KFold(folds, shuffle=True, random_state=seed)
+    return list(splitter.split(np.zeros(len(y)), y))
