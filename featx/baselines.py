@@ -73,7 +73,7 @@ class Baselines:
         with Cache(self.cache_path) as cache:
             record = old | {"pipeline": self.pipeline, "config_hash": probe_config_hash(self.cfg),
                             "cache_key": cache.key, "init": cache.meta.get("init"),
-                            "cache_bytes": self.cache_path.stat().st_size, "created": utc_now(),
+                            "cache_bytes": self.cache_path.stat().st_size, "created": utc_now("microseconds"),
                             "configuration": settings, **cache_facts(cache.meta),
                             "reused": {"created": old["created"], "pipeline": old["pipeline"],
                                        "cache_key": old["cache_key"]}}

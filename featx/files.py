@@ -161,6 +161,7 @@ def loads_json(text: str | bytes):
         raise ValueError("nested too deeply to be a featx file") from None
 
 
-def utc_now() -> str:
-    """The timestamp every record and cache carries: UTC, to the second, ISO 8601."""
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+def utc_now(timespec: str = "seconds") -> str:
+    """The timestamp every record and cache carries: UTC, ISO 8601, to the second (a record's: to
+    the microsecond, see `featx.records.new_record`)."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec=timespec)

@@ -107,7 +107,9 @@ def record_name(features: str, head: str) -> str:
 
 
 def new_record(**fields) -> dict:
-    return {"schema": SCHEMA, **fields, "featx_version": __version__, "created": utc_now()}
+    # To the microsecond: a saved head is tied to its record by it (featx.headfiles), and a probe
+    # killed and rerun within the same second must not bind the new head to the old record.
+    return {"schema": SCHEMA, **fields, "featx_version": __version__, "created": utc_now("microseconds")}
 
 
 def write_json(path: Path, data) -> Path:
