@@ -115,3 +115,26 @@ def test_the_second_stage_takes_the_runner_up_in_a_near_tie():
     # a tie goes to the earlier feature set of the plan, whichever record came first
     tied = _second_stage_features([scout(3, 0.80, 0.0), scout(1, 0.80, 0.0)], first)
     assert [f.name for f in tied] == ["mean@1", "mean@3"]
+
+
+def test_an_imbalanced_binary_task_decides_as_ridge_classifier_with_its_prior():
+    from sklearn.linear_model import RidgeClassifier
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(2000, 20))
+    y = (rng.random(2000) < 0.03).astype(int)
+    X[:, 0] += y  # weakly informative: the majority class is the right answer for most rows
+    head = RidgeClassifierHead(alpha=1.0).fit(X, y)
+    reference = RidgeClassifier(alpha=1.0).fit(StandardScaler().fit_transform(X), y)
+    assert (head.predict(X) == reference.predict(StandardScaler().fit(X).transform(X))).all()
+    assert (head.predict(X) == y).mean() >= 1 - y.mean()
+    assert head.predict_proba(X)[:, 1].mean() < 0.2  # probabilities that read as the 3% it is
+
+
+def test_a_warm_refit_on_an_array_changed_in_place_decomposes_again():
+    X, y = _problem(6)
+    head = RidgeClassifierHead(warm_start=True).fit(X, y)
+    X *= 3.0
+    X[:, 0] += np.random.default_rng(6).normal(size=len(X)).astype(X.dtype)
+    head.fit(X, y)
+    np.testing.assert_allclose(head.coef_, RidgeClassifierHead().fit(X, y).coef_, atol=1e-10)
