@@ -9,6 +9,7 @@ the baselines' reuse featx/baselines.py's.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from pathlib import Path
@@ -204,9 +205,11 @@ def _second_stage_features(scouted: list[dict], first: list[tuple[Features, str]
     MLP was 5 points better on test on the second). Ties go to the earlier feature set of the
     plan (the last layer first), so the choice never depends on which fit finished first."""
     order = {f.name: i for i, (f, _) in enumerate(first)}
-    ranked = sorted(scouted, key=lambda r: (-selection_score(r), order.get(r["features"], 0)))
+    # A NaN score ranks last (sorting by NaN scrambles the order: the best could rank anywhere).
+    score = lambda r: -math.inf if math.isnan(selection_score(r)) else selection_score(r)  # noqa: E731
+    ranked = sorted(scouted, key=lambda r: (-score(r), order.get(r["features"], 0)))
     best = ranked[:1]
-    if len(ranked) > 1 and selection_score(ranked[0]) - selection_score(ranked[1]) <= (ranked[0]["selection_se"] or 0.0):
+    if len(ranked) > 1 and score(ranked[0]) - score(ranked[1]) <= (ranked[0]["selection_se"] or 0.0):
         best.append(ranked[1])
     return [Features(r["pooling"], tuple(r["layers"]), r["combine"]) for r in best]
 

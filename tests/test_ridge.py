@@ -138,3 +138,20 @@ def test_a_warm_refit_on_an_array_changed_in_place_decomposes_again():
     X[:, 0] += np.random.default_rng(6).normal(size=len(X)).astype(X.dtype)
     head.fit(X, y)
     np.testing.assert_allclose(head.coef_, RidgeClassifierHead().fit(X, y).coef_, atol=1e-10)
+
+
+def test_a_scout_scoring_nan_ranks_last_and_never_hides_the_best():
+    from featx.job import Features
+    from featx.probe import _second_stage_features
+
+    first = [(Features("mean", (i,)), "ridge") for i in range(3)]
+
+    def scout(layer, score):
+        return {"features": f"mean@{layer}", "pooling": "mean", "layers": [layer], "combine": "joint",
+                "selection_score": score, "selection_se": 0.01, "search": [], "stage": "probe"}
+
+    nan = float("nan")
+    assert [f.name for f in _second_stage_features([scout(1, 0.70), scout(0, nan), scout(2, 0.80)], first)] \
+        == ["mean@2"]
+    # every scout NaN: the plan's first feature set, whichever record came first
+    assert [f.name for f in _second_stage_features([scout(2, nan), scout(0, nan)], first)] == ["mean@0"]
