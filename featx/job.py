@@ -82,12 +82,14 @@ def load_problem(cache_path: str | Path, features: Features, head: str, cfg: Pro
         load = lambda split: (_inputs(cache, split, features), cache.labels(split))  # noqa: E731
         X, y = load("train")
         M.check_trainable(task, y, names)
-        if features != TEXT and not np.isfinite(X).all():
-            raise FeatxError(f"{Path(cache_path).name}: the train {features.name} vectors hold NaN or "
-                             "infinity; delete the cache and rerun featx extract (with extract.store_dtype "
-                             "= \"float32\" if the activations overflow float16)")
         X_report, y_report = load(protocol.report_on)
         X_dev, y_dev = load("dev") if protocol.name == "dev" else (None, None)
+        # Every split a head reads, not train alone (a head's own check says only "Input X contains NaN").
+        for split, inputs in (("train", X), (protocol.report_on, X_report), ("dev", X_dev)):
+            if features != TEXT and inputs is not None and not np.isfinite(inputs).all():
+                raise FeatxError(f"{Path(cache_path).name}: the {split} {features.name} vectors hold NaN or "
+                                 "infinity; delete the cache and rerun featx extract (with extract.store_dtype "
+                                 "= \"float32\" if the activations overflow float16)")
         stats = cache.meta.get("extract_stats") or {}
         baseline = H.HEADS[head].baseline
         base = dict(stage="probe", pipeline=pipeline or cache.meta.get("pipeline_name"),

@@ -179,6 +179,15 @@ def test_untrainable_training_split_is_a_clear_error(tmp_path, task, message):
         probe_one(path, Features("mean", (0,)), "logistic", ProbeConfig())
 
 
+@pytest.mark.parametrize("split", ["dev", "test"])
+def test_non_finite_vectors_in_a_split_other_than_train_are_a_clear_error(tmp_path, split):
+    features, labels, names = make_task("binary", True)
+    features[split][3, 0, 1] = np.inf
+    path = write_synthetic_cache(tmp_path / "bad", "binary", features, labels, names)
+    with pytest.raises(FeatxError, match=f"the {split} mean@0 vectors hold NaN or infinity"):
+        probe_one(path, Features("mean", (0,)), "ridge", ProbeConfig())
+
+
 def test_saved_heads_are_tied_to_their_record(tmp_path):
     features, labels, names = make_task("binary", True)
     estimator = H.fit(H.build("logistic", "binary", {"C": 1.0}), features["train"][:, 0], labels["train"])
