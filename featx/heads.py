@@ -2,7 +2,7 @@
 
 | head | binary / multiclass | multilabel | regression | grid |
 |---|---|---|---|---|
-| ridge | RidgeClassifierHead (featx/ridge.py): least squares on the one-hot classes, softmax with a fitted temperature | the same on each label's 0/1, sigmoid | StandardScaler + Ridge (logistic's model) | alpha in 0.1..1000 (5 values), one eigendecomposition for the whole path |
+| ridge | RidgeClassifierHead (featx/ridge.py): least squares on the one-hot classes, a softmax with a temperature and per-class offsets fitted on train | the same on each label's 0/1, sigmoid | StandardScaler + Ridge (logistic's model) | alpha in 0.1..1000 (5 values), one eigendecomposition for the whole path |
 | logistic | StandardScaler + LogisticRegression (multinomial) | MultilabelLogistic: one per label, fitted jointly | StandardScaler + Ridge | C in 1e-3..10, alpha in 0.1..1000 (5 values each), a warm-started path |
 | mlp | StandardScaler + MLPClassifier, 1 hidden layer of 256, early stopping on 10% of train (MLPHead: none where that part cannot be made) | the same (sigmoid outputs) | the same MLPRegressor, standardised targets | L2 alpha in {1e-4, 1e-2, 1} |
 | lightgbm | LGBMClassifier (max_bin 63, lr 0.1), early stopping on 10% of train | one model per label | LGBMRegressor (one per target) | num_leaves in {7, 31} |
