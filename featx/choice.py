@@ -64,6 +64,11 @@ def frozen_choice(records: list[dict], runs_dir: str | Path | None = None) -> Fr
 
     backbone = [r for r in records if r["stage"] == "probe" and r["protocol"]["name"] != "mteb"
                 and not r.get("baseline")]
+    # The staged grid's scout ranks feature sets; the heads fitted on the ones it ranked first
+    # answer. On TREC fine under cv the ridge scout's out-of-fold score led by noise while its
+    # test accuracy was 4 points under the logistic head and the MLP on the same features.
+    if any(not r.get("scout") for r in backbone):
+        backbone = [r for r in backbone if not r.get("scout")]
     if not backbone:
         return None
     primary = max(backbone, key=lambda r: r["created"])["primary_metric"]

@@ -185,6 +185,9 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
             for record, predictions in _run_jobs([j for j in stage if j not in reused], path, cfg,
                                                  pipeline.name, heads_dir):
                 record["configuration"] = settings
+                # A scout's record ranks feature sets for the second stage; the verdict chooses
+                # among the heads that stage fitted (featx.choice).
+                record["scout"] = bool(later) and stage is first and record["head"] == scout
                 write_record(directory, record, predictions)
                 if record["baseline"]:
                     store.keep(record, predictions, heads_dir)

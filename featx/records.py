@@ -246,7 +246,7 @@ OPTIONAL = {"baseline": None, "metrics_ci": {}, "search": [], "seeds": [0], "n_e
             "curve": None, "threshold": None, "combine": "joint", "selection_se": None,
             "n_features": None, "continue_with": None, "continued": [], "budget": None, "heads": None,
             "labels": None, "selection_labels": None, "truncated": None, "configuration": None,
-            "backbone": None, "extraction": None, "reused": None, "selection_score": None}
+            "backbone": None, "extraction": None, "reused": None, "selection_score": None, "scout": False}
 
 
 def _malformed(record: dict) -> str | None:

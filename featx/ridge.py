@@ -22,7 +22,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 BLOCK_ROWS = 8192  # rows per float64 block of the Gram matrix (memory stays O(block x d))
-TEMPERATURE_ROWS = 8192  # training rows the temperature is fitted on
+TEMPERATURE_ROWS = 4096  # training rows the temperature and offsets are fitted on
 CONSTANT_LOGIT = 30.0  # a label constant in train: its probability is that constant (heads.py's value)
 
 
@@ -77,7 +77,10 @@ class RidgeClassifierHead(ClassifierMixin, BaseEstimator):
             self.offset_ = np.zeros(Y.shape[1])
             self.temperature_ = self._fit_temperature(self._decision(X[rows]), Y[rows])
         else:
-            self.temperature_, self.offset_ = self._calibrate(self._decision(X[rows]), Y[rows])
+            previous = getattr(self, "offset_", None)
+            start = (np.log(self.temperature_), previous) if (  # the path's last fit: a few steps away
+                self.warm_start and previous is not None and len(previous) == Y.shape[1]) else None
+            self.temperature_, self.offset_ = self._calibrate(self._decision(X[rows]), Y[rows], start)
         return self
 
     def _decomposition(self, X, Y, source):
@@ -131,7 +134,7 @@ class RidgeClassifierHead(ClassifierMixin, BaseEstimator):
         shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
         return shifted / shifted.sum(axis=1, keepdims=True)
 
-    def _calibrate(self, decision: np.ndarray, Y: np.ndarray) -> tuple[float, np.ndarray]:
+    def _calibrate(self, decision: np.ndarray, Y: np.ndarray, start=None) -> tuple[float, np.ndarray]:
         """(T in [e^-3, e^4], one offset per class) of least training log-loss of softmax(T d + b):
         the multinomial fit of K + 1 numbers on the decisions (bounded T: on separable rows the
         loss falls forever)."""
@@ -147,8 +150,10 @@ class RidgeClassifierHead(ClassifierMixin, BaseEstimator):
             g = (np.exp(log_p) - Y) / n  # d loss / d z
             return float(-(Y * log_p).sum() / n), np.concatenate([[t * (g * decision).sum()], g.sum(axis=0)])
 
-        prior = np.log(np.clip(Y.mean(axis=0), 1e-12, None))
-        result = minimize(loss, np.concatenate([[0.0], prior - prior.mean()]), jac=True, method="L-BFGS-B",
+        if start is None:
+            prior = np.log(np.clip(Y.mean(axis=0), 1e-12, None))
+            start = (0.0, prior - prior.mean())
+        result = minimize(loss, np.concatenate([[start[0]], start[1]]), jac=True, method="L-BFGS-B",
                           bounds=[(-3.0, 4.0)] + [(-50.0, 50.0)] * k)
         return float(np.exp(result.x[0])), result.x[1:]
 
