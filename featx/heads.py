@@ -49,12 +49,7 @@ from featx.errors import check_choice
 from featx.ridge import RidgeClassifierHead
 from featx.tasks import TASKS
 from featx.torchheads import TorchLogistic, TorchMLPClassifier, TorchMLPRegressor, TorchRidge
-from featx.varying import VaryingLabels, constant_labels
-
-
-# The logit a constant label's coefficients give (zero weights, this intercept): finite, so LP-FT
-# can fold it into a torch head, and its sigmoid is within 1e-13 of the constant.
-CONSTANT_LOGIT = 30.0
+from featx.varying import CONSTANT_LOGIT, VaryingLabels, constant_labels
 
 
 class MLPHead(MLPClassifier):

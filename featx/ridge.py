@@ -14,16 +14,16 @@ decisions fall (rare and dominant classes alike); T only makes the probabilities
 from __future__ import annotations
 
 import hashlib
-import weakref
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from featx.varying import CONSTANT_LOGIT, constant_labels
+
 BLOCK_ROWS = 8192  # rows per float64 block of the Gram matrix (memory stays O(block x d))
 TEMPERATURE_ROWS = 4096  # training rows the temperature and offsets are fitted on
-CONSTANT_LOGIT = 30.0  # a label constant in train: its probability is that constant (heads.py's value)
 
 
 def _digest(array: np.ndarray) -> bytes:
@@ -33,29 +33,26 @@ def _digest(array: np.ndarray) -> bytes:
 class RidgeClassifierHead(ClassifierMixin, BaseEstimator):
     """Ridge on standardised inputs (the penalty `alpha` on the standardised coefficients, as
     StandardScaler + Ridge): one column per class (binary and multiclass, softmax) or per label
-    (multilabel y of 0/1 columns, sigmoid). With `warm_start`, a refit on the very same arrays
-    (the next penalty of the grid's path) reuses their eigendecomposition."""
+    (multilabel y of 0/1 columns, sigmoid). With `warm_start`, a refit on the same rows (the
+    next penalty of the grid's path) reuses their eigendecomposition."""
 
     def __init__(self, *, alpha: float = 1.0, warm_start: bool = False):
         self.alpha = alpha
         self.warm_start = warm_start
 
     def fit(self, X, y):
-        source = (X, y)
         X, y = validate_data(self, X, y, multi_output=True, dtype=[np.float64, np.float32])
         multilabel = y.ndim == 2
         if multilabel:
             Y = np.asarray(y, dtype=np.float64)
-            positives = Y.sum(axis=0)
-            self.varying_ = (positives > 0) & (positives < len(Y))
-            self.constant_ = (positives == len(Y)).astype(np.float64)
+            self.varying_, self.constant_ = constant_labels(Y)
             self.classes_ = np.arange(Y.shape[1])
         else:
             check_classification_targets(y)
             self.classes_, codes = np.unique(y, return_inverse=True)
             Y = np.eye(len(self.classes_))[codes]
         self.multilabel_ = multilabel
-        mean, scale, y_mean, values, vectors, projected = self._decomposition(X, Y, source)
+        mean, scale, y_mean, values, vectors, projected = self._decomposition(X, Y)
         W = vectors @ (projected / (values + float(self.alpha))[:, None]) / scale[:, None]  # (d, K)
         self.coef_ = W
         # Each class's decision is centred (the mean input scores 0 for every class) and the
@@ -69,12 +66,10 @@ class RidgeClassifierHead(ClassifierMixin, BaseEstimator):
         if multilabel:
             self.coef_[:, ~self.varying_] = 0.0
             self.intercept_[~self.varying_] = self.constant_[~self.varying_]
-        # T changes no decision and no ranking (every metric featx selects by), only how the
-        # probabilities read: evenly spaced rows fit it as well as all of them, at a bounded cost
+        # K + 1 numbers fitted on evenly spaced rows as well as on all of them, at a bounded cost
         # on a path of several penalties.
         rows = np.linspace(0, len(X) - 1, min(len(X), TEMPERATURE_ROWS)).astype(int)
         if multilabel:
-            self.offset_ = np.zeros(Y.shape[1])
             self.temperature_ = self._fit_temperature(self._decision(X[rows]), Y[rows])
         else:
             previous = getattr(self, "offset_", None)
@@ -83,16 +78,15 @@ class RidgeClassifierHead(ClassifierMixin, BaseEstimator):
             self.temperature_, self.offset_ = self._calibrate(self._decision(X[rows]), Y[rows], start)
         return self
 
-    def _decomposition(self, X, Y, source):
+    def _decomposition(self, X, Y):
         """(mean, scale, mean of Y, eigenvalues, eigenvectors, eigenvectors' projection of the
-        standardised X'Y): reused when the path refits on the same arrays."""
+        standardised X'Y): reused when the path refits on the same rows."""
+        # Keyed by the arrays' bytes (O(n d), against the decomposition's O(n d^2)): an array
+        # changed in place is not the same rows.
+        key = (X.shape, Y.shape, _digest(X), _digest(Y)) if self.warm_start else None
         cached = getattr(self, "_cache", None)
-        # The arrays' bytes too: the same array changed in place is not the same rows (O(n d),
-        # against the decomposition's O(n d^2)).
-        key = (X.shape, Y.shape) + ((_digest(X), _digest(Y)) if self.warm_start else ())
-        if (self.warm_start and cached is not None and cached[0]() is source[0] and cached[1]() is source[1]
-                and cached[2] == key):
-            return cached[3]
+        if key is not None and cached is not None and cached[0] == key:
+            return cached[1]
         n, d = X.shape
         gram, cross = np.zeros((d, d)), np.zeros((d, Y.shape[1]))
         total = np.zeros(d)
@@ -109,10 +103,7 @@ class RidgeClassifierHead(ClassifierMixin, BaseEstimator):
         cross = (cross - n * np.outer(mean, y_mean)) / scale[:, None]
         values, vectors = np.linalg.eigh(gram)
         result = (mean, scale, y_mean, np.maximum(values, 0.0), vectors, vectors.T @ cross)
-        try:
-            self._cache = (weakref.ref(source[0]), weakref.ref(source[1]), key, result)
-        except TypeError:  # an input that cannot be referenced weakly (a list): nothing to reuse
-            self._cache = None
+        self._cache = (key, result)
         return result
 
     def _decision(self, X) -> np.ndarray:
@@ -188,5 +179,5 @@ class RidgeClassifierHead(ClassifierMixin, BaseEstimator):
 
     def __getstate__(self):
         state = super().__getstate__()
-        state.pop("_cache", None)  # the training arrays' references: nothing a saved head keeps
+        state.pop("_cache", None)  # the path's decomposition: nothing a saved head keeps
         return state

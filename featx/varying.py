@@ -9,6 +9,11 @@ from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.utils.validation import check_is_fitted
 
 
+# The logit a constant label's coefficients give (zero weights, this intercept): finite, so LP-FT
+# can fold it into a torch head, and its sigmoid is within 1e-13 of the constant.
+CONSTANT_LOGIT = 30.0
+
+
 def constant_labels(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(varying (L,) bool, constant (L,) float) of 0/1 labels Y (n, L): which labels have both
     positive and negative rows, and the value (0 or 1) of each one that has not (0 where it
