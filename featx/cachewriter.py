@@ -33,7 +33,6 @@ from featx.cacheschema import (SINGLES, CacheSpec, attrs_crc32, check_compatible
 from featx.data import Split
 from featx.errors import FeatxError
 from featx.files import open_nofollow, refuse_link, utc_now
-from featx.stream import Column
 
 FINALIZE_HEADROOM = 1 << 20  # bytes free that finalizing a cache may need, with margin
 
@@ -373,8 +372,9 @@ def _estimate_bytes(spec: CacheSpec, splits: list[Split], hidden: int) -> int:
     """Bytes of the vectors and texts of every group (splits, singles), with some margin."""
     rows = sum(len(s.texts) for s in splits)
     per_row = sum(len(v) for v in spec.layers.values()) * hidden * np.dtype(spec.store_dtype).itemsize
-    # A streamed split's texts are still in its file: their size is bounded by its share of it.
-    text = sum(s.texts.nbytes if isinstance(s.texts, Column) else sum(map(len, s.texts)) for s in splits) * 2
+    # A streamed split's texts are still in its file (or a torchrun shard): their size is bounded
+    # by its share of it.
+    text = sum(s.texts.nbytes if hasattr(s.texts, "nbytes") else sum(map(len, s.texts)) for s in splits) * 2
     return rows * (per_row + 16) + text + (1 << 20)
 
 

@@ -203,9 +203,60 @@ def _streamable(cfg: DataConfig) -> bool:
 
 
 def _load_streamed(cfg: DataConfig, name: str) -> Dataset:
-    """The Dataset of large CSV/TSV files (featx.stream), equal to the one the whole-file
-    reader builds from them (same ids, texts, labels, splits; so the same fingerprint and
-    cache key); stream.Fallback for anything that reader must report or read."""
+    """The Dataset of large CSV/TSV files (featx.stream): the same ids, texts, labels and splits
+    as the whole-file reader builds from them; its fingerprint is the files' bytes' (`_fingerprint`).
+    stream.Fallback for anything that reader must report or read."""
+    sources = _stream_sources(cfg)
+    columns = Columns.from_config(cfg, (), None)
+    parsed = {s: stream.parse(src, columns.text, columns.labels[0], cfg.split_column if s is None else None)
+              for s, src in sources.items()}
+    return _streamed(cfg, name, parsed, {s: stream.digest(src) for s, src in sources.items()})[0]
+
+
+@dataclass(frozen=True)
+class Share:
+    """A torchrun rank's share of a streamed dataset (`load_share`)."""
+    dataset: Dataset
+    """Every row: ids, labels, fingerprint, as one process reads them (texts stay in the files)."""
+    mine: Dataset
+    """This rank's rows only: its texts are read from its own bytes of each file."""
+    offsets: dict[str, int]
+    """Per split, where this rank's rows begin among the split's rows."""
+
+
+def load_share(cfg: DataConfig, name: str, rank: int, size: int, gather) -> Share | None:
+    """This rank's contiguous share of the rows of large CSV/TSV files, each rank parsing only
+    about 1/size of every file (`stream.span_of`) and the ranks exchanging what the split and the
+    classes need: per row a label code (and split code), never a text. `gather` is the
+    collective that returns every rank's value (torch.distributed.all_gather_object).
+
+    None, alike on every rank, when the data is not streamed or cannot be cut with certainty:
+    every rank then reads it whole (`load_dataset`)."""
+    if not _streamable(cfg):
+        return None
+    columns = Columns.from_config(cfg, (), None)
+    try:
+        sources = stream.agreed(gather, lambda: _stream_sources(cfg))[0]
+        spans = {s: stream.span_of(src, rank, size, gather) for s, src in sources.items()}
+        if None in spans.values():
+            return None
+        parts = {s: stream.agreed(gather, lambda s=s, src=src: stream.parse(
+                     dataclasses.replace(src, span=spans[s]), columns.text, columns.labels[0],
+                     cfg.split_column if s is None else None)) for s, src in sources.items()}
+        digests = {s: stream.digest(src, rank, size, gather) for s, src in sources.items()}
+        parsed = {s: stream.merge(p, sources[s]) for s, p in parts.items()}
+        first = {s: sum(q.n for q in p[:rank]) for s, p in parts.items()}
+        share = {s: (dataclasses.replace(src, span=spans[s]), first[s], first[s] + parts[s][rank].n)
+                 for s, src in sources.items()}
+        dataset, mine, offsets = _streamed(cfg, name, parsed, digests, share)
+    except stream.Fallback as why:
+        log.debug("the data is read whole by every rank (not sharded): %s", why)
+        return None
+    return Share(dataset, mine, offsets)
+
+
+def _stream_sources(cfg: DataConfig) -> dict[str | None, stream.Source]:
+    """The files to stream (key None: one file featx splits itself), or stream.Fallback."""
     if cfg.path is not None or not (cfg.dev or cfg.test):
         files = {None: cfg.path or cfg.train}
     else:
@@ -215,35 +266,15 @@ def _load_streamed(cfg: DataConfig, name: str) -> Dataset:
         raise stream.Fallback("small or missing files")
     if cfg.split_column is not None and None not in files:
         raise stream.Fallback("a split column beside split files")
+    return {s: stream.source_of(Path(f), cfg, cfg.format or format_from_suffix(Path(f))) for s, f in files.items()}
+
+
+def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: dict | None = None):
+    """(whole Dataset, this rank's Dataset or None, per split the rank's first row) from pass 1
+    over every file (`parsed`, whole-file codes) and their digests. `share`: per file, this
+    rank's span Source and its records [lo, hi)."""
     columns = Columns.from_config(cfg, (), None)
-    text, label = columns.text, columns.labels[0]
-    parsed = {s: stream.parse(stream.source_of(Path(f), cfg, cfg.format or format_from_suffix(Path(f))), text,
-                              label, cfg.split_column if s is None else None) for s, f in files.items()}
-    task = cfg.task
-    if None in parsed:  # one file: split it as the whole-file reader does
-        one = parsed[None]
-        if one.splits is not None:  # the split column's values -> 0 train, 1 dev, 2 test
-            known = [SPLIT_ALIASES.get(v.strip().lower()) for v in one.split_values]
-            if None in known:
-                raise stream.Fallback("a split value featx does not know")  # named with its row
-            assignment = np.array([SPLITS.index(k) for k in known], dtype=np.int8)[one.splits]
-        else:
-            task = task or infer_task(Distinct(one.labels), columns)
-            if not TASKS[task].classes:
-                raise stream.Fallback(f"task {task}")
-            keys = [class_key(v) for v in one.labels]
-            rank = {k: i for i, k in enumerate(sorted(set(keys)))}
-            strata = np.array([rank[k] for k in keys], dtype=one.codes.dtype)[one.codes]
-            assignment = stratified_assignment(strata, cfg.dev_fraction, cfg.test_fraction, cfg.split_seed)
-            del strata
-        parts = {split: (one, assignment, code) for code, split in enumerate(SPLITS)
-                 if (assignment == code).any()}
-        numbered = "record" if one.splits is None else "split"
-    else:
-        parts = {split: (p, None, 0) for split, p in parsed.items()}
-        numbered = "split"
-    if "train" not in parts:
-        raise stream.Fallback("no training rows")  # the whole-file reader says so
+    task, parts, numbered = _stream_splits(cfg, columns, parsed)
     # Per split, its rows' label codes: 2 bytes a row, with the split codes all that is held per row.
     in_split = {split: p.codes if a is None else p.codes[a == code] for split, (p, a, code) in parts.items()}
     train_values = [parts["train"][0].labels[c] for c in np.unique(in_split["train"])]
@@ -254,24 +285,83 @@ def _load_streamed(cfg: DataConfig, name: str) -> Dataset:
     if len(names) < 2 or TASKS[task].n_classes not in (None, len(names)):
         raise stream.Fallback("too few or too many classes")  # the whole-file reader says which
     index = {n: i for i, n in enumerate(names)}
-    splits = {}
+    whole, mine, offsets = {}, {}, {}
     for split in SPLITS:
         if split not in parts:
             continue
         p, a, code = parts[split]
-        lookup = np.array([index.get(class_key(v), -1) for v in p.labels], dtype=np.int64)
-        labels = lookup[in_split.pop(split)]
+        labels = np.array([index.get(class_key(v), -1) for v in p.labels], dtype=np.int64)[in_split.pop(split)]
         if (labels < 0).any():
             raise stream.Fallback("a label of dev or test that train lacks")  # named with its row
-        n = len(labels)
-        # One file split by featx numbers its rows in the file; a split's own file, in the split.
-        ids = stream.RowIds("row-", a, code, n) if numbered == "record" else stream.RowIds(f"{split}-", None, 0, n)
-        share = p.source.path.stat().st_size * n // max(p.n, 1)  # bytes its texts take at most
-        splits[split] = Split(split, ids, stream.Column(p.source, text, a, code, n, share), None, labels)
-    paths = [str(f) for f in files.values()]
+        key = None if None in parsed else split  # the file the split's rows are in
+        by_record = numbered == "record"
+        whole[split] = _stream_split(split, p.source, columns.text, a, code, labels, p.n, by_record=by_record)
+        _fingerprint(whole[split], digests[key], a, code)
+        if share is not None:
+            source, lo, hi = share[key]
+            offsets[split] = lo if a is None else int((a[:lo] == code).sum())
+            rows = labels[offsets[split]:offsets[split] + (hi - lo if a is None else int((a[lo:hi] == code).sum()))]
+            mine[split] = _stream_split(split, source, columns.text, None if a is None else a[lo:hi], code, rows,
+                                        hi - lo, by_record=by_record, start=lo if by_record else offsets[split])
+            # A shard's splits are never compared with a file's: a name, not a pass over its texts.
+            mine[split].__dict__["_fingerprint"] = f"{whole[split].fingerprint()}:rows-{offsets[split]}+{len(rows)}"
+    paths = [str(src.path) for src in (p.source for p in parsed.values())]
     log.info("read %s in a stream (%s rows): texts stay in the file until the cache holds them",
-             ", ".join(paths), f"{sum(len(s) for s in splits.values()):,}")
-    return Dataset(name, task, names, splits, ", ".join(paths), tuple(str(Path(f)) for f in paths))
+             ", ".join(paths), f"{sum(len(s) for s in whole.values()):,}")
+    make = lambda splits: Dataset(name, task, names, splits, ", ".join(paths), tuple(paths))  # noqa: E731
+    return make(whole), (make(mine) if share is not None else None), offsets
+
+
+def _stream_splits(cfg: DataConfig, columns: Columns, parsed: dict):
+    """(task if known, per split (Parsed, its records' split codes or None, its code), how rows
+    are numbered): one file split as the whole-file reader splits it, or one file per split."""
+    task = cfg.task
+    if None not in parsed:
+        return task, {split: (p, None, 0) for split, p in parsed.items()}, "split"
+    one = parsed[None]
+    if one.splits is not None:  # the split column's values -> 0 train, 1 dev, 2 test
+        known = [SPLIT_ALIASES.get(v.strip().lower()) for v in one.split_values]
+        if None in known:
+            raise stream.Fallback("a split value featx does not know")  # named with its row
+        assignment = np.array([SPLITS.index(k) for k in known], dtype=np.int8)[one.splits]
+    else:
+        task = task or infer_task(Distinct(one.labels), columns)
+        if not TASKS[task].classes:
+            raise stream.Fallback(f"task {task}")
+        keys = [class_key(v) for v in one.labels]
+        rank = {k: i for i, k in enumerate(sorted(set(keys)))}
+        strata = np.array([rank[k] for k in keys], dtype=one.codes.dtype)[one.codes]
+        assignment = stratified_assignment(strata, cfg.dev_fraction, cfg.test_fraction, cfg.split_seed)
+    parts = {split: (one, assignment, code) for code, split in enumerate(SPLITS) if (assignment == code).any()}
+    if "train" not in parts:
+        raise stream.Fallback("no training rows")  # the whole-file reader says so
+    return task, parts, "record" if one.splits is None else "split"
+
+
+def _stream_split(split: str, source, text: str, assignment, code: int, labels: np.ndarray, records: int,
+                  *, by_record: bool, start: int = 0) -> Split:
+    """A Split whose ids are numbered and whose texts are read from `source`, a block at a time.
+    `records`: how many records `assignment` (or the split) covers. One file split by featx
+    numbers its rows in the file (`by_record`); a split's own file or column, in the split."""
+    n = len(labels)
+    share = source.path.stat().st_size * n // max(records, 1)  # bytes its texts take at most
+    ids = (stream.RowIds("row-", assignment, code, n, start=start) if by_record
+           else stream.RowIds(f"{split}-", None, 0, n, start=start))
+    return Split(split, ids,
+                 stream.Column(source, text, assignment, code, n, share), None, labels)
+
+
+def _fingerprint(split: Split, file_digest: str, assignment, code: int) -> None:
+    """A streamed split's fingerprint: the digest of its file's bytes (`stream.digest`, which any
+    number of ranks compute alike without reading the whole file each), which rows of the file
+    are its (`assignment`), and its labels. Not the whole-file reader's hash of ids and texts,
+    which one pass over every text would take: the same file read whole has another key."""
+    h = hashlib.sha256(json.dumps(["stream-1", split.name, file_digest, code]).encode())
+    if assignment is not None:
+        h.update(np.ascontiguousarray(assignment))
+    h.update(str(split.labels.dtype).encode() + repr(split.labels.shape).encode())
+    h.update(np.ascontiguousarray(split.labels))
+    split.__dict__["_fingerprint"] = h.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,8 +2,10 @@
 
     torchrun --nproc-per-node N -m featx extract PIPELINE [overrides]
 
-Every rank loads the same dataset and deals the length-sorted rows round-robin, so each gets
-the same share of tokens. Each rank builds its own resumable shard (the same `.partial`,
+Large CSV/TSV inputs (the streamed ones) are shared by byte ranges: each rank parses only its
+part of every file, and the ranks exchange what the split and the classes need (a label code
+per row, never a text). Any other input is loaded by every rank, which deals the length-sorted
+rows round-robin, so each gets the same share of tokens. Each rank builds its own resumable shard (the same `.partial`,
 done-mask and lock rules as one process) under `<cache_dir>/<key>.shards/`; after they all
 finish, rank 0 streams the shards into the final cache, which has exactly the key, schema
 and metadata of a single-process run, then deletes the shards. Rerunning the same command
@@ -25,7 +27,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from featx import backbone
+from featx import backbone, stream
 from featx.cache import Cache
 from featx.cacheschema import SINGLES, partial_path
 from featx.cachewriter import CacheWriter, writer_lock
@@ -83,7 +85,6 @@ def extract_sharded(pipeline: Pipeline):
     import torch.distributed as dist
 
     from featx.extract import ExtractResult, build
-    from featx.plan import make_plan
 
     rank, size, local_rank = world()
     start = time.perf_counter()
@@ -94,7 +95,7 @@ def extract_sharded(pipeline: Pipeline):
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
                             timeout=datetime.timedelta(days=1))
     try:
-        plan = make_plan(pipeline)
+        plan, rows, mine, contiguous = _share(pipeline, rank, size, dist)
         compute_dtype = backbone.pick_dtype(cfg.dtype, device, hidden=plan.hidden)
         spec = plan.spec(compute_dtype)
         final = plan.cache_path(compute_dtype)
@@ -109,17 +110,11 @@ def extract_sharded(pipeline: Pipeline):
         shards = final.with_name(final.name.removesuffix(".h5") + ".shards")
         refuse_link(shards, "where featx keeps the shards of a distributed extraction")
         shard = shards / f"rank{rank:03d}-of-{size:03d}.h5"
-        rows = {name: deal(np.array([len(t) + (len(split.text_pairs[i]) if split.text_pairs else 0)
-                                     for i, t in enumerate(split.texts)]), rank, size)
-                for name, split in plan.groups.items()}
         # A shard holds its rows of every group (the singles too); rank 0's assembly writes the
         # pair rows of the whole dataset, so a shard needs none.
         shard_plan = dataclasses.replace(
-            plan, dataset=dataclasses.replace(plan.dataset, splits={
-                name: split.take(rows[name]) for name, split in plan.dataset.splits.items()}),
-            singles=None if plan.singles is None else plan.singles.take(rows[SINGLES]),
-            pair_rows=None,
-            pipeline=dataclasses.replace(pipeline, progress=pipeline.progress and rank == 0))
+            plan, dataset=mine, singles=None if plan.singles is None else plan.singles.take(rows[SINGLES]),
+            pair_rows=None, pipeline=dataclasses.replace(pipeline, progress=pipeline.progress and rank == 0))
         shard_spec = dataclasses.replace(spec, dataset_fingerprint=f"{spec.dataset_fingerprint}"
                                          f":shard-{rank}-of-{size}")
         if shard.is_file():  # finished before an earlier run stopped: nothing to compute
@@ -132,8 +127,10 @@ def extract_sharded(pipeline: Pipeline):
         per_rank = [None] * size
         dist.all_gather_object(per_rank, stats)  # also waits for every shard
         if rank == 0:
-            _assemble(final, plan, spec, device, [shards / f"rank{r:03d}-of-{size:03d}.h5" for r in range(size)],
-                      per_rank)
+            paths = [shards / f"rank{r:03d}-of-{size:03d}.h5" for r in range(size)]
+            if contiguous:  # the texts are in the shards: no rank reads the whole input
+                plan = _texts_from_shards(plan, paths)
+            _assemble(final, plan, spec, device, paths, per_rank)
             shutil.rmtree(shards)
         dist.barrier()  # the final file exists for every rank from here on
         seconds = time.perf_counter() - start
@@ -144,6 +141,61 @@ def extract_sharded(pipeline: Pipeline):
                              {"world_size": size, "per_rank": per_rank})
     finally:
         dist.destroy_process_group()
+
+
+def _share(pipeline: Pipeline, rank: int, size: int, dist):
+    """(plan of the whole dataset, this rank's rows of each group, its dataset of them, whether
+    those rows are one contiguous run of each split, rank after rank).
+
+    Large CSV/TSV files are shared by byte ranges (`data.load_share`): each rank parses only
+    its part of every file, and its rows are one contiguous run of each split. Anything else is
+    read whole by every rank, and the length-sorted rows are dealt round-robin (`deal`)."""
+    from featx.data import load_share
+    from featx.plan import make_plan
+
+    def gather(value):
+        everyone = [None] * size
+        dist.all_gather_object(everyone, value)
+        return everyone
+
+    share = load_share(pipeline.data, pipeline.name, rank, size, gather)
+    if share is not None:
+        log.info("rank %d reads only its share of %s", rank, share.dataset.source)
+        rows = {name: share.offsets[name] + np.arange(len(split), dtype=np.int64)
+                for name, split in share.mine.splits.items()}
+        return make_plan(pipeline, dataset=share.dataset), rows, share.mine, True
+    plan = make_plan(pipeline)
+    rows = {name: deal(np.array([len(t) + (len(split.text_pairs[i]) if split.text_pairs else 0)
+                                 for i, t in enumerate(split.texts)]), rank, size)
+            for name, split in plan.groups.items()}
+    dealt = {name: split.take(rows[name]) for name, split in plan.dataset.splits.items()}
+    return plan, rows, dataclasses.replace(plan.dataset, splits=dealt), False
+
+
+class _ShardTexts(stream.Lazy):
+    """A split's texts as the shards of a shared dataset hold them, rank after rank (each
+    rank's rows are one contiguous run of the split): rank 0 writes the final cache's texts
+    from these instead of reading the whole input file."""
+
+    def __init__(self, shards: list[Path], split: str, n: int, nbytes: int):
+        self.shards, self.split, self.nbytes = shards, split, nbytes
+        super().__init__(n)
+
+    def _blocks(self, size: int = 1 << 16):
+        for path in self.shards:
+            with h5py.File(path, "r") as f:
+                texts = f[self.split]["text"].asstr()
+                for lo in range(0, len(texts), size):
+                    yield texts[lo:lo + size].tolist()
+
+
+def _texts_from_shards(plan, shards: list[Path]):
+    splits = {}
+    for name, split in plan.dataset.splits.items():
+        texts = _ShardTexts(shards, name, len(split), getattr(split.texts, "nbytes", 0))
+        splits[name] = dataclasses.replace(split, texts=texts)
+        splits[name].__dict__["_fingerprint"] = split.fingerprint()  # the whole dataset's, not re-hashed
+    return dataclasses.replace(plan, dataset=dataclasses.replace(plan.dataset, splits=splits))
 
 
 def _agree(dist, rank: int, size: int, mine: dict) -> None:

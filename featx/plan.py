@@ -182,8 +182,10 @@ def find_cache(pipeline: Pipeline) -> Path:
     return make_plan(pipeline).find_cache()
 
 
-def make_plan(pipeline: Pipeline) -> Plan:
-    dataset = load_dataset(pipeline.data, pipeline.name)
+def make_plan(pipeline: Pipeline, dataset: Dataset | None = None) -> Plan:
+    """What extraction computes for this pipeline; `dataset`: the pipeline's data, already read
+    (a torchrun rank's view of it, `featx.distributed`), instead of reading it here."""
+    dataset = dataset if dataset is not None else load_dataset(pipeline.data, pipeline.name)
     model = resolve.resolve(pipeline.model.name, pipeline.model.revision)
     fingerprint = resolve.fingerprint(model.path, pipeline.model.allow_pickle)
     config = resolve.model_config(model.path)

@@ -34,12 +34,12 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TOKENIZERS_PARA
 ROWS = 12000
 
 
-def torchrun(pipeline: Path, *overrides: str, wait: bool = True):
+def torchrun(pipeline: Path, *overrides: str, wait: bool = True, env: dict | None = None):
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                "-m", "featx", "extract", str(pipeline), *overrides]
     if wait:
-        return subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=600)
-    return subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.run(command, env=env or ENV, capture_output=True, text=True, timeout=600)
+    return subprocess.Popen(command, env=env or ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def job(tmp_path: Path, tiny_bert: Path, name: str, rows: int = 300, **extract) -> Path:
@@ -84,6 +84,26 @@ def test_two_ranks_write_the_single_process_cache(tmp_path, tiny_bert):
         assert stats["world_size"] == 2 and sum(r["rows_total"] for r in stats["per_rank"]) == 300
     again = torchrun(job(tmp_path, tiny_bert, "sharded"))
     assert again.returncode == 0 and "cache hit" in again.stderr
+
+
+def test_two_ranks_share_a_streamed_file_and_write_the_single_process_cache(tmp_path, tiny_bert, monkeypatch):
+    from featx import stream
+
+    def streamable(name: str) -> Path:  # rows numbered by featx: no id column
+        path = job(tmp_path, tiny_bert, name)
+        path.write_text(path.read_text().replace('id = "id"\n', ""))
+        return path
+
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)  # this process streams the small file too
+    single = extract(load_pipeline(streamable("single")))
+    run = torchrun(streamable("sharded"), env=ENV | {"FEATX_STREAM_BYTES": "0"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "rank 0 reads only its share" in run.stderr and "rank 1 reads only its share" in run.stderr
+    path = Path(run.stdout.strip().splitlines()[-1])
+    assert_same_cache(path, single.path)  # the same key: the file's digest, whoever hashed which block
+    with Cache(path) as cache:
+        stats = cache.meta["extract_stats"]
+        assert stats["world_size"] == 2 and sum(r["rows_total"] for r in stats["per_rank"]) == 300
 
 
 def _children(pid: int) -> list[int]:

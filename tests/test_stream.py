@@ -1,6 +1,7 @@
 """Streamed reading of large CSV/TSV files: the same dataset as the whole-file reader (same
-ids, texts, labels, splits and fingerprint), the same error for a bad row, texts read from the
-file a block at a time."""
+ids, texts, labels and splits), the same error for a bad row, texts read from the file a block
+at a time; a fingerprint of the files' bytes, the same for any number of torchrun ranks, each of
+which reads only its own share of the file."""
 from __future__ import annotations
 
 import numpy as np
@@ -34,8 +35,8 @@ def assert_same_dataset(a, b):
         assert list(other.ids) == split.ids
         assert list(other.texts) == split.texts
         assert other.labels.dtype == split.labels.dtype and (other.labels == split.labels).all()
-        assert other.fingerprint() == split.fingerprint()
-    assert a.fingerprint() == b.fingerprint()
+    # The streamed fingerprint is the file's bytes' (no pass over every text): another key.
+    assert a.fingerprint() != b.fingerprint()
 
 
 def tricky_rows(n: int = 400) -> list[dict]:
@@ -130,8 +131,8 @@ def test_a_streamed_dataset_extracts_into_the_same_cache(monkeypatch, tmp_path, 
     monkeypatch.setattr(stream, "BLOCK_BYTES", 1 << 12)
     streamed = extract(make_pipeline({"path": str(path)}, data_dir=str(tmp_path / "streamed"),
                                      extract={"store_dtype": "float32"}))
-    assert streamed.path.name == whole.path.name  # the same key
-    assert_same_vectors(streamed.path, whole.path)
+    assert streamed.path.name != whole.path.name  # the files' bytes make the streamed key
+    assert_same_vectors(streamed.path, whole.path, same_key=False)
 
 
 def test_a_column_reads_its_file_in_order_and_whole_when_asked_out_of_order(monkeypatch, tmp_path):
@@ -164,3 +165,113 @@ def test_a_file_that_changes_between_passes_is_an_error(monkeypatch, tmp_path):
         f.write("one more row,7\n")
     with pytest.raises(FeatxError, match="changed while featx was reading it"):
         list(streamed.splits["train"].texts)
+
+
+# ---------------------------------------------------------------------------------------------
+# torchrun ranks, simulated by threads meeting at a barrier (the collective `gather` is all
+# load_share needs from torch.distributed)
+
+
+class Ranks:
+    """`size` threads, each one rank, exchanging values as all_gather_object does."""
+
+    def __init__(self, size: int):
+        import threading
+
+        self.size, self.barrier, self.slots = size, threading.Barrier(size), [None] * size
+
+    def run(self, work):
+        from concurrent.futures import ThreadPoolExecutor
+
+        def one(rank: int):
+            def gather(value):
+                self.slots[rank] = value
+                self.barrier.wait()
+                everyone = list(self.slots)
+                self.barrier.wait()  # nobody overwrites a slot before every rank has read them
+                return everyone
+            return work(rank, gather)
+        with ThreadPoolExecutor(self.size) as pool:
+            return list(pool.map(one, range(self.size)))
+
+
+def shares(monkeypatch, size: int, **cfg):
+    from featx.data import load_share
+
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 1 << 12)
+    monkeypatch.setattr(stream, "SCAN_BYTES", 1 << 10)  # cuts and checks that cross blocks
+    monkeypatch.setattr(stream, "DIGEST_BYTES", 1 << 11)
+    return Ranks(size).run(lambda rank, gather: load_share(DataConfig(**cfg), "dataset", rank, size, gather))
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7])
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+def test_ranks_share_the_rows_of_one_streamed_dataset(monkeypatch, tmp_path, size, layout):
+    rows = tricky_rows(600)
+    for i, row in enumerate(rows):
+        row["split"] = ["train", "dev", "test", "train"][i % 4]
+    if layout == "split files":
+        cfg = {s: str(write_rows(tmp_path / f"{s}.csv", [r for r in rows if r["split"] == s]))
+               for s in ("train", "dev", "test")}
+    else:
+        cfg = {"path": str(write_rows(tmp_path / "rows.csv", rows))}
+        if layout == "split column":
+            cfg["split_column"] = "split"
+    got = shares(monkeypatch, size, **cfg)
+    one = load_dataset(DataConfig(**cfg))  # one process, streamed
+    with monkeypatch.context() as m:
+        m.setattr(stream, "STREAM_BYTES", 1 << 40)
+        whole = load_dataset(DataConfig(**cfg))
+    for share in got:
+        assert share.dataset.fingerprint() == one.fingerprint()  # any number of ranks, one key
+        assert_same_dataset(whole, share.dataset)
+    for name, split in whole.splits.items():
+        # Every row exactly once, in order: the ranks' rows, one after the other.
+        assert [s.offsets[name] for s in got] == list(np.cumsum([0] + [len(s.mine.splits[name]) for s in got])[:-1])
+        assert sum((list(s.mine.splits[name].ids) for s in got), []) == split.ids
+        assert sum((list(s.mine.splits[name].texts) for s in got), []) == split.texts
+        assert (np.concatenate([s.mine.splits[name].labels for s in got]) == split.labels).all()
+
+
+def test_each_rank_parses_only_its_own_bytes(monkeypatch, tmp_path):
+    path = write_rows(tmp_path / "rows.csv", tricky_rows(2000))
+    got = shares(monkeypatch, 4, path=str(path))
+    spans = [s.mine.splits["train"].texts.source.span for s in got]
+    assert spans[0][0] > 0 and spans[-1][1] == path.stat().st_size
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))  # contiguous, no record twice
+    assert max(b - a for a, b in spans) < path.stat().st_size / 3
+
+
+def test_a_quote_inside_an_unquoted_field_reads_the_whole_file_on_every_rank(monkeypatch, tmp_path):
+    path = tmp_path / "rows.csv"
+    rows = ["text,label"] + [f'row {i} is 5" tall,{"ab"[i % 2]}' for i in range(400)]
+    path.write_text("\n".join(rows) + "\n")
+    assert shares(monkeypatch, 2, path=str(path)) == [None, None]
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    assert len(load_dataset(DataConfig(path=str(path))).splits["train"]) > 0  # still read, whole
+
+
+def test_a_rank_that_fails_fails_every_rank(monkeypatch, tmp_path):
+    path = write_rows(tmp_path / "rows.csv", tricky_rows(300))
+    def changed(source, rank=0, size=1, gather=None):
+        def compute():
+            if rank == 1:
+                raise FeatxError("the file changed")
+            return {}
+        return stream.agreed(gather, compute)
+
+    monkeypatch.setattr(stream, "digest", changed)
+    from featx.data import load_share
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    results = Ranks(2).run(lambda rank, gather: _catch(lambda: load_share(DataConfig(path=str(path)),
+                                                                          "d", rank, 2, gather)))
+    assert all(isinstance(r, FeatxError) and "rank 1" in str(r) and "the file changed" in str(r)
+               for r in results)
+
+
+def _catch(fn):
+    try:
+        return fn()
+    except FeatxError as exc:
+        return exc
