@@ -15,13 +15,11 @@ error message, whatever the path.
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import io
 import logging
 import operator
 import os
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,10 +36,11 @@ STREAM_BYTES = int(os.environ.get("FEATX_STREAM_BYTES", 64 << 20))
 BLOCK_BYTES = 1 << 20    # bytes of the file pyarrow parses at a time (its read-ahead holds several)
 
 
-@functools.cache
-def whitespace() -> str:
-    """What str.strip() strips (str.isspace()): a text of only these is empty, in both readers."""
-    return "".join(chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace())
+# What str.strip() strips (str.isspace()): a text of only these is empty, in both readers. Written
+# out, since finding them (every code point tested) took 0.4 s a process; tests/test_stream.py
+# checks it against this Python's str.isspace().
+WHITESPACE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+              "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
 
 
 class Fallback(Exception):
@@ -168,15 +167,12 @@ class Column(Lazy):
         return f"column {self.column!r} of {self.source.path}"
 
     def _blocks(self):
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         record = 0
         for batch in self.source.batches([self.column]):
             values = batch.column(0)
             if self.assignment is not None:
                 mine = self.assignment[record:record + len(values)] == self.code
-                values = pc.filter(values, pa.array(mine))
+                values = values.filter(_arrow_mask(mine))
             record += batch.num_rows
             if len(values):
                 yield values.to_pylist()
@@ -237,6 +233,34 @@ def source_of(path: Path, cfg, fmt: str) -> Source:
     return Source(path, delimiter, cfg.quoting, columns, _state(path))
 
 
+# Arrow to numpy and back without pyarrow's Python-object conversions (`pa.array`, `pa.scalar`,
+# `Array.to_numpy`): each of those imports pandas where it is installed, 0.4-1 s of a process
+# that reads a file in 1-3 s.
+
+
+def _has_blank(values) -> bool:
+    """Whether a string array holds a value that is empty or only whitespace."""
+    import pyarrow.compute as pc
+
+    shortest = pc.min(pc.utf8_length(pc.utf8_trim(values, WHITESPACE))).as_py()
+    return shortest is not None and shortest == 0
+
+
+def _indices(encoded) -> np.ndarray:
+    """The indices of a dictionary-encoded array without nulls, as numpy (a view of its buffer)."""
+    indices = encoded.indices
+    dtype = np.dtype(f"int{indices.type.bit_width}")
+    return np.frombuffer(indices.buffers()[1], dtype=dtype, count=len(indices),
+                         offset=indices.offset * dtype.itemsize)
+
+
+def _arrow_mask(mask: np.ndarray):
+    """A numpy bool array as an Arrow boolean array (bits, least significant first)."""
+    import pyarrow as pa
+
+    return pa.Array.from_buffers(pa.bool_(), len(mask), [None, pa.py_buffer(np.packbits(mask, bitorder="little"))])
+
+
 def _state(path: Path) -> tuple[int, int, int]:
     stat = path.stat()
     return stat.st_size, stat.st_mtime_ns, stat.st_ino
@@ -258,11 +282,11 @@ def parse(source: Source, text: str, label: str, split_column: str | None) -> Pa
     try:
         for batch in source.batches(wanted):
             texts = batch.column(wanted.index(text))
-            if pc.any(pc.equal(pc.utf8_length(pc.utf8_trim(texts, whitespace())), 0)).as_py() \
+            if _has_blank(texts) \
                     or pc.any(pc.match_substring(texts, "\x00")).as_py():
                 raise Fallback("an empty text or a NUL byte")
             labels = batch.column(wanted.index(label))
-            if pc.any(pc.equal(pc.utf8_length(pc.utf8_trim(labels, whitespace())), 0)).as_py() \
+            if _has_blank(labels) \
                     or pc.any(pc.match_substring(labels, "\x00")).as_py():
                 raise Fallback("a missing label or a NUL byte")
             encoded = pc.dictionary_encode(labels)
@@ -271,14 +295,14 @@ def parse(source: Source, text: str, label: str, split_column: str | None) -> Pa
             if len(index) >= 2 ** 15 and codes and codes[0].dtype == np.int16:
                 codes = [c.astype(np.int32) for c in codes]  # past int16: the few blocks so far widened
             codes.append(local.astype(np.int16 if len(index) < 2 ** 15 else np.int32)[
-                encoded.indices.to_numpy(zero_copy_only=False)])
+                _indices(encoded)])
             if split_column is not None:
                 names = pc.dictionary_encode(batch.column(wanted.index(split_column)))
                 local = np.array([split_index.setdefault(v, len(split_index))
                                   for v in names.dictionary.to_pylist()], dtype=np.int32)
                 if len(split_index) > 100:
                     raise Fallback("more than 100 distinct split names")
-                splits.append(local.astype(np.int8)[names.indices.to_numpy(zero_copy_only=False)])
+                splits.append(local.astype(np.int8)[_indices(names)])
             n += batch.num_rows
             if len(index) > 100_000:
                 raise Fallback("more than 100,000 distinct labels: not classes")

@@ -52,6 +52,12 @@ def tricky_rows(n: int = 400) -> list[dict]:
     return rows
 
 
+def test_the_whitespace_stripped_is_what_str_strip_strips():
+    import sys
+
+    assert stream.WHITESPACE == "".join(chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace())
+
+
 def test_one_csv_is_split_and_read_as_the_whole_file_reader_does(monkeypatch, tmp_path):
     path = write_rows(tmp_path / "rows.csv", tricky_rows())
     whole, streamed = read_both(monkeypatch, path=str(path))
