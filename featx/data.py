@@ -236,7 +236,13 @@ def load_share(cfg: DataConfig, name: str, rank: int, size: int, gather) -> Shar
         return None
     columns = Columns.from_config(cfg, (), None)
     try:
-        sources = stream.agreed(gather, lambda: _stream_sources(cfg))[0]
+        everyone = stream.agreed(gather, lambda: _stream_sources(cfg))
+        sources = everyone[rank]  # each its own (a host may hold its own copy, at the same path)
+        for s, src in sources.items():
+            if len({other[s].state[0] for other in everyone}) > 1:
+                raise FeatxError(f"the ranks see different files at {src.path} (sizes "
+                                 f"{sorted({other[s].state[0] for other in everyone})}): give every "
+                                 "host the same file, or put it where every host reads it")
         spans = {s: stream.span_of(src, rank, size, gather) for s, src in sources.items()}
         if None in spans.values():
             return None
