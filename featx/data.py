@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from featx import stream
+from featx import spans, stream
 from featx.builtin import BUILTINS
 from featx.config import DataConfig
 from featx.errors import FeatxError, shown
@@ -210,7 +210,7 @@ def _load_streamed(cfg: DataConfig, name: str) -> Dataset:
     columns = Columns.from_config(cfg, (), None)
     parsed = {s: stream.parse(src, columns.text, columns.labels[0], cfg.split_column if s is None else None)
               for s, src in sources.items()}
-    return _streamed(cfg, name, parsed, {s: stream.digest(src) for s, src in sources.items()})[0]
+    return _streamed(cfg, name, parsed, {s: spans.digest(src) for s, src in sources.items()})[0]
 
 
 @dataclass(frozen=True)
@@ -226,7 +226,7 @@ class Share:
 
 def load_share(cfg: DataConfig, name: str, rank: int, size: int, gather) -> Share | None:
     """This rank's contiguous share of the rows of large CSV/TSV files, each rank parsing only
-    about 1/size of every file (`stream.span_of`) and the ranks exchanging what the split and the
+    about 1/size of every file (`spans.span_of`) and the ranks exchanging what the split and the
     classes need: per row a label code (and split code), never a text. `gather` is the
     collective that returns every rank's value (torch.distributed.all_gather_object).
 
@@ -236,23 +236,23 @@ def load_share(cfg: DataConfig, name: str, rank: int, size: int, gather) -> Shar
         return None
     columns = Columns.from_config(cfg, (), None)
     try:
-        everyone = stream.agreed(gather, lambda: _stream_sources(cfg))
+        everyone = spans.agreed(gather, lambda: _stream_sources(cfg))
         sources = everyone[rank]  # each its own (a host may hold its own copy, at the same path)
         for s, src in sources.items():
             if len({other[s].state[0] for other in everyone}) > 1:
                 raise FeatxError(f"the ranks see different files at {src.path} (sizes "
                                  f"{sorted({other[s].state[0] for other in everyone})}): give every "
                                  "host the same file, or put it where every host reads it")
-        spans = {s: stream.span_of(src, rank, size, gather) for s, src in sources.items()}
-        if None in spans.values():
+        cut = {s: spans.span_of(src, rank, size, gather) for s, src in sources.items()}
+        if None in cut.values():
             return None
-        parts = {s: stream.agreed(gather, lambda s=s, src=src: stream.parse(
-                     dataclasses.replace(src, span=spans[s]), columns.text, columns.labels[0],
+        parts = {s: spans.agreed(gather, lambda s=s, src=src: stream.parse(
+                     dataclasses.replace(src, span=cut[s]), columns.text, columns.labels[0],
                      cfg.split_column if s is None else None)) for s, src in sources.items()}
-        digests = {s: stream.digest(src, rank, size, gather) for s, src in sources.items()}
-        parsed = {s: stream.merge(p, sources[s]) for s, p in parts.items()}
+        digests = {s: spans.digest(src, rank, size, gather) for s, src in sources.items()}
+        parsed = {s: spans.merge(p, sources[s]) for s, p in parts.items()}
         first = {s: sum(q.n for q in p[:rank]) for s, p in parts.items()}
-        share = {s: (dataclasses.replace(src, span=spans[s]), first[s], first[s] + parts[s][rank].n)
+        share = {s: (dataclasses.replace(src, span=cut[s]), first[s], first[s] + parts[s][rank].n)
                  for s, src in sources.items()}
         dataset, mine, offsets = _streamed(cfg, name, parsed, digests, share)
     except stream.Fallback as why:
@@ -301,14 +301,16 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
             raise stream.Fallback("a label of dev or test that train lacks")  # named with its row
         key = None if None in parsed else split  # the file the split's rows are in
         by_record = numbered == "record"
-        whole[split] = _stream_split(split, p.source, columns.text, a, code, labels, p.n, by_record=by_record)
+        whole[split] = _stream_split(split, p.source, columns.text, a, code, labels=labels, records=p.n,
+                                     by_record=by_record)
         _fingerprint(whole[split], digests[key], a, code)
         if share is not None:
             source, lo, hi = share[key]
             offsets[split] = lo if a is None else int((a[:lo] == code).sum())
             rows = labels[offsets[split]:offsets[split] + (hi - lo if a is None else int((a[lo:hi] == code).sum()))]
-            mine[split] = _stream_split(split, source, columns.text, None if a is None else a[lo:hi], code, rows,
-                                        hi - lo, by_record=by_record, start=lo if by_record else offsets[split])
+            mine[split] = _stream_split(split, source, columns.text, None if a is None else a[lo:hi], code,
+                                        labels=rows, records=hi - lo, by_record=by_record,
+                                        start=lo if by_record else offsets[split])
             # A shard's splits are never compared with a file's: a name, not a pass over its texts.
             mine[split].__dict__["_fingerprint"] = f"{whole[split].fingerprint()}:rows-{offsets[split]}+{len(rows)}"
     paths = [str(src.path) for src in (p.source for p in parsed.values())]
@@ -344,8 +346,8 @@ def _stream_splits(cfg: DataConfig, columns: Columns, parsed: dict):
     return task, parts, "record" if one.splits is None else "split"
 
 
-def _stream_split(split: str, source, text: str, assignment, code: int, labels: np.ndarray, records: int,
-                  *, by_record: bool, start: int = 0) -> Split:
+def _stream_split(split: str, source, text: str, assignment, code: int, *, labels: np.ndarray, records: int,
+                  by_record: bool, start: int = 0) -> Split:
     """A Split whose ids are numbered and whose texts are read from `source`, a block at a time.
     `records`: how many records `assignment` (or the split) covers. One file split by featx
     numbers its rows in the file (`by_record`); a split's own file or column, in the split."""
@@ -354,11 +356,11 @@ def _stream_split(split: str, source, text: str, assignment, code: int, labels: 
     ids = (stream.RowIds("row-", assignment, code, n, start=start) if by_record
            else stream.RowIds(f"{split}-", None, 0, n, start=start))
     return Split(split, ids,
-                 stream.Column(source, text, assignment, code, n, share), None, labels)
+                 stream.Column(source, text, assignment, code, n, nbytes=share), None, labels)
 
 
 def _fingerprint(split: Split, file_digest: str, assignment, code: int) -> None:
-    """A streamed split's fingerprint: the digest of its file's bytes (`stream.digest`, which any
+    """A streamed split's fingerprint: the digest of its file's bytes (`spans.digest`, which any
     number of ranks compute alike without reading the whole file each), which rows of the file
     are its (`assignment`), and its labels. Not the whole-file reader's hash of ids and texts,
     which one pass over every text would take: the same file read whole has another key."""

@@ -130,7 +130,7 @@ def extract_sharded(pipeline: Pipeline):
             paths = [shards / f"rank{r:03d}-of-{size:03d}.h5" for r in range(size)]
             if contiguous:  # the texts are in the shards: no rank reads the whole input
                 plan = _texts_from_shards(plan, paths)
-            _assemble(final, plan, spec, device, paths, per_rank)
+            _assemble(final, plan, spec, device, shards=paths, per_rank=per_rank)
             shutil.rmtree(shards)
         dist.barrier()  # the final file exists for every rank from here on
         seconds = time.perf_counter() - start
@@ -208,7 +208,7 @@ def _agree(dist, rank: int, size: int, mine: dict) -> None:
                          "with the same pipeline file, overrides and featx version")
 
 
-def _assemble(final: Path, plan, spec, device, shards: list[Path], per_rank: list[dict]) -> None:
+def _assemble(final: Path, plan, spec, device, *, shards: list[Path], per_rank: list[dict]) -> None:
     """Stream every shard's rows into the final cache, written exactly as one process would."""
     from featx.extract import WINDOW_BYTES, writer_info
 

@@ -15,7 +15,6 @@ error message, whatever the path.
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import logging
 import operator
@@ -157,7 +156,7 @@ class Column(Lazy):
     """One string column of the rows of a split: the file's records whose split code is
     `code` (every record when `assignment` is None), read again at each pass."""
 
-    def __init__(self, source: Source, column: str, assignment: np.ndarray | None, code: int, n: int,
+    def __init__(self, source: Source, column: str, assignment: np.ndarray | None, code: int, n: int, *,
                  nbytes: int):
         self.source, self.column, self.assignment, self.code = source, column, assignment, code
         self.nbytes = nbytes  # at most this many bytes of text (the file's share): for disk estimates
@@ -314,11 +313,7 @@ def parse(source: Source, text: str, label: str, split_column: str | None) -> Pa
 
 
 # ---------------------------------------------------------------------------------------------
-# A torchrun rank's share of a file: its records' bytes, found without reading the others'
-
-
-DIGEST_BYTES = 64 << 20  # bytes hashed as one block of a file's digest (any rank may hash any block)
-SCAN_BYTES = 4 << 20     # bytes read at a time when cutting a file or checking its quotes
+# A torchrun rank's share of a file (featx.spans finds it): the header, then its records' bytes
 
 
 class _SpanFile(io.RawIOBase):
@@ -347,176 +342,3 @@ class _SpanFile(io.RawIOBase):
     def close(self) -> None:
         self._file.close()
         super().close()
-
-
-def agreed(gather, compute):
-    """`compute()` on every rank, and what each rank got (`gather` is torch.distributed's
-    all_gather_object, passed in so this module needs no torch). A rank that failed makes every
-    rank raise the same error, instead of leaving the others waiting for it forever."""
-    try:
-        mine = ("ok", compute())
-    except Fallback as why:
-        mine = ("fallback", str(why))
-    except (FeatxError, OSError, ValueError) as exc:
-        mine = ("error", f"{type(exc).__name__}: {exc}" if not isinstance(exc, FeatxError) else str(exc))
-    everyone = gather(mine)
-    for rank, (status, value) in enumerate(everyone):
-        if status == "fallback":
-            raise Fallback(f"rank {rank}: {value}")
-        if status == "error":
-            raise FeatxError(f"rank {rank} could not read its share of the input: {value}")
-    return [value for _, value in everyone]
-
-
-def span_of(source: Source, rank: int, size: int, gather) -> tuple[int, int] | None:
-    """This rank's records: the bytes [start, stop) of the file between the record boundaries
-    nearest rank/size and (rank+1)/size of it. The ranks' spans cover every record once, in
-    file order, and each rank reads about 1/size of the file to find and check them. None,
-    alike on every rank, when a cut cannot be placed with certainty (a quote that is a plain
-    character of an unquoted field, a line ending in a lone carriage return): every rank then
-    reads the whole file, as one process would."""
-    total, first = source.state[0], _header_end(source.path)
-    cuts = [first + (total - first) * r // size for r in range(size + 1)]
-    quoted = source.quoting != "none"
-    # Whether a cut falls inside a quoted field: the parity of the quotes before it, counted by
-    # the ranks over their own stretches (exact once `_plain` holds for every stretch).
-    counts = agreed(gather, lambda: _count_quotes(source.path, cuts[rank], cuts[rank + 1]) if quoted else 0)
-
-    def boundary(r: int) -> int:
-        if r in (0, size):
-            return first if r == 0 else total
-        return _next_record(source.path, cuts[r], sum(counts[:r]) % 2 == 1, quoted, total)
-
-    start, stop = boundary(rank), boundary(rank + 1)
-    stop = max(start, stop)
-    if all(agreed(gather, lambda: _plain(source, start, stop))):
-        return start, stop
-    log.warning("%s: its quotes leave record boundaries uncertain, so every rank reads the whole "
-                "file (quote every field that holds a quote or a line break to shard it)", source.path)
-    return None
-
-
-def _header_end(path: Path) -> int:
-    with open(path, "rb") as f:
-        return len(f.readline())  # source_of reads the header from the first line too
-
-
-def _blocks(path: Path, start: int, stop: int):
-    """(offset, bytes) of [start, stop), SCAN_BYTES at a time."""
-    with open(path, "rb") as f:
-        f.seek(start)
-        while start < stop:
-            data = f.read(min(SCAN_BYTES, stop - start))
-            if not data:
-                raise FeatxError(f"{path} is shorter than when featx first read it; rerun once it "
-                                 "stays as it is")
-            yield start, data
-            start += len(data)
-
-
-def _count_quotes(path: Path, start: int, stop: int) -> int:
-    return sum(data.count(b'"') for _, data in _blocks(path, start, stop))
-
-
-def _next_record(path: Path, pos: int, inside: bool, quoted: bool, total: int) -> int:
-    """The first record start at or after `pos` (inside a quoted field there or not): just past
-    the first line break outside quotes."""
-    for offset, data in _blocks(path, pos, total):
-        i = 0
-        while True:
-            quote = data.find(b'"', i) if quoted else -1
-            if inside:
-                if quote < 0:
-                    break
-                inside, i = False, quote + 1
-                continue
-            newline = data.find(b"\n", i)
-            if newline >= 0 and (quote < 0 or newline < quote):
-                return offset + newline + 1
-            if quote < 0:
-                break
-            inside, i = True, quote + 1
-    return total
-
-
-def _plain(source: Source, start: int, stop: int) -> bool:
-    """Whether bytes [start, stop) (starting at a record) hold quotes only where RFC 4180 puts
-    them: opening a field, doubled inside one, closing one before a delimiter or line end; and
-    no lone carriage return (pyarrow ends a line there). Then quote parity tells exactly where
-    quoted fields are, which is what `span_of` cuts by."""
-    delimiter = ord(source.delimiter)
-    quoted = source.quoting != "none"
-    inside, skip = False, -1
-    with open(source.path, "rb") as f:
-        for offset, data in _blocks(source.path, start, stop):
-            f.seek(offset + len(data))
-            after = f.read(1) if offset + len(data) < stop else b""
-            f.seek(max(0, offset - 1))
-            before = f.read(1) if offset > start else b"\n"
-            view = before + data + after  # one byte of context either side
-            carriage = np.flatnonzero(np.frombuffer(data, np.uint8) == 13)
-            if len(carriage) and any(view[c + 2:c + 3] != b"\n" for c in carriage.tolist()):
-                return False
-            if not quoted:
-                continue
-            for q in np.flatnonzero(np.frombuffer(data, np.uint8) == 34).tolist():
-                if offset + q == skip:
-                    continue  # the second quote of a doubled one
-                prev, nxt = view[q], view[q + 2] if q + 2 < len(view) else -1
-                if not inside:
-                    if prev not in (delimiter, 10):
-                        return False  # a quote inside an unquoted field: a plain character
-                    inside = True
-                elif nxt == 34:
-                    skip = offset + q + 1
-                elif nxt in (delimiter, 10, 13, -1):
-                    inside = False
-                else:
-                    return False  # text after a closing quote
-    return not inside
-
-
-def digest(source: Source, rank: int = 0, size: int = 1, gather=None) -> str:
-    """sha256 over the sha256 of every DIGEST_BYTES block of the file: the same value whichever
-    ranks hash which blocks (each hashes 1/size of them), so a streamed dataset's fingerprint
-    is the same for one process and for any number of ranks or nodes."""
-    total = source.state[0]
-    n_blocks = -(-total // DIGEST_BYTES)
-
-    def mine() -> dict[int, str]:
-        out = {}
-        for k in range(rank, n_blocks, size):
-            h = hashlib.sha256()
-            for _, data in _blocks(source.path, k * DIGEST_BYTES, min(total, (k + 1) * DIGEST_BYTES)):
-                h.update(data)
-            out[k] = h.hexdigest()
-        if _state(source.path) != source.state:
-            raise FeatxError(f"{source.path} changed while featx was reading it; rerun once it stays as it is")
-        return out
-
-    blocks: dict[int, str] = {}
-    for part in (agreed(gather, mine) if gather is not None else [mine()]):
-        blocks |= part
-    h = hashlib.sha256(f"featx-file-1:{total}".encode())
-    for k in range(n_blocks):
-        h.update(bytes.fromhex(blocks[k]))
-    return h.hexdigest()
-
-
-def merge(parts: list[Parsed], source: Source) -> Parsed:
-    """The ranks' pass 1 over their spans (in file order) as one pass over the whole file:
-    labels and split values in order of first appearance, codes renumbered to them."""
-    index: dict[str, int] = {}
-    split_index: dict[str, int] = {}
-    codes, splits = [], []
-    for part in parts:
-        local = np.array([index.setdefault(v, len(index)) for v in part.labels], dtype=np.int64)
-        codes.append(local[part.codes] if len(part.codes) else np.zeros(0, np.int64))
-        if part.splits is not None:
-            names = np.array([split_index.setdefault(v, len(split_index)) for v in part.split_values],
-                             dtype=np.int64)
-            splits.append(names[part.splits] if len(part.splits) else np.zeros(0, np.int64))
-    dtype = np.int16 if len(index) < 2 ** 15 else np.int32
-    with_splits = parts[0].splits is not None
-    return Parsed(source, sum(p.n for p in parts), np.concatenate(codes).astype(dtype), list(index),
-                  np.concatenate(splits).astype(np.int8) if with_splits else None, list(split_index))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from featx import stream
+from featx import spans, stream
 from featx.config import DataConfig
 from featx.data import load_dataset
 from featx.errors import FeatxError
@@ -206,8 +206,8 @@ def shares(monkeypatch, size: int, **cfg):
 
     monkeypatch.setattr(stream, "STREAM_BYTES", 0)
     monkeypatch.setattr(stream, "BLOCK_BYTES", 1 << 12)
-    monkeypatch.setattr(stream, "SCAN_BYTES", 1 << 10)  # cuts and checks that cross blocks
-    monkeypatch.setattr(stream, "DIGEST_BYTES", 1 << 11)
+    monkeypatch.setattr(spans, "SCAN_BYTES", 1 << 10)  # cuts and checks that cross blocks
+    monkeypatch.setattr(spans, "DIGEST_BYTES", 1 << 11)
     return Ranks(size).run(lambda rank, gather: load_share(DataConfig(**cfg), "dataset", rank, size, gather))
 
 
@@ -265,9 +265,9 @@ def test_a_rank_that_fails_fails_every_rank(monkeypatch, tmp_path):
             if rank == 1:
                 raise FeatxError("the file changed")
             return {}
-        return stream.agreed(gather, compute)
+        return spans.agreed(gather, compute)
 
-    monkeypatch.setattr(stream, "digest", changed)
+    monkeypatch.setattr(spans, "digest", changed)
     from featx.data import load_share
     monkeypatch.setattr(stream, "STREAM_BYTES", 0)
     results = Ranks(2).run(lambda rank, gather: _catch(lambda: load_share(DataConfig(path=str(path)),
