@@ -77,8 +77,8 @@ class CacheWriter:
     """Creates or resumes `<path>.partial`; rows are written at their original positions.
 
     HDF5 only creates the file and writes attributes. Rows go straight to the contiguous,
-    pre-allocated datasets' bytes with `pwrite`: no HDF5 hyperslab machinery (8x slower and
-    holding the GIL), and unlike a memory map, no written page ever counts in this process's
+    pre-allocated datasets' bytes with `pwrite`: no HDF5 hyperslab machinery (several times
+    slower and holding the GIL: docs/benchmarks.md), and unlike a memory map, no written page ever counts in this process's
     resident memory. Within a block (`begin_block`), rows are gathered in memory and each
     flush writes them as a few long runs, not one call per row.
     """

@@ -93,11 +93,11 @@ def select(*, head: str, task: str, n_classes: int, X: np.ndarray | sparse.csr_m
     candidate's solution (scikit-learn's warm start), which costs a fraction of fresh fits.
     The path stops once PATH_PATIENCE candidates in a row score below its best (on dev, the
     held-out rows, or under cv the first fold's held rows), or once one scores clearly below it
-    (`_clearly_below`): along C the selection score rises to one peak and falls, and the weakly regularised end is the costliest to fit (C = 100 was
-    half the TF-IDF cost on GoEmotions). The candidates it skipped are listed with
-    `skipped: true`. When an edge of a
-    path's grid wins, the path goes on past it (EDGE_STEPS candidates at most, while they
-    improve): a winning edge says the grid stopped too early."""
+    (`_clearly_below`): along C the selection score rises to one peak and falls, and the weakly
+    regularised end is the costliest to fit (docs/benchmarks.md, Probe cost). The candidates it
+    skipped are listed with `skipped: true`. When an edge of a path's grid wins, the path goes
+    on past it (EDGE_STEPS candidates at most, while they improve): a winning edge says the grid
+    stopped too early."""
     seed = cfg.seeds[0]
     splits = selection_splits(task, y, protocol, cfg.folds, seed)
     # Under cv the candidates are compared on the first fold (one fit each, as the holdout
@@ -202,8 +202,8 @@ def _walk(head: str, task: str, n_classes: int, grid: list[dict], X, y, X_dev, s
 def _clearly_below(task: str, metric: str, truth, best: tuple, candidate: tuple, gap: float) -> bool:
     """Whether a candidate's gap to the path's best is more than two standard errors of their
     paired difference on the selection rows: past the peak for sure, not a dip of noise. The
-    path's weak end costs the most (GoEmotions' multilabel TF-IDF: C = 100 took most of its
-    610 s, after C = 10 had scored 2.6 points under C = 1)."""
+    path's weak end costs the most, so a clear drop stops it before that end (GoEmotions'
+    multilabel TF-IDF: docs/benchmarks.md, Probe cost)."""
     se = bootstrap.difference_se(task, metric, truth, best, candidate)
     return se is not None and gap > 2 * se
 

@@ -27,8 +27,9 @@ class ExtractConfig:
     """Tokens per text (or pair) after truncation; truncated texts are counted and reported."""
     dtype: str = "auto"
     """Compute dtype: auto (bf16 on CUDA, fp16 where bf16 is unsupported; on CPU bf16 autocast
-    where it is native (AVX-512 BF16, AMX) for models 128 wide or wider: the probe's answers
-    within the paired interval of fp32, 1.5-2.2x faster, measured; fp32 elsewhere), float32,
+    where it is native (AVX-512 BF16, AMX) for models 128 wide or wider, since there it is faster
+    and the probe's answers stay within the paired interval of fp32 (docs/benchmarks.md); fp32
+    elsewhere), float32,
     bfloat16 (autocast) or float16 (CUDA only). The cache's dtype_choice says what auto chose."""
     store_dtype: str = "float16"
     """dtype of the stored vectors: float16 (half the disk) or float32."""
@@ -58,9 +59,9 @@ class ExtractConfig:
     joint encoding of the pair: the probe's bi-encoder feature sets ([u, v, |u - v|, u * v] and
     the cosine) are built from these vectors."""
     compile: bool = False
-    """torch.compile the backbone (inductor, dynamic shapes): opt-in. Measured on all-MiniLM-L6-v2,
-    2 CPU cores: 0.99x after 17 s of compiling (1.05-1.10x on an Intel AMX machine), so it pays
-    only for long passes, if at all (docs/benchmarks.md)."""
+    """torch.compile the backbone (inductor, dynamic shapes): opt-in. On the CPUs measured it
+    barely sped up the forward pass and its compile time outweighed that on a pass of the built-in
+    data (docs/benchmarks.md), so it pays only for long passes, if at all."""
     flush_rows: int = 2048
     """Rows between flushes (the rows computed since the last one are written, then claimed by
     the done mask): at most this many rows, and one batch, are recomputed after a crash."""
@@ -240,8 +241,9 @@ class FinetuneConfig:
     learning rate)."""
     dtype: str = "auto"
     """Autocast dtype: auto = bf16 on CUDA (fp16 + loss scaling where bf16 is unsupported); on
-    CPU bf16 where it is native (AVX-512 BF16, AMX: the same converged accuracy, about 3x
-    faster, measured) and fp32 where it would be emulated; or float32 / bfloat16 explicitly."""
+    CPU bf16 where it is native (AVX-512 BF16, AMX: measured to reach the same converged
+    accuracy in much less time, docs/benchmarks.md) and fp32 where it would be emulated; or
+    float32 / bfloat16 explicitly."""
     device: str = "auto"
     """"auto" (CUDA when available), "cpu", "cuda" or "cuda:N"."""
     init_head_from_probe: bool = False

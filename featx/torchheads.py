@@ -37,8 +37,8 @@ def _torch(device: str, n_jobs: int):
     length (the probe's processes x threads = cores)."""
     # Threads that sleep while they wait instead of spinning, unless the user said otherwise. It
     # counts only where this import is torch's first (a probe worker's): read when torch's
-    # OpenMP starts. On 2 shared cores at a load of 5-9, a 2-thread MLP fit took 14-22 s so
-    # against 55 s spinning (and once 570 s).
+    # OpenMP starts. On a busy machine spinning threads burn the time slices their peers wait
+    # for, and a fit took several times as long (docs/benchmarks.md, Heads).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
 
