@@ -99,7 +99,7 @@ class CacheWriter:
         self._last_flush = time.monotonic()
 
     @classmethod
-    def open(cls, path: Path, spec: CacheSpec, info: dict, splits: list[Split], hidden: int,
+    def open(cls, path: Path, spec: CacheSpec, info: dict, splits: list[Split], hidden: int, *,
              rows: dict[str, np.ndarray] | None = None, singles: Split | None = None,
              pair_rows: dict[str, np.ndarray] | None = None) -> "CacheWriter":
         """Resume the partial file for this key if there is one, else create it. `rows` (per
@@ -136,7 +136,7 @@ class CacheWriter:
                 os.unlink(init)
             # "x": created new (O_EXCL), so a link planted at the name is refused, not truncated.
             with h5py.File(init, "x") as file:
-                create(file, spec, info, splits, hidden, rows, singles, pair_rows)
+                create(file, spec, info, splits, hidden, rows=rows, singles=singles, pair_rows=pair_rows)
             # Give every byte of the file its disk blocks now (reading as zeros: the done mask
             # starts empty), so no later write can fail for space or land in a sparse hole.
             fd = open_nofollow(init, os.O_RDWR)
