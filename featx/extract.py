@@ -230,7 +230,7 @@ def forward_pooled(model, batch: Batch, layers: dict[str, tuple[int, ...]], devi
     with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
         output = model(**inputs, output_hidden_states=True, return_dict=True)
     mask = inputs["attention_mask"]
-    return {p: pool(p, output.hidden_states, mask, lay, output, sentence, prompt_length)
+    return {p: pool(p, output.hidden_states, mask, lay, output, sentence=sentence, prompt_length=prompt_length)
             for p, lay in layers.items()}
 
 

@@ -305,7 +305,7 @@ def build(head: str, task: str, params: dict, seed: int = 0, threads: int = 1):
     return HEADS[head].build(task, seed, threads, **params)
 
 
-def step(head: str, task: str, params: dict, seed: int = 0, threads: int = 1, previous=None):
+def step(head: str, task: str, params: dict, seed: int = 0, threads: int = 1, *, previous=None):
     """The next candidate along a head's grid: `previous` with new hyperparameters when the head
     is a regularisation path (its fit then warm-starts), else a fresh estimator."""
     if previous is not None and HEADS[head].path:
