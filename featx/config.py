@@ -1,8 +1,8 @@
 """Pipeline configs: the frozen dataclasses of a pipeline file, each validated where it is
 defined. This module holds the pipeline and what it runs on (`[data]`, `[model]`); how each
-stage runs (`[extract]`, `[probe]`, `[finetune]`) is `featx.stageconfig`'s, the closed sets,
-limits and layer arithmetic `featx.configrules`'. Every one of those names is importable from
-here, the one place callers import a config from. Reading a file, applying overrides and
+stage runs (`[extract]`, `[probe]`, `[finetune]`) is `featx.stageconfig`'s, and the closed sets,
+limits and layer arithmetic are `featx.configrules`'s. Every one of those names is importable
+from here, the one place callers import a config from. Reading a file, applying overrides and
 giving commands back is `featx.configfile`'s.
 
 A pipeline file (`pipelines/<name>.toml`) describes one experiment: the data, the backbone and
@@ -27,6 +27,7 @@ from featx.configrules import (ATTENTIONS, BASELINES, COMPUTE_DTYPES, DEFAULT_HE
                                resolve_layers)
 from featx.errors import FeatxError, check_choice, shown
 from featx.stageconfig import ExtractConfig, FinetuneConfig, ProbeConfig
+
 
 @dataclass(frozen=True)
 class DataConfig:

@@ -1,7 +1,7 @@
 """The sections of a pipeline file that say how each stage runs: `[extract]`, `[probe]` and
 `[finetune]`, each a frozen dataclass with one docstring per field, validated in
 `__post_init__`. What the data and the backbone are (`[data]`, `[model]`) and the pipeline
-itself are `featx.config`'s; the closed sets and shared checks are `featx.configrules`'.
+itself are `featx.config`'s; the closed sets and shared checks are `featx.configrules`'s.
 """
 from __future__ import annotations
 
