@@ -178,7 +178,7 @@ METRICS = {"binary": _binary, "multiclass": _multiclass, "multilabel": _multilab
 
 
 def metric_samples(task: str, W: np.ndarray, y: np.ndarray, stack: np.ndarray,
-                   threshold: float = 0.5, metric: str | None = None) -> dict[str, np.ndarray]:
+                   threshold: float = 0.5, *, metric: str | None = None) -> dict[str, np.ndarray]:
     """Every metric of `task` (or only `metric`) for each resample in W (B, n): {name: (B,)}.
 
     `stack` holds one score array per seed, (S, n, ...), each as `featx.metrics.evaluate`
@@ -240,7 +240,7 @@ def standard_error(task: str, metric: str, y: np.ndarray, scores: np.ndarray, th
     """Bootstrap standard error of one metric of `scores` (n, ...) over the rows; None when too
     few resamples define it (a constant prediction's correlation, a single-class split)."""
     y, stack = np.asarray(y), np.asarray(scores)[None]
-    samples = np.concatenate([metric_samples(task, W, y, stack, threshold, metric)[metric]
+    samples = np.concatenate([metric_samples(task, W, y, stack, threshold, metric=metric)[metric]
                               for W in _blocks(len(y), _width(task, stack), n_resamples, seed)])
     finite = samples[np.isfinite(samples)]
     return float(np.std(finite, ddof=1)) if len(finite) >= max(2, 0.9 * len(samples)) else None
@@ -256,8 +256,8 @@ def difference_se(task: str, metric: str, y: np.ndarray, a: tuple[np.ndarray, fl
     y = np.asarray(y)
     diffs = []
     for W in _blocks(len(y), _width(task, np.asarray(a[0])[None]), n_resamples, seed):
-        diffs.append(metric_samples(task, W, y, np.asarray(a[0])[None], a[1], metric)[metric]
-                     - metric_samples(task, W, y, np.asarray(b[0])[None], b[1], metric)[metric])
+        diffs.append(metric_samples(task, W, y, np.asarray(a[0])[None], a[1], metric=metric)[metric]
+                     - metric_samples(task, W, y, np.asarray(b[0])[None], b[1], metric=metric)[metric])
     samples = np.concatenate(diffs)
     finite = samples[np.isfinite(samples)]
     return float(np.std(finite, ddof=1)) if len(finite) >= max(2, 0.9 * len(samples)) else None
@@ -273,12 +273,12 @@ def paired(task: str, metric: str, y: np.ndarray, a: tuple[np.ndarray, float],
     """
     y = np.asarray(y)
     ones = np.ones((1, len(y)))
-    value_a = float(metric_samples(task, ones, y, a[0], a[1], metric)[metric][0])
-    value_b = float(metric_samples(task, ones, y, b[0], b[1], metric)[metric][0])
+    value_a = float(metric_samples(task, ones, y, a[0], a[1], metric=metric)[metric][0])
+    value_b = float(metric_samples(task, ones, y, b[0], b[1], metric=metric)[metric][0])
     diffs, ratios = [], []
     for W in _blocks(len(y), _width(task, np.asarray(a[0])), n_resamples, seed):
-        sa = metric_samples(task, W, y, a[0], a[1], metric)[metric]
-        sb = metric_samples(task, W, y, b[0], b[1], metric)[metric]
+        sa = metric_samples(task, W, y, a[0], a[1], metric=metric)[metric]
+        sb = metric_samples(task, W, y, b[0], b[1], metric=metric)[metric]
         diffs.append(sa - sb)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratios.append(np.where(sb > 0, sa / sb, np.nan))

@@ -148,7 +148,7 @@ def decode_attr(value):
     return value
 
 
-def create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[Split], hidden: int,
+def create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[Split], hidden: int, *,
            rows: dict[str, np.ndarray] | None, singles: Split | None = None,
            pair_rows: dict[str, np.ndarray] | None = None):
     """The layout above in a new file: the attributes, and every group and dataset, allocated."""
@@ -180,13 +180,13 @@ def create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[Split], hi
             group.create_dataset("pair_rows", data=np.asarray(pair_rows[split.name], dtype=np.int64))
         for column, values in split.columns.items():
             _strings(group, f"columns/{column}", values)
-        _create_vectors(group, spec, n, hidden, dcpl, None if rows is None else rows[split.name])
+        _create_vectors(group, spec, n, hidden, dcpl, rows=None if rows is None else rows[split.name])
     if singles is not None:
         group = file.create_group(SINGLES)
         group.attrs["n_rows"] = len(singles.texts)
         _strings(group, "text", singles.texts)
         _create_vectors(group, spec, len(singles.texts), hidden, dcpl,
-                        None if rows is None else rows[SINGLES])
+                        rows=None if rows is None else rows[SINGLES])
     file.flush()
 
 
@@ -200,7 +200,7 @@ def _strings(group: h5py.Group, name: str, values) -> None:
         ds[start:start + STRINGS_BLOCK] = np.array(values[start:start + STRINGS_BLOCK], dtype=object)
 
 
-def _create_vectors(group: h5py.Group, spec: CacheSpec, n: int, hidden: int, dcpl,
+def _create_vectors(group: h5py.Group, spec: CacheSpec, n: int, hidden: int, dcpl, *,
                     rows: np.ndarray | None) -> None:
     """The per-row datasets extraction writes (and, in a shard, the global rows they are)."""
     if rows is not None:
@@ -218,29 +218,42 @@ def check_meta(file: h5py.File, meta: dict, path: Path) -> None:
     """A finished cache's attributes must be what featx wrote: of the right types, hashing to
     the key (the spec) and to the dataset fingerprint (task, label names, splits), and
     describing datasets that are there with the shapes they claim."""
-    from featx.data import dataset_fingerprint
+    _check_types(file, meta, path)
+    _check_hashes(file, meta, path)
+    _check_datasets(file, meta, path)
 
-    def damaged(what: str) -> FeatxError:
-        return FeatxError(f"{path} is damaged or was edited: {what}. Delete it and rerun featx extract")
 
+def _damaged(path: Path, what: str) -> FeatxError:
+    return FeatxError(f"{path} is damaged or was edited: {what}. Delete it and rerun featx extract")
+
+
+def _check_types(file: h5py.File, meta: dict, path: Path) -> None:
+    """The attributes the other checks read are there, of the types featx writes."""
     names = lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)  # noqa: E731
     for attr in ("poolings", "splits", "label_names"):
         if not names(meta.get(attr)):
-            raise damaged(f"its {attr!r} attribute is not a list of names ({meta.get(attr)!r})")
+            raise _damaged(path, f"its {attr!r} attribute is not a list of names ({meta.get(attr)!r})")
     layers = meta.get("layers")
     if not (isinstance(layers, dict) and set(layers) == set(meta["poolings"]) and all(
             isinstance(v, list) and v and all(isinstance(i, int) for i in v) for v in layers.values())):
-        raise damaged(f"its 'layers' attribute does not list the layers of {meta['poolings']}")
+        raise _damaged(path, f"its 'layers' attribute does not list the layers of {meta['poolings']}")
     absent = [s for s in meta["splits"] if s not in file or not isinstance(file[s], h5py.Group)]
     if absent:
-        raise damaged(f"its splits attribute names {absent}, which the file does not hold")
+        raise _damaged(path, f"its splits attribute names {absent}, which the file does not hold")
     if not isinstance(meta.get("task"), str) or meta["task"] not in TASKS or not all(isinstance(meta.get(k), int) and meta[k] >= (k != "n_layers")
                                                  for k in ("n_layers", "hidden_size", "max_length")):
-        raise damaged("its task, n_layers, hidden_size or max_length attribute is not valid")
+        raise _damaged(path, "its task, n_layers, hidden_size or max_length attribute is not valid")
+
+
+def _check_hashes(file: h5py.File, meta: dict, path: Path) -> None:
+    """The attributes hash to the key, and the task, label names and splits to the dataset
+    fingerprint the key covers: an edited attribute cannot pass for another cache."""
+    from featx.data import dataset_fingerprint
+
     try:
         spec = CacheSpec(model_fingerprint=meta["model_fingerprint"], init=meta["init"],
                          init_seed=meta.get("init_seed"), max_length=meta["max_length"],
-                         layers={p: tuple(v) for p, v in layers.items()},
+                         layers={p: tuple(v) for p, v in meta["layers"].items()},
                          compute_dtype=meta["compute_dtype"], store_dtype=meta["store_dtype"],
                          dataset_fingerprint=meta["dataset_fingerprint"], singles=meta["singles"],
                          prompt=meta.get("prompt"), model_revision=meta.get("model_revision"),
@@ -248,36 +261,40 @@ def check_meta(file: h5py.File, meta: dict, path: Path) -> None:
         splits = [(s, str(file[s].attrs["fingerprint"])) for s in meta["splits"]]
         key = spec.key()
     except KeyError as exc:
-        raise damaged(f"its {exc} attribute is missing") from None
+        raise _damaged(path, f"its {exc} attribute is missing") from None
     except (TypeError, ValueError) as exc:
-        raise damaged(f"an attribute has an impossible value ({exc})") from None
+        raise _damaged(path, f"an attribute has an impossible value ({exc})") from None
     if key != meta.get("key"):
-        raise damaged("its attributes (model, layers, dtypes, max length, dataset) do not hash to its key")
+        raise _damaged(path, "its attributes (model, layers, dtypes, max length, dataset) do not hash to its key")
     if dataset_fingerprint(meta["task"], meta["label_names"], splits) != meta["dataset_fingerprint"]:
-        raise damaged("its task, label names or split fingerprints are not the ones its key covers")
+        raise _damaged(path, "its task, label names or split fingerprints are not the ones its key covers")
+
+
+def _check_datasets(file: h5py.File, meta: dict, path: Path) -> None:
+    """Every group the attributes name holds the datasets featx writes, with their rows and the
+    layers they claim."""
     if meta["singles"] is not (SINGLES in file):
-        raise damaged(f"its 'singles' attribute ({meta['singles']!r}) does not say whether it holds "
-                      "the /singles group")
-    groups = [s for s, _ in splits] + ([SINGLES] if meta["singles"] else [])
-    for split in groups:
+        raise _damaged(path, f"its 'singles' attribute ({meta['singles']!r}) does not say whether it holds "
+                       "the /singles group")
+    for split in meta["splits"] + ([SINGLES] if meta["singles"] else []):
         group = file[split]
         n = group.attrs.get("n_rows")
         for name, ds in datasets(group):
             if not isinstance(n, (int, np.integer)) or ds.shape[0] != n:
-                raise damaged(f"{split}/{name} has {ds.shape[0]} rows, the split says {n}")
-        for pooling, stored in layers.items():
+                raise _damaged(path, f"{split}/{name} has {ds.shape[0]} rows, the split says {n}")
+        for pooling, stored in meta["layers"].items():
             if pooling not in group:
-                raise damaged(f"the split {split!r} has no {pooling!r} vectors")
+                raise _damaged(path, f"the split {split!r} has no {pooling!r} vectors")
             ds = group[pooling]
             if ds.shape[1:] != (len(stored), meta["hidden_size"]) or list(ds.attrs.get("layers", [])) != stored:
-                raise damaged(f"{split}/{pooling} does not hold the layers {stored} it should")
+                raise _damaged(path, f"{split}/{pooling} does not hold the layers {stored} it should")
         required = ("text", "n_tokens", "truncated", "done") + (
             () if split == SINGLES else ("ids", "labels") + (("pair_rows",) if meta["singles"] else ()))
         for name in required:
             if name not in group:
-                raise damaged(f"the split {split!r} has no {name!r} dataset")
+                raise _damaged(path, f"the split {split!r} has no {name!r} dataset")
         if split != SINGLES and meta["singles"] and group["pair_rows"].shape[1:] != (2,):
-            raise damaged(f"{split}/pair_rows is not (rows, 2)")
+            raise _damaged(path, f"{split}/pair_rows is not (rows, 2)")
 
 
 def check_compatible(file: h5py.File, key: str | None, path: Path) -> None:

@@ -76,8 +76,8 @@ class CacheWriter:
     """Creates or resumes `<path>.partial`; rows are written at their original positions.
 
     HDF5 only creates the file and writes attributes. Rows go straight to the contiguous,
-    pre-allocated datasets' bytes with `pwrite`: no HDF5 hyperslab machinery (8x slower and
-    holding the GIL), and unlike a memory map, no written page ever counts in this process's
+    pre-allocated datasets' bytes with `pwrite`: no HDF5 hyperslab machinery (several times
+    slower and holding the GIL: docs/benchmarks.md), and unlike a memory map, no written page ever counts in this process's
     resident memory. Within a block (`begin_block`), rows are gathered in memory and each
     flush writes them as a few long runs, not one call per row.
     """
@@ -98,7 +98,7 @@ class CacheWriter:
         self._last_flush = time.monotonic()
 
     @classmethod
-    def open(cls, path: Path, spec: CacheSpec, info: dict, splits: list[Split], hidden: int,
+    def open(cls, path: Path, spec: CacheSpec, info: dict, splits: list[Split], hidden: int, *,
              rows: dict[str, np.ndarray] | None = None, singles: Split | None = None,
              pair_rows: dict[str, np.ndarray] | None = None) -> "CacheWriter":
         """Resume the partial file for this key if there is one, else create it. `rows` (per
@@ -135,7 +135,7 @@ class CacheWriter:
                 os.unlink(init)
             # "x": created new (O_EXCL), so a link planted at the name is refused, not truncated.
             with h5py.File(init, "x") as file:
-                create(file, spec, info, splits, hidden, rows, singles, pair_rows)
+                create(file, spec, info, splits, hidden, rows=rows, singles=singles, pair_rows=pair_rows)
             # Give every byte of the file its disk blocks now (reading as zeros: the done mask
             # starts empty), so no later write can fail for space or land in a sparse hole.
             fd = open_nofollow(init, os.O_RDWR)

@@ -1,6 +1,7 @@
 """Pipeline files: a TOML file (and `key=value` overrides) read into a validated `Pipeline`,
 the command that reruns a pipeline as configured, and the keys reference (docs/keys.md). The
-dataclasses themselves, their validation and the layer arithmetic are `featx.config`'s.
+dataclasses themselves, their validation and the layer arithmetic are `featx.config`'s (and the
+modules it re-exports from).
 
 Every value is checked against its field's type hint before the dataclass validates it;
 unknown keys are errors (a typo must not silently fall back to a default).
@@ -42,7 +43,7 @@ def keys_reference(section: str | None = None) -> str:
         check_choice(section, tables, "section")
     lines = ["# Pipeline keys", "",
              "Every key of a pipeline file (`pipelines/<name>.toml`), with its default; generated from the "
-             "dataclasses in `featx/config.py` (`featx keys [section]` prints the same). Override any on "
+             "dataclasses in `featx/config.py` and `featx/stageconfig.py` (`featx keys [section]` prints the same). Override any on "
              "the command line as `section.key=value`.", ""]
     for name, cls in tables.items():
         if section is not None and name != section:

@@ -88,8 +88,8 @@ def build(path: Path, plan: Plan, spec, device: torch.device, compute_dtype: str
         if not partial_finished(path, list(plan.groups)):
             model, tokenizer = _load(plan, device)
         writer = CacheWriter.open(path, spec, writer_info(plan, model, device, compute_dtype) | (info or {}),
-                                  list(plan.dataset.splits.values()), plan.hidden, rows,
-                                  plan.singles, plan.pair_rows)
+                                  list(plan.dataset.splits.values()), plan.hidden, rows=rows,
+                                  singles=plan.singles, pair_rows=plan.pair_rows)
         todo = {s: int((writer.done[s] == 0).sum()) for s in plan.groups}
         # Every sequence the backbone encodes: a pair task's pairs and its single texts.
         stats = {"rows_total": sum(len(s) for s in plan.groups.values()),
@@ -230,7 +230,7 @@ def forward_pooled(model, batch: Batch, layers: dict[str, tuple[int, ...]], devi
     with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
         output = model(**inputs, output_hidden_states=True, return_dict=True)
     mask = inputs["attention_mask"]
-    return {p: pool(p, output.hidden_states, mask, lay, output, sentence, prompt_length)
+    return {p: pool(p, output.hidden_states, mask, lay, output, sentence=sentence, prompt_length=prompt_length)
             for p, lay in layers.items()}
 
 

@@ -103,8 +103,8 @@ class MultilabelLogistic(ClassifierMixin, BaseEstimator):
         from scipy.optimize import minimize
         from scipy.special import expit
 
-        # The two (n, d) products of each step run in float32 (half the time of float64, the
-        # same dev scores within 0.03 points on GoEmotions); the loss is summed and the solver's
+        # The two (n, d) products of each step run in float32 (faster than float64 for the same
+        # dev scores, docs/benchmarks.md, Probe cost); the loss is summed and the solver's
         # state kept in float64, so the line search sees a smooth objective.
         X = np.asarray(X, dtype=np.float32)
         Y = np.asarray(y, dtype=np.float32).reshape(len(X), -1)  # (n, L) every label
@@ -305,7 +305,7 @@ def build(head: str, task: str, params: dict, seed: int = 0, threads: int = 1):
     return HEADS[head].build(task, seed, threads, **params)
 
 
-def step(head: str, task: str, params: dict, seed: int = 0, threads: int = 1, previous=None):
+def step(head: str, task: str, params: dict, seed: int = 0, threads: int = 1, *, previous=None):
     """The next candidate along a head's grid: `previous` with new hyperparameters when the head
     is a regularisation path (its fit then warm-starts), else a fresh estimator."""
     if previous is not None and HEADS[head].path:

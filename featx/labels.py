@@ -109,7 +109,6 @@ class Columns:
                                _split_value(row.get(self.split), where, self.split))
         return rows
 
-
     def _label(self, value, where: str, column: str):
         if self.label_sep is not None and isinstance(value, str) and not value.strip():
             return ""  # a separated multilabel field that is empty: a row with no labels
@@ -359,10 +358,7 @@ class LabelEncoder:
                          ", ".join(sorted(elsewhere, key=natural_key)[:10]))
             names = tuple(sorted(seen | elsewhere, key=natural_key))
         else:
-            if TASKS[task].thresholded:
-                seen = {x for v, w in zip(train.labels, train.where) for x in label_set(v, columns, w)}
-            else:
-                seen = {_class_name(v, w, columns) for v, w in zip(train.labels, train.where)}
+            seen = {_class_name(v, w, columns) for v, w in zip(train.labels, train.where)}
             names = tuple(sorted(seen, key=natural_key))
         encoder = cls.from_names(task, tuple(names), columns, positions=fixed is not None)
         if TASKS[task].thresholded and not names:

@@ -85,7 +85,7 @@ MODEL_POOLINGS = {"pooler": pooler_output, "sentence": sentence_embedding}
 
 
 def pool(pooling: str, hidden_states, mask: torch.Tensor, layers: tuple[int, ...],
-         model_output, sentence=None, prompt_length: int = 0) -> torch.Tensor:
+         model_output, *, sentence=None, prompt_length: int = 0) -> torch.Tensor:
     """(B, len(layers), H) for one pooling over the requested hidden states; `sentence` is the
     model's `featx.resolve.SentenceSpec` (needed by the `sentence` pooling only)."""
     if pooling in MODEL_POOLINGS:

@@ -93,11 +93,11 @@ def select(*, head: str, task: str, n_classes: int, X: np.ndarray | sparse.csr_m
     candidate's solution (scikit-learn's warm start), which costs a fraction of fresh fits.
     The path stops once PATH_PATIENCE candidates in a row score below its best (on dev, the
     held-out rows, or under cv the first fold's held rows), or once one scores clearly below it
-    (`_clearly_below`): along C the selection score rises to one peak and falls, and the weakly regularised end is the costliest to fit (C = 100 was
-    half the TF-IDF cost on GoEmotions). The candidates it skipped are listed with
-    `skipped: true`. When an edge of a
-    path's grid wins, the path goes on past it (EDGE_STEPS candidates at most, while they
-    improve): a winning edge says the grid stopped too early."""
+    (`_clearly_below`): along C the selection score rises to one peak and falls, and the weakly
+    regularised end is the costliest to fit (docs/benchmarks.md, Probe cost). The candidates it
+    skipped are listed with `skipped: true`. When an edge of a path's grid wins, the path goes
+    on past it (EDGE_STEPS candidates at most, while they improve): a winning edge says the grid
+    stopped too early."""
     seed = cfg.seeds[0]
     splits = selection_splits(task, y, protocol, cfg.folds, seed)
     # Under cv the candidates are compared on the first fold (one fit each, as the holdout
@@ -105,17 +105,18 @@ def select(*, head: str, task: str, n_classes: int, X: np.ndarray | sparse.csr_m
     # over every training row is what records, and the verdict, compare. Scoring every candidate
     # on every fold cost k times the fits; on TREC fine it chose the same hyperparameters
     # (docs/benchmarks.md).
-    search_splits = splits[:1]
-    rows = None if protocol.name == "dev" else splits[0][1]
+    fit_rows, rows = splits[0]  # rows: the selection rows of train; None under dev (all of train, dev)
     truth = y_dev if rows is None else y[rows]
+    X_fit, y_fit = (X, y) if fit_rows is None else (X[fit_rows], y[fit_rows])
+    X_held = X_dev if rows is None else X[rows]
+    fitter = _Head(head, task, n_classes, seed, threads)
 
     def walk(grid: list[dict]) -> list[dict]:
-        tried = _walk(head, task, n_classes, grid, X, y, X_dev, search_splits, seed=seed, threads=threads,
-                      stop_early=H.HEADS[head].path, metric=metric, truth=truth, rows=rows)
+        # Under dev each fit is on all of train: the chosen one is kept, not refitted.
+        tried = _walk(fitter, grid, X_fit, y_fit, X_held, keep_fitted=rows is None,
+                      stop_early=H.HEADS[head].path, metric=metric, truth=truth)
         for candidate in tried:
             if candidate["held"] is not None:
-                if rows is not None:
-                    candidate["held"] = candidate["held"][rows]
                 candidate["scored"] = candidate["scored"] or _score(task, truth, candidate["held"], metric)
         return tried
 
@@ -135,75 +136,76 @@ def select(*, head: str, task: str, n_classes: int, X: np.ndarray | sparse.csr_m
     best = tried[_best(tried)]
     search = [{"params": c["params"], "skipped": True} if c["held"] is None else
               {"params": c["params"], "score": c["scored"][0], "threshold": c["scored"][1]} for c in tried]
-    if len(search_splits) == len(splits):
+    if len(splits) == 1:
         return Selection(best["params"], best["scored"][1], best["scored"][0], search, best["fitted"],
                          best["held"], truth)
-    held = _out_of_fold(head, task, n_classes, best["params"], best["held"], X, y, splits, seed=seed,
-                        threads=threads)
+    held = _out_of_fold(fitter, best["params"], X, y, splits, first=best["held"])
     score, threshold = _score(task, y, held, metric)
     return Selection(best["params"], threshold, score, search, None, held, y)
 
 
-def _out_of_fold(head: str, task: str, n_classes: int, params: dict, first: np.ndarray, X, y, splits, *,
-                 seed: int, threads: int) -> np.ndarray:
+@dataclass(frozen=True)
+class _Head:
+    """The head a search fits and how: what builds, warm-starts and scores every candidate."""
+    name: str
+    task: str
+    n_classes: int
+    seed: int
+    threads: int
+
+
+def _out_of_fold(head: _Head, params: dict, X, y, splits, *, first: np.ndarray) -> np.ndarray:
     """The chosen candidate's predictions on every training row, each from the fold that held it
     out: `first` (the first fold's, from the search) and a fresh fit per other fold."""
     held = np.zeros((len(y),) + first.shape[1:])
     held[splits[0][1]] = first
     for fit_rows, held_rows in splits[1:]:
-        estimator = H.fit(H.build(head, task, params, seed, threads), X[fit_rows], y[fit_rows])
-        held[held_rows] = H.predict_scores(estimator, X[held_rows], task, n_classes)
+        estimator = H.fit(H.build(head.name, head.task, params, head.seed, head.threads), X[fit_rows], y[fit_rows])
+        held[held_rows] = H.predict_scores(estimator, X[held_rows], head.task, head.n_classes)
     return held
 
 
-def _walk(head: str, task: str, n_classes: int, grid: list[dict], X, y, X_dev, splits, *, seed: int,
-          threads: int, stop_early: bool, metric: str, truth, rows) -> list[dict]:
-    """Fit `grid` along each selection split: per candidate its params, its predictions on the
-    held rows (all of train for folds; None when the path stopped before it), its fit on all
-    of train (the dev protocol) and its score when the path stop had to compute it.
+def _walk(head: _Head, grid: list[dict], X_fit, y_fit, X_held, *, keep_fitted: bool, stop_early: bool,
+          metric: str, truth) -> list[dict]:
+    """Fit `grid` in order on one selection split: per candidate its params, its predictions on
+    the held rows `X_held` (None when the path stopped before it), its fit when `keep_fitted`,
+    and its score when the path stop had to compute it (`truth`: the held rows' labels).
 
-    Candidate by candidate, each on every split (one warm-started estimator per split), so a
-    path stops on its selection score whatever the protocol: after a candidate's last fold, its
-    out-of-fold score is known (`truth`: the selection rows' labels; `rows`: the held-out part's
-    rows, or None)."""
+    One estimator goes along the grid, so a path head warm-starts each fit from the previous
+    candidate's solution and stops on its selection score."""
     tried = [{"params": params, "held": None, "fitted": None, "scored": None} for params in grid]
-    estimators = [None] * len(splits)
-    # Each split's rows, sliced once (cv sizes: a few copies of a small X; holdout: one).
-    parts = [((X, y) if fit is None else (X[fit], y[fit]), X_dev if held is None else X[held])
-             for fit, held in splits]
+    estimator = None
     path_best, below, best_held = None, 0, None
     for candidate in tried:
-        for j, (train_rows, held_rows) in enumerate(splits):
-            (X_fit, y_fit), X_held = parts[j]
-            estimators[j] = H.step(head, task, candidate["params"], seed, threads, previous=estimators[j])
-            H.fit(estimators[j], X_fit, y_fit)
-            scores = H.predict_scores(estimators[j], X_held, task, n_classes)
-            if held_rows is None:  # the dev protocol: keep the fit, it may be the chosen one
-                candidate["held"] = scores
-                candidate["fitted"] = copy.deepcopy(estimators[j]) if H.HEADS[head].path else estimators[j]
-            else:
-                if candidate["held"] is None:
-                    candidate["held"] = np.zeros((len(y),) + scores.shape[1:])
-                candidate["held"][held_rows] = scores
+        estimator = H.step(head.name, head.task, candidate["params"], head.seed, head.threads,
+                           previous=estimator)
+        H.fit(estimator, X_fit, y_fit)
+        scores = H.predict_scores(estimator, X_held, head.task, head.n_classes)
+        if keep_fitted:
+            candidate["held"] = scores
+            candidate["fitted"] = copy.deepcopy(estimator) if H.HEADS[head.name].path else estimator
+        else:  # float64, as the out-of-fold predictions it may become part of (`_out_of_fold`)
+            candidate["held"] = np.asarray(scores, dtype=np.float64)
         if stop_early:
-            held = candidate["held"] if rows is None else candidate["held"][rows]
-            candidate["scored"] = _score(task, truth, held, metric)
+            held = candidate["held"]
+            candidate["scored"] = _score(head.task, truth, held, metric)
             value = candidate["scored"][0]
             if path_best is None or _better(value, path_best):
                 path_best, below, best_held = value, 0, (held, candidate["scored"][1])
             elif value < path_best - TIE:  # past the peak (NaN never stops the path)
                 below += 1
-                if below >= PATH_PATIENCE or _clearly_below(task, metric, truth, best_held,
-                                                            (held, candidate["scored"][1]), path_best - value):
+                if below >= PATH_PATIENCE or _clearly_below(head.task, metric, truth, best_held,
+                                                            (held, candidate["scored"][1]),
+                                                            gap=path_best - value):
                     break
     return tried
 
 
-def _clearly_below(task: str, metric: str, truth, best: tuple, candidate: tuple, gap: float) -> bool:
+def _clearly_below(task: str, metric: str, truth, best: tuple, candidate: tuple, *, gap: float) -> bool:
     """Whether a candidate's gap to the path's best is more than two standard errors of their
     paired difference on the selection rows: past the peak for sure, not a dip of noise. The
-    path's weak end costs the most (GoEmotions' multilabel TF-IDF: C = 100 took most of its
-    610 s, after C = 10 had scored 2.6 points under C = 1)."""
+    path's weak end costs the most, so a clear drop stops it before that end (GoEmotions'
+    multilabel TF-IDF: docs/benchmarks.md, Probe cost)."""
     se = bootstrap.difference_se(task, metric, truth, best, candidate)
     return se is not None and gap > 2 * se
 

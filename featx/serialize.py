@@ -287,35 +287,48 @@ class _Decoder:
             items = [inner(v) for v in _list(value)]
             return frozenset(items) if node.get("frozen") else set(items)
         if tag in ("$dict", "$pairs"):
-            if tag == "$dict":
-                if not isinstance(value, dict):
-                    raise ValueError("a $dict that is not an object")
-                items = [(k, inner(v)) for k, v in value.items()]
-            else:
-                items = [(inner(k), inner(v)) for k, v in (_pair(p) for p in _list(value))]
-            if "factory" in node:
-                factory = node["factory"]
-                return collections.defaultdict(None if factory is None else inner(factory), items)
-            return collections.OrderedDict(items) if node.get("ordered") else dict(items)
+            return self._mapping(tag, node, inner)
         if tag == "$random_state":
             state = inner(value)
             generator = np.random.RandomState()
             generator.set_state(state)
             return generator
         if tag == "$object":
-            if value not in self.classes:
-                raise ValueError(f"it names the class {str(value)[:80]!r}, which is not one a head is made of")
-            state = inner(node.get("state"))
-            if not isinstance(state, dict):
-                raise ValueError(f"the state of {value} is not a dict")
-            cls = self.classes[value]
-            obj = cls.__new__(cls)
-            if hasattr(cls, "__setstate__"):
-                obj.__setstate__(state)
-            else:
-                obj.__dict__.update(state)
-            return obj
+            return self._object(node, inner)
         raise ValueError(f"an unknown tag {str(tag)[:40]!r}")
+
+    @staticmethod
+    def _mapping(tag: str, node: dict, inner):
+        """A dict, OrderedDict or defaultdict, from an object's items ($dict) or a list of
+        [key, value] pairs ($pairs: keys that are not strings)."""
+        value = node[tag]
+        if tag == "$dict":
+            if not isinstance(value, dict):
+                raise ValueError("a $dict that is not an object")
+            items = [(k, inner(v)) for k, v in value.items()]
+        else:
+            items = [(inner(k), inner(v)) for k, v in (_pair(p) for p in _list(value))]
+        if "factory" in node:
+            factory = node["factory"]
+            return collections.defaultdict(None if factory is None else inner(factory), items)
+        return collections.OrderedDict(items) if node.get("ordered") else dict(items)
+
+    def _object(self, node: dict, inner):
+        """An instance of an allowed class, its state restored as pickle would restore it
+        (`__setstate__`, else the instance dict), without running its `__init__`."""
+        value = node["$object"]
+        if value not in self.classes:
+            raise ValueError(f"it names the class {str(value)[:80]!r}, which is not one a head is made of")
+        state = inner(node.get("state"))
+        if not isinstance(state, dict):
+            raise ValueError(f"the state of {value} is not a dict")
+        cls = self.classes[value]
+        obj = cls.__new__(cls)
+        if hasattr(cls, "__setstate__"):
+            obj.__setstate__(state)
+        else:
+            obj.__dict__.update(state)
+        return obj
 
     def _type(self, name):
         if name not in _TYPES:

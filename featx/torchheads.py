@@ -37,8 +37,8 @@ def _torch(device: str, n_jobs: int):
     length (the probe's processes x threads = cores)."""
     # Threads that sleep while they wait instead of spinning, unless the user said otherwise. It
     # counts only where this import is torch's first (a probe worker's): read when torch's
-    # OpenMP starts. On 2 shared cores at a load of 5-9, a 2-thread MLP fit took 14-22 s so
-    # against 55 s spinning (and once 570 s).
+    # OpenMP starts. On a busy machine spinning threads burn the time slices their peers wait
+    # for, and a fit took several times as long (docs/benchmarks.md, Heads).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
 
@@ -347,14 +347,7 @@ class _TorchMLP(BaseEstimator):
             import torch.nn.functional as F
 
             generator = torch.Generator().manual_seed(int(self.random_state))
-            params = []
-            for fan_in, fan_out in ((d, self.hidden), (self.hidden, k)):
-                # scikit-learn's init (Glorot uniform, factor 6 for ReLU), weights and biases alike;
-                # drawn on the CPU from the seeded generator, so every device starts the same.
-                bound = math.sqrt(6.0 / (fan_in + fan_out))
-                for shape in ((fan_in, fan_out), (fan_out,)):
-                    values = (torch.rand(shape, generator=generator) * 2 - 1) * bound
-                    params.append(values.to(device).requires_grad_(True))
+            params = _glorot(torch, generator, (d, self.hidden, k), device)
             W1, b1, W2, b2 = params  # (d, h), (h,), (h, k), (k,)
             forward = lambda x: torch.addmm(b2, torch.relu(torch.addmm(b1, x, W1)), W2)  # noqa: E731  (n, k)
             target = torch.from_numpy(output.target(codes))
@@ -408,6 +401,20 @@ class _TorchMLP(BaseEstimator):
         W1, W2 = (w.astype(np.float64) for w in self.coefs_)  # float64 as in TorchLogistic
         hidden = np.maximum(X.astype(np.float64) @ W1 + self.intercepts_[0], 0)  # (n, h)
         return hidden @ W2 + self.intercepts_[1]  # (n, k)
+
+
+def _glorot(torch, generator, widths: tuple[int, int, int], device) -> list:
+    """[W1, b1, W2, b2] of a (d, h, k) MLP, trainable on `device`: scikit-learn's init (Glorot
+    uniform, factor 6 for ReLU), weights and biases alike; drawn on the CPU from the seeded
+    generator, so every device starts the same."""
+    d, hidden, k = widths
+    params = []
+    for fan_in, fan_out in ((d, hidden), (hidden, k)):
+        bound = math.sqrt(6.0 / (fan_in + fan_out))
+        for shape in ((fan_in, fan_out), (fan_out,)):
+            values = (torch.rand(shape, generator=generator) * 2 - 1) * bound
+            params.append(values.to(device).requires_grad_(True))
+    return params
 
 
 class TorchMLPClassifier(_TorchClassifier, _TorchMLP):

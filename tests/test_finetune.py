@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from safetensors.torch import load_file
 from transformers import BertForSequenceClassification, BertModel
 
@@ -249,7 +248,19 @@ def test_regression_on_a_raw_scale(make_pipeline, tmp_path):
 
 
 def test_multilabel_uses_bce_and_a_threshold(make_pipeline, tmp_path):
-    assert LOSSES["binary_cross_entropy"] is F.binary_cross_entropy_with_logits
+    from featx.modeling import targets
+    from featx.tasks import TASKS
+
+    assert {task.loss for task in TASKS.values()} <= set(LOSSES)  # every task's loss is in the table
+    # Multilabel trains one sigmoid per label on float 0/1 targets: the mean binary cross-entropy
+    # over every (row, label), computed here by hand (a softmax cross-entropy gives another value).
+    logits = torch.tensor([[2.0, -1.0, 0.5], [0.0, 3.0, -2.0]])
+    target = targets("multilabel", np.array([[1, 0, 1], [0, 1, 0]], dtype=np.uint8), None)
+    assert target.dtype == torch.float32
+    p = torch.sigmoid(logits)
+    by_hand = -(target * torch.log(p) + (1 - target) * torch.log(1 - p)).mean()
+    assert torch.allclose(loss("multilabel", logits, target), by_hand)
+    assert not torch.allclose(torch.nn.functional.cross_entropy(logits, target), by_hand)
     rng = np.random.default_rng(1)
     rows = [{"text": " ".join(rng.choice(WORDS, 5)), "tags": ["a", "b", "a,b"][i % 3]} for i in range(40)]
     data = write_rows(tmp_path / "m.csv", rows)

@@ -45,10 +45,10 @@ def test_sentence_embedding_follows_the_model_description():
 
     hidden, mask = hand_batch()
     states = (hidden * 0, hidden)  # the sentence embedding reads the last layer only
-    mean = pooling.pool("sentence", states, mask, (1,), None, SentenceSpec("mean", True, None))[:, 0]
+    mean = pooling.pool("sentence", states, mask, (1,), None, sentence=SentenceSpec("mean", True, None))[:, 0]
     expected = pooling.mean_pool(hidden, mask)
     assert torch.allclose(mean, expected / expected.norm(dim=1, keepdim=True))
-    raw = pooling.pool("sentence", states, mask, (1,), None, SentenceSpec("cls", False, None))[:, 0]
+    raw = pooling.pool("sentence", states, mask, (1,), None, sentence=SentenceSpec("cls", False, None))[:, 0]
     assert torch.equal(raw, pooling.cls_pool(hidden, mask))
     last = pooling.last_token_pool(hidden, mask)
     assert torch.equal(last, torch.tensor([[3.0, -4.0], [2.0, -3.0]]))
