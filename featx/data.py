@@ -268,7 +268,7 @@ def _stream_sources(cfg: DataConfig) -> dict[str | None, stream.Source]:
     else:
         files = {s: f for s, f in (("train", cfg.train), ("dev", cfg.dev), ("test", cfg.test)) if f}
     sizes = {s: Path(f).stat().st_size for s, f in files.items() if Path(f).is_file()}
-    if len(sizes) != len(files) or sum(sizes.values()) < stream.STREAM_BYTES:
+    if len(sizes) != len(files) or sum(sizes.values()) < stream.threshold():
         raise stream.Fallback("small or missing files")
     if cfg.split_column is not None and None not in files:
         raise stream.Fallback("a split column beside split files")

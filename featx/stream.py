@@ -29,9 +29,7 @@ from featx.errors import FeatxError
 
 log = logging.getLogger("featx")
 
-# Files this large or larger are streamed, smaller ones read whole (FEATX_STREAM_BYTES sets it:
-# 0 streams every file that can be, which is how the torchrun tests shard a small file).
-STREAM_BYTES = int(os.environ.get("FEATX_STREAM_BYTES", 64 << 20))
+STREAM_BYTES = 64 << 20  # files this large or larger are streamed, smaller ones read whole
 BLOCK_BYTES = 1 << 20    # bytes of the file pyarrow parses at a time (its read-ahead holds several)
 
 
@@ -40,6 +38,18 @@ BLOCK_BYTES = 1 << 20    # bytes of the file pyarrow parses at a time (its read-
 # checks it against this Python's str.isspace().
 WHITESPACE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
               "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+
+
+def threshold() -> int:
+    """STREAM_BYTES, or the environment's FEATX_STREAM_BYTES (0 streams every file that can be:
+    how the torchrun tests share a small file between ranks)."""
+    raw = os.environ.get("FEATX_STREAM_BYTES")
+    if raw is None:
+        return STREAM_BYTES
+    if not raw.strip().isdigit():
+        raise FeatxError(f"FEATX_STREAM_BYTES={raw!r} is not a number of bytes: set it to a whole "
+                         "number (0 streams every file that can be) or unset it")
+    return int(raw)
 
 
 class Fallback(Exception):

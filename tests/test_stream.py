@@ -281,3 +281,12 @@ def _catch(fn):
         return fn()
     except FeatxError as exc:
         return exc
+
+
+def test_the_stream_threshold_is_set_by_the_environment(monkeypatch, tmp_path):
+    path = write_rows(tmp_path / "rows.csv", tricky_rows(50))
+    monkeypatch.setenv("FEATX_STREAM_BYTES", "0")
+    assert isinstance(load_dataset(DataConfig(path=str(path))).splits["train"].texts, stream.Column)
+    monkeypatch.setenv("FEATX_STREAM_BYTES", "64MB")
+    with pytest.raises(FeatxError, match="FEATX_STREAM_BYTES='64MB' is not a number of bytes"):
+        load_dataset(DataConfig(path=str(path)))
