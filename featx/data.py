@@ -8,6 +8,7 @@ featx.labels (rows and labels, checked) and featx.splits (rows -> train / dev / 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import json
@@ -58,7 +59,8 @@ class Split:
         """sha256 of everything the cache depends on: ids, texts, pairs, labels. Computed once
         (the rows never change; a streamed split would read its file again)."""
         if "_fingerprint" not in self.__dict__:
-            self.__dict__["_fingerprint"] = self._hash()
+            # A streamed split says how its own is computed (data._fingerprint).
+            self.__dict__["_fingerprint"] = self.__dict__.pop("_fingerprint_of", self._hash)()
         return self.__dict__["_fingerprint"]
 
     def _hash(self) -> str:
@@ -210,7 +212,10 @@ def _load_streamed(cfg: DataConfig, name: str) -> Dataset:
     columns = Columns.from_config(cfg, (), None)
     parsed = {s: stream.parse(src, columns.text, columns.labels[0], cfg.split_column if s is None else None)
               for s, src in sources.items()}
-    return _streamed(cfg, name, parsed, {s: spans.digest(src) for s, src in sources.items()})[0]
+    # Each file's digest when a fingerprint is first asked for (a load that needs no key reads
+    # no more of the file), then kept for its other splits.
+    digests = {s: functools.cache(functools.partial(spans.digest, src)) for s, src in sources.items()}
+    return _streamed(cfg, name, parsed, digests)[0]
 
 
 @dataclass(frozen=True)
@@ -359,17 +364,21 @@ def _stream_split(split: str, source, text: str, assignment, code: int, *, label
                  stream.Column(source, text, assignment, code, n, nbytes=share), None, labels)
 
 
-def _fingerprint(split: Split, file_digest: str, assignment, code: int) -> None:
+def _fingerprint(split: Split, file_digest, assignment, code: int) -> None:
     """A streamed split's fingerprint: the digest of its file's bytes (`spans.digest`, which any
     number of ranks compute alike without reading the whole file each), which rows of the file
     are its (`assignment`), and its labels. Not the whole-file reader's hash of ids and texts,
-    which one pass over every text would take: the same file read whole has another key."""
-    h = hashlib.sha256(json.dumps(["stream-1", split.name, file_digest, code]).encode())
-    if assignment is not None:
-        h.update(np.ascontiguousarray(assignment))
-    h.update(str(split.labels.dtype).encode() + repr(split.labels.shape).encode())
-    h.update(np.ascontiguousarray(split.labels))
-    split.__dict__["_fingerprint"] = h.hexdigest()
+    which one pass over every text would take: the same file read whole has another key.
+    `file_digest`: the digest, or how to compute it when first asked for."""
+    def compute() -> str:
+        digest = file_digest() if callable(file_digest) else file_digest
+        h = hashlib.sha256(json.dumps(["stream-1", split.name, digest, code]).encode())
+        if assignment is not None:
+            h.update(np.ascontiguousarray(assignment))
+        h.update(str(split.labels.dtype).encode() + repr(split.labels.shape).encode())
+        h.update(np.ascontiguousarray(split.labels))
+        return h.hexdigest()
+    split.__dict__["_fingerprint_of"] = compute
 
 
 # ---------------------------------------------------------------------------------------------
