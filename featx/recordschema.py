@@ -133,7 +133,7 @@ def record_json(record: Record) -> dict:
 def parse_record(raw: dict, path) -> Record:
     """A record file's JSON object (from `path`) as a Record; an error that names the file and
     the fix when its schema is another featx's or a field is missing or of the wrong type."""
-    stage = raw["stage"] if raw.get("stage") in STAGES else "probe"
+    stage = raw["stage"] if "stage" in raw and raw["stage"] in STAGES else "probe"
     schema = raw["schema"] if "schema" in raw else None
     if schema != SCHEMA:
         raise FeatxError(f"run record {path} has schema {schema}, this featx reads {SCHEMA}: rerun its "
