@@ -4,7 +4,7 @@ probe's (featx/job.py); the store only keeps and rebinds what was fitted. Never 
 """
 from __future__ import annotations
 
-import copy
+import dataclasses
 import hashlib
 import json
 import logging
@@ -14,9 +14,9 @@ from featx import heads as H
 from featx.cache import Cache
 from featx.config import ProbeConfig
 from featx.errors import FeatxError
-from featx.files import loads_json, utc_now, writable_dir, write_bytes
-from featx.job import TEXT
-from featx.records import Predictions, cache_facts, probe_config_hash, read_predictions, read_records, record_name, write_record
+from featx.files import utc_now, writable_dir, write_bytes
+from featx.recordschema import Record
+from featx.records import Predictions, cache_facts, probe_config_hash, read_predictions, read_records, write_record
 from featx.headfiles import head_binding, load_head, save_heads
 from featx.version import __version__
 
@@ -39,7 +39,7 @@ class Baselines:
         self.root, self.data_dir, self.cache_path, self.cfg, self.pipeline = root, data_dir, cache_path, cfg, pipeline
         with Cache(cache_path) as cache:
             self.task, self.fingerprint = cache.task, cache.meta["dataset_fingerprint"]
-        self.reused: dict[str, dict] = {}
+        self.reused: dict[str, Record] = {}
 
     def folder(self, head: str) -> Path:
         import sklearn
@@ -58,38 +58,33 @@ class Baselines:
         """Whether `head`'s stored record was written into `directory` (kept in `self.reused`)."""
         folder = self.folder(head)
         try:
-            stored = [r for r in read_records(folder) if r["head"] == head] if folder.is_dir() else []
-            if not stored or (heads_dir is not None and not stored[0]["heads"]):
+            stored = [r for r in read_records(folder) if r.head == head] if folder.is_dir() else []
+            if not stored or (heads_dir is not None and not stored[0].heads):
                 return False
-            # The record as written (read_records fills in every optional field for readers).
-            old = loads_json((folder / record_name(TEXT.name, head)).read_text())
+            old = stored[0]
             predictions = read_predictions(folder, old)
             fitted = [(e["seed"], load_head(folder / "heads" / e["file"], sha256=e["sha256"],
                                             binding=head_binding(old, e["seed"])))
-                      for e in (stored[0]["heads"] if heads_dir is not None else [])]
+                      for e in (old.heads if heads_dir is not None else [])]
         except (FeatxError, OSError, ValueError) as exc:
             log.info("%s: the stored baseline cannot be reused (%s); fitting it again", head, exc)
             return False
         with Cache(self.cache_path) as cache:
-            record = old | {"pipeline": self.pipeline, "config_hash": probe_config_hash(self.cfg),
-                            "cache_key": cache.key, "init": cache.meta.get("init"),
-                            "cache_bytes": self.cache_path.stat().st_size, "created": utc_now("microseconds"),
-                            "configuration": settings, **cache_facts(cache.meta),
-                            "reused": {"created": old["created"], "pipeline": old["pipeline"],
-                                       "cache_key": old["cache_key"]}}
-        record.pop("predictions", None)
-        record["heads"] = None if heads_dir is None else save_heads(heads_dir, record, fitted)
-        write_record(directory, record, predictions)
+            record = dataclasses.replace(
+                old, pipeline=self.pipeline, config_hash=probe_config_hash(self.cfg), cache_key=cache.key,
+                init=cache.meta.get("init"), cache_bytes=self.cache_path.stat().st_size,
+                created=utc_now("microseconds"), configuration=settings, **cache_facts(cache.meta),
+                reused={"created": old.created, "pipeline": old.pipeline, "cache_key": old.cache_key})
+        record = dataclasses.replace(record, heads=None if heads_dir is None else save_heads(heads_dir, record, fitted))
+        # write_record names the predictions written beside it (the stored ones are the store's).
+        self.reused[head] = write_record(directory, record, predictions)
         log.info("%s: the same data and settings were fitted on %s; that baseline is reused", head,
-                 old["created"])
-        self.reused[head] = record
+                 old.created)
         return True
 
-    def keep(self, record: dict, predictions: Predictions, heads_dir: Path | None) -> None:
+    def keep(self, record: Record, predictions: Predictions, heads_dir: Path | None) -> None:
         """Store a freshly fitted baseline (its record, predictions and heads) for later probes."""
-        folder = writable_dir(self.folder(record["head"]), root=self.data_dir)
-        kept = copy.deepcopy(record)
-        kept.pop("predictions", None)
-        for entry in record["heads"] or []:  # None: probe.save_heads = false
+        folder = writable_dir(self.folder(record.head), root=self.data_dir)
+        for entry in record.heads or []:  # None: probe.save_heads = false
             write_bytes(folder / "heads" / entry["file"], (heads_dir / entry["file"]).read_bytes())
-        write_record(folder, kept, predictions)
+        write_record(folder, record, predictions)

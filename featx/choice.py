@@ -14,18 +14,20 @@ from pathlib import Path
 import numpy as np
 
 from featx.errors import FeatxError
+from featx.recordschema import Record
 from featx.records import read_predictions, record_dir
 
 
-def selection_score(record: dict) -> float:
+def selection_score(record: Record) -> float:
     """The score a record's configuration was chosen by: its chosen candidate's on dev, out of
     fold or on the held-out rows, or the fine-tune's best epoch on its selection split (-inf
     when there is none)."""
-    if record.get("selection_score") is not None:
-        return float(record["selection_score"])
-    scores = [c.get("score") for c in record.get("search") or []]
-    if record["stage"] == "finetune":
-        scores += [value for _, value in (record.get("curve") or {}).get("select", [])]
+    if record.selection_score is not None:
+        return float(record.selection_score)
+    # Older records: the best candidate of the search (a skipped one has no score).
+    scores = [c.get("score") for c in record.search]
+    if record.stage == "finetune" and record.curve:
+        scores += [value for _, value in record.curve["select"]]
     scores = [s for s in scores if isinstance(s, (int, float)) and s == s]  # no None, no NaN
     return max(scores) if scores else float("-inf")
 
@@ -33,9 +35,9 @@ def selection_score(record: dict) -> float:
 @dataclass(frozen=True)
 class FrozenChoice:
     """How the verdict's frozen configuration was chosen among the backbone probes."""
-    record: dict
+    record: Record
     """The chosen probe."""
-    top: dict
+    top: Record
     """The probe with the highest selection score."""
     se: float
     """The standard error the chosen probe was judged by: of its paired difference from the
@@ -46,7 +48,7 @@ class FrozenChoice:
     """Whether differences were judged paired, on both probes' stored selection predictions."""
 
 
-def frozen_choice(records: list[dict], runs_dir: str | Path | None = None) -> FrozenChoice | None:
+def frozen_choice(records: list[Record], runs_dir: str | Path | None = None) -> FrozenChoice | None:
     """The frozen configuration the verdict stands for, by the one-standard-error rule: among
     the backbone probes (no baseline, not the mteb check) of the newest metric (a verdict never
     compares an accuracy with an MCC) that the selection rows cannot tell apart from the best,
@@ -62,32 +64,31 @@ def frozen_choice(records: list[dict], runs_dir: str | Path | None = None) -> Fr
     predictions (older records), within one standard error of the best score itself."""
     from featx.heads import HEADS
 
-    backbone = [r for r in records if r["stage"] == "probe" and r["protocol"]["name"] != "mteb"
-                and not r.get("baseline")]
+    backbone = [r for r in records if r.stage == "probe" and r.protocol["name"] != "mteb"
+                and not r.baseline]
     # The staged grid's scout ranks feature sets; the heads fitted on the ones it ranked first
     # answer. On TREC fine under cv the ridge scout's out-of-fold score led by noise while its
     # test accuracy was 4 points under the logistic head and the MLP on the same features.
-    if any(not r.get("scout") for r in backbone):
-        backbone = [r for r in backbone if not r.get("scout")]
+    if any(not r.scout for r in backbone):
+        backbone = [r for r in backbone if not r.scout]
     if not backbone:
         return None
-    primary = max(backbone, key=lambda r: r["created"])["primary_metric"]
-    probes = [r for r in backbone if r["primary_metric"] == primary]
+    primary = max(backbone, key=lambda r: r.created).primary_metric
+    probes = [r for r in backbone if r.primary_metric == primary]
     # Ties are broken by names, never by fit times: a pick must not depend on machine load.
-    top = min(probes, key=lambda r: (-selection_score(r), r["features"], r["head"]))
-    se_top = top.get("selection_se") or 0.0
+    top = min(probes, key=lambda r: (-selection_score(r), r.features, r.head))
+    se_top = top.selection_se or 0.0
     ses = _paired_ses(top, probes, runs_dir, primary, bound=2.5 * se_top) if runs_dir is not None else {}
     judged = {id(r): ses.get(id(r), se_top) for r in probes}
     within = [r for r in probes if selection_score(top) - selection_score(r) <= judged[id(r)] or r is top]
-    simplest = lambda r: (HEADS[r["head"]].complexity if r["head"] in HEADS else len(HEADS),  # noqa: E731
-                          r.get("n_features") or float("inf"), -selection_score(r),
-                          r["features"], r["head"])
+    simplest = lambda r: (HEADS[r.head].complexity if r.head in HEADS else len(HEADS),  # noqa: E731
+                          r.n_features or float("inf"), -selection_score(r), r.features, r.head)
     chosen = min(within, key=simplest)
     paired = chosen is not top and id(chosen) in ses
     return FrozenChoice(chosen, top, judged[id(chosen)] if chosen is not top else se_top, len(within), paired)
 
 
-def _paired_ses(top: dict, probes: list[dict], runs_dir, metric: str, bound: float) -> dict[int, float]:
+def _paired_ses(top: Record, probes: list[Record], runs_dir, metric: str, bound: float) -> dict[int, float]:
     """{id(record): standard error of (top - record) on the shared selection rows}, for the
     probes whose gap to the top is below `bound` and whose selection predictions are stored on
     the same rows as the top's (same protocol, same labels)."""
@@ -106,12 +107,12 @@ def _paired_ses(top: dict, probes: list[dict], runs_dir, metric: str, bound: flo
     out = {}
     for record in probes:
         gap = selection_score(top) - selection_score(record)
-        if record is top or not 0 < gap <= bound or record["protocol"] != top["protocol"]:
+        if record is top or not 0 < gap <= bound or record.protocol != top.protocol:
             continue
         theirs = selection(record)
         if theirs is None or not np.array_equal(theirs.selection_truth, mine.selection_truth):
             continue
-        se = bootstrap.difference_se(top["task"], metric, mine.selection_truth,
+        se = bootstrap.difference_se(top.task, metric, mine.selection_truth,
                                      (mine.selection_scores, mine.threshold),
                                      (theirs.selection_scores, theirs.threshold))
         if se is not None:
@@ -119,13 +120,13 @@ def _paired_ses(top: dict, probes: list[dict], runs_dir, metric: str, bound: flo
     return out
 
 
-def best_frozen(records: list[dict], runs_dir: str | Path | None = None) -> dict | None:
+def best_frozen(records: list[Record], runs_dir: str | Path | None = None) -> Record | None:
     """The chosen frozen probe (`frozen_choice`), or None when there is none."""
     choice = frozen_choice(records, runs_dir)
     return None if choice is None else choice.record
 
 
-def best_tuned(records: list[dict], metric: str) -> dict | None:
+def best_tuned(records: list[Record], metric: str) -> Record | None:
     """The fine-tune with the best selection score, in `metric`."""
-    tunes = [r for r in records if r["stage"] == "finetune" and r["primary_metric"] == metric]
+    tunes = [r for r in records if r.stage == "finetune" and r.primary_metric == metric]
     return max(tunes, key=selection_score) if tunes else None

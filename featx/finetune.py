@@ -48,22 +48,22 @@ from featx.modeling import (
     reference_class_name,
     scores_from_logits,
 )
+from featx.recordschema import Record, new_record
 from featx.records import (
-    OPTIONAL,
     Predictions,
     cache_facts,
     checkpoint_path,
     configuration,
     finetune_dir,
     finetune_run_hash,
-    new_record,
+    read_record,
     record_name,
     stop_reason,
     write_record,
 )
 from featx.splits import label_assignment
 from featx.tasks import TASKS
-from featx.training import Candidate, Setup, json_or_none, load_state, save_state, train, worst_case_epochs
+from featx.training import Candidate, Setup, load_state, save_state, train, worst_case_epochs
 
 log = logging.getLogger("featx")
 
@@ -112,7 +112,7 @@ def auto_max_epochs(n_train: int, batch_size: int) -> int:
 CAPS = ("max_epochs", "budget")
 
 
-def run_finetune(pipeline: Pipeline) -> dict:
+def run_finetune(pipeline: Pipeline) -> Record:
     """Fine-tune the pipeline's backbone: search the learning rates, train the chosen one until
     the selection score stops improving, evaluate the best epoch; write the record and the best
     checkpoint; return the record. A run a cap stopped while it was still improving continues
@@ -149,45 +149,47 @@ def run_finetune(pipeline: Pipeline) -> dict:
     max_seconds = cfg.max_seconds or 0.0
     previous = _previous(done, run_hash)
     if previous is not None and not _continues(previous, max_epochs, max_seconds):
-        if previous["converged"] is False:
+        if previous.converged is False:
             log.info("reused this configuration's fine-tune (%s); continue it with: %s",
-                     stop_reason(previous["converged"], previous["stopped_by"]), previous["continue_with"])
+                     stop_reason(previous.converged, previous.stopped_by), previous.continue_with)
         else:
             log.info("reused the finished fine-tune of this configuration (%s): %s (delete its folder to "
-                     "train again)", stop_reason(previous["converged"], previous["stopped_by"]), done)
+                     "train again)", stop_reason(previous.converged, previous.stopped_by), done)
         return previous
     start = time.perf_counter()
     setup = _prepare(pipeline, plan, cache_path, rows, metric=metric, run_hash=run_hash,
                      directory=directory, max_epochs=max_epochs, max_seconds=max_seconds)
     _announce(setup, plan)
     candidates = search(setup)
-    record = _record(pipeline, plan, setup, candidates, key=key, features=features, head=head,
-                     seconds=time.perf_counter() - start, previous=previous) | facts
-    write_record(directory, record, record.pop("_predictions"))
+    record, predictions = _record(pipeline, plan, setup, candidates, key=key, features=features, head=head,
+                                  seconds=time.perf_counter() - start, previous=previous, facts=facts)
+    record = write_record(directory, record, predictions)
     log.info("fine-tuned in %.0f s: learning rate %g, best epoch %d of %d (%s), %s = %.4f on %s; "
-             "record %s", record["wall_seconds"], record["learning_rate"], record["best_epoch"],
-             record["epochs"], stop_reason(record["converged"], record["stopped_by"])
-             + (f"; continue it with: {record['continue_with']}" if record["continue_with"] else ""),
-             metric, record["metrics"][metric], record["protocol"]["report_on"], done)
+             "record %s", record.wall_seconds, record.learning_rate, record.best_epoch,
+             record.epochs, stop_reason(record.converged, record.stopped_by)
+             + (f"; continue it with: {record.continue_with}" if record.continue_with else ""),
+             metric, record.metrics[metric], record.protocol["report_on"], done)
     return record
 
 
-def _previous(done: Path, run_hash: str) -> dict | None:
+def _previous(done: Path, run_hash: str) -> Record | None:
     """This configuration's finished record, if its best weights are still there."""
-    previous = json_or_none(done) if done.is_file() else None
-    if not isinstance(previous, dict) or previous.get("run_hash") != run_hash \
-            or not checkpoint_path(done.parent, previous).is_file():
+    try:
+        previous = read_record(done) if done.is_file() else None
+    except FeatxError:
+        return None  # unreadable, or of another featx: trained again, and replaced
+    if previous is None or previous.run_hash != run_hash or not checkpoint_path(done.parent, previous).is_file():
         return None
-    return OPTIONAL | {"continue_with": None, "continued": []} | previous
+    return previous
 
 
-def _continues(previous: dict, max_epochs: int, max_seconds: float) -> bool:
+def _continues(previous: Record, max_epochs: int, max_seconds: float) -> bool:
     """Whether a larger cap now lets a capped, unconverged run train on."""
-    if previous["converged"] is not False or previous["stopped_by"] not in CAPS:
+    if previous.converged is not False or previous.stopped_by not in CAPS:
         return False
-    if previous["stopped_by"] == "max_epochs":
-        return max_epochs > previous["epochs"]
-    before = previous["hyperparameters"].get("max_seconds") or 0.0
+    if previous.stopped_by == "max_epochs":
+        return max_epochs > previous.epochs
+    before = previous.hyperparameters.get("max_seconds") or 0.0
     return max_seconds == 0 or max_seconds > before
 
 
@@ -248,9 +250,10 @@ def _announce(setup: "Setup", plan) -> None:
 
 
 def _record(pipeline: Pipeline, plan, setup: "Setup", candidates: list["Candidate"], *, key: str,
-            features: str, head: str, seconds: float, previous: dict | None) -> dict:
+            features: str, head: str, seconds: float, previous: Record | None,
+            facts: dict) -> tuple[Record, Predictions]:
     """Evaluate the chosen candidate's best epoch on the report split; keep its weights; the
-    record (its predictions under `_predictions`, for write_record)."""
+    record (with the cache's `facts`) and the predictions it was computed from."""
     cfg, task = setup.cfg, setup.task
     chosen = max((c for c in candidates if c.best_epoch), key=lambda c: (c.best_score, -c.learning_rate))
     report = setup.report
@@ -287,7 +290,7 @@ def _record(pipeline: Pipeline, plan, setup: "Setup", candidates: list["Candidat
                 "machine_dependent": bool(setup.max_seconds)},
         continue_with=command(pipeline, "finetune", raise_cap) if capped else None,
         continued=_continued(previous, setup),
-        wall_seconds=round(seconds + (previous["wall_seconds"] or 0.0 if previous else 0.0), 3),
+        wall_seconds=round(seconds + (previous.wall_seconds or 0.0 if previous else 0.0), 3),
         curve={"loss": chosen.loss, "select": chosen.select}, device=str(setup.device),
         # Relative to the run's folder: a data_dir that moves keeps its records true.
         run_hash=setup.run_hash, checkpoint=str(best.relative_to(setup.directory)),
@@ -301,7 +304,7 @@ def _record(pipeline: Pipeline, plan, setup: "Setup", candidates: list["Candidat
         train_rows_processed=train_rows_total, eval_rows_processed=eval_rows_total,
         truncated=setup.truncated,
         labels=M.label_summary(setup.train.labels, report.labels, plan.dataset.label_names)
-        if TASKS[task].thresholded else None) | {"_predictions": predictions}
+        if TASKS[task].thresholded else None, **facts), predictions
 
 
 def _report_scores(setup: Setup, chosen: Candidate) -> tuple[np.ndarray, float]:
@@ -325,10 +328,10 @@ def _hyperparameters(setup: Setup, plan, chosen: Candidate) -> dict:
         "eval_dtype": str(setup.eval_dtype).removeprefix("torch.")}
 
 
-def _continued(previous: dict | None, setup: Setup) -> list:
+def _continued(previous: Record | None, setup: Setup) -> list:
     """The runs this one continues: each one's last epoch and stop reason, and the caps it went on with."""
-    return (previous["continued"] + [{"after_epoch": previous["epochs"], "stopped_by": previous["stopped_by"],
-                                      "max_epochs": setup.max_epochs, "max_seconds": setup.max_seconds}]
+    return (previous.continued + [{"after_epoch": previous.epochs, "stopped_by": previous.stopped_by,
+                                   "max_epochs": setup.max_epochs, "max_seconds": setup.max_seconds}]
             if previous is not None else [])
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from featx.errors import FeatxError
 from featx.files import utc_now, write_bytes
+from featx.recordschema import Record
 from featx.records import record_name
 from featx.version import __version__
 
@@ -24,15 +25,15 @@ def head_file_name(features: str, head: str, seed: int) -> str:
     return record_name(features, f"{head}__seed{seed}").removesuffix(".json") + HEAD_SUFFIX
 
 
-def head_binding(record: dict, seed: int) -> dict:
+def head_binding(record: Record, seed: int) -> dict:
     """What ties a saved head to the one record it was fitted for: a head of another run (an
     earlier configuration, a probe killed between saving its heads and writing its record) has
     another config hash or creation time."""
-    return {k: record[k] for k in ("pipeline", "cache_key", "config_hash", "created", "features",
-                                   "head", "task")} | {"seed": int(seed)}
+    return {k: getattr(record, k) for k in ("pipeline", "cache_key", "config_hash", "created", "features",
+                                            "head", "task")} | {"seed": int(seed)}
 
 
-def save_heads(directory: Path, record: dict, fitted: list[tuple[int, object]]) -> list[dict]:
+def save_heads(directory: Path, record: Record, fitted: list[tuple[int, object]]) -> list[dict]:
     """Save each seed's fitted head under `directory`, bound to `record`; returns the record's
     `heads` entry: [{seed, file, sha256}], which predict checks before it uses a head."""
     from featx.serialize import dumps
@@ -41,16 +42,16 @@ def save_heads(directory: Path, record: dict, fitted: list[tuple[int, object]]) 
     for seed, estimator in fitted:
         data = dumps(estimator, {"record": head_binding(record, seed), "featx_version": __version__,
                                  "saved": utc_now()})
-        path = write_bytes(Path(directory) / head_file_name(record["features"], record["head"], seed), data)
+        path = write_bytes(Path(directory) / head_file_name(record.features, record.head, seed), data)
         entries.append({"seed": int(seed), "file": path.name, "sha256": hashlib.sha256(data).hexdigest()})
     return entries
 
 
-def head_entry(record: dict, source: str = "<pipeline>") -> dict:
+def head_entry(record: Record, source: str = "<pipeline>") -> dict:
     """The record's saved head (its first seed's): {seed, file, sha256}, or an error that says
     why there is none and how to get one."""
-    heads = record["heads"]
-    name = f"{record['features']}/{record['head']}"
+    heads = record.heads
+    name = f"{record.features}/{record.head}"
     if heads is None:
         raise FeatxError(f"the record of {name} names no saved head: it was written by a probe with "
                          "probe.save_heads = false (or by an older featx), so any head file beside it "

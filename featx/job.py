@@ -20,7 +20,8 @@ from featx.cache import Cache
 from featx.config import ProbeConfig
 from featx.errors import FeatxError
 from featx.pairs import combine
-from featx.records import Predictions, cache_facts, new_record, probe_config_hash
+from featx.recordschema import Record, new_record
+from featx.records import Predictions, cache_facts, probe_config_hash
 from featx.headfiles import save_heads
 from featx.search import Protocol, choose_protocol, select, selection_splits
 from featx.tasks import TASKS
@@ -61,6 +62,7 @@ class Problem:
     y_report: np.ndarray
     ids_report: np.ndarray
     base: dict
+    """The record fields every head on these features shares (from the cache)."""
     sentence: dict | None
 
 
@@ -142,7 +144,7 @@ def fit_selected(cache_path: str | Path, features: Features, head: str, cfg: Pro
 
 def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeConfig, *,
               pipeline: str | None = None, threads: int = 1,
-              heads_dir: Path | None = None) -> tuple[dict, Predictions]:
+              heads_dir: Path | None = None) -> tuple[Record, Predictions]:
     """Train and evaluate one head on one feature set; returns its record (not written) and
     the report split's predictions it was computed from."""
     from threadpoolctl import threadpool_limits
@@ -150,11 +152,11 @@ def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeC
     p = load_problem(cache_path, features, head, cfg, pipeline)
     task, names, protocol = p.task, p.names, p.protocol
     if protocol.name == "mteb":
-        record, stack = _mteb(task=task, X=p.X, y=p.y, X_report=p.X_report, y_report=p.y_report,
+        fields, stack = _mteb(task=task, X=p.X, y=p.y, X_report=p.X_report, y_report=p.y_report,
                               n_classes=len(names), protocol=protocol, cfg=cfg)
-        record["hyperparameters"]["normalized"] = bool(
+        fields["hyperparameters"]["normalized"] = bool(
             features.pooling == "sentence" and p.sentence and p.sentence.get("normalize"))
-        return p.base | record, _predictions(p, task, stack, 0.5)
+        return new_record(**p.base, **fields), _predictions(p, task, stack, 0.5)
     metric = M.primary(task, cfg.metric)
     start = time.perf_counter()
     with threadpool_limits(threads):
@@ -182,8 +184,8 @@ def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeC
     predictions = dataclasses.replace(
         _predictions(p, task, np.stack(stack), threshold), selection_truth=np.asarray(selection.truth),
         selection_scores=np.asarray(selection.scores, dtype=TASKS[task].score_dtype()))
-    record = p.base | new_record(
-        protocol=vars(protocol) | ({"folds": cfg.folds} if protocol.name == "cv" else {}),
+    record = new_record(
+        **p.base, protocol=vars(protocol) | ({"folds": cfg.folds} if protocol.name == "cv" else {}),
         hyperparameters=chosen, search=selection.search, selection_score=selection.score, seeds=list(cfg.seeds), primary_metric=metric,
         # How far apart candidates must be before the selection split can tell them apart: the
         # report chooses among records within one standard error of the best (docs/verdict.md).
@@ -194,7 +196,7 @@ def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeC
         fit_seconds=round(fit_seconds, 3), predict_seconds=round(predict_seconds, 4),
         **_label_fields(p, protocol, cfg))
     if heads_dir is not None:  # saved once the record exists: each head names its record and back
-        record["heads"] = save_heads(heads_dir, record, fitted_heads)
+        record = dataclasses.replace(record, heads=save_heads(heads_dir, record, fitted_heads))
     return record, predictions
 
 
@@ -248,7 +250,7 @@ def _mteb(*, task: str, X: np.ndarray, y: np.ndarray, X_report: np.ndarray, y_re
     experiments, shuffle the carried list of training indices with a fresh
     `RandomState(seed)`, keep the first k rows of each label, fit
     LogisticRegression(max_iter=100, random_state=seed) on the unscaled vectors; average.
-    Returns the record's fields and the experiments' scores (E, n, ...)."""
+    Returns the record's fields (but the cache's) and the experiments' scores (E, n, ...)."""
     import warnings
 
     from sklearn.exceptions import ConvergenceWarning
@@ -270,10 +272,10 @@ def _mteb(*, task: str, X: np.ndarray, y: np.ndarray, X_report: np.ndarray, y_re
         per_experiment.append(M.evaluate(task, y_report, scores))
         stack.append(scores)
     stack = np.stack(stack)
-    return new_record(protocol=vars(protocol) | {"experiments": cfg.mteb_experiments,
-                                                 "samples_per_label": cfg.mteb_samples_per_label},
-                      hyperparameters={"max_iter": 100, "scaling": False}, search=[],
-                      seeds=[cfg.mteb_seed], primary_metric="accuracy", **_aggregate(per_experiment),
-                      metrics_ci=bootstrap.intervals(task, y_report, stack), threshold=None,
-                      n_train_sampled=len(picked), fit_seconds=round(time.perf_counter() - start, 3),
-                      predict_seconds=None), stack
+    return dict(protocol=vars(protocol) | {"experiments": cfg.mteb_experiments,
+                                           "samples_per_label": cfg.mteb_samples_per_label},
+                hyperparameters={"max_iter": 100, "scaling": False}, search=[],
+                seeds=[cfg.mteb_seed], primary_metric="accuracy", **_aggregate(per_experiment),
+                metrics_ci=bootstrap.intervals(task, y_report, stack), threshold=None,
+                n_train_sampled=len(picked), fit_seconds=round(time.perf_counter() - start, 3),
+                predict_seconds=None), stack

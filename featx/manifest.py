@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from featx.errors import FeatxError, shown
+from featx.recordschema import Record
 
 log = logging.getLogger("featx")
 
@@ -182,24 +183,24 @@ def manifest_for(pipeline, head: str | None, finetuned: bool) -> Manifest:
     meta = _cache_meta(pipeline, plan)
     record = _current_record(pipeline, meta["key"], head, finetuned)
     directory = record_dir(pipeline.runs_dir, record)
-    if record["stage"] == "probe":
+    if record.stage == "probe":
         _check_probe_finished(directory, pipeline, record, chosen_by_verdict=head is None)
     common = dict(allow_pickle=pipeline.model.allow_pickle,
-                  task=meta["task"], label_names=tuple(meta["label_names"]), features=record["features"],
-                  head=record["head"], model_path=str(plan.model.path), model_fingerprint=plan.fingerprint,
+                  task=meta["task"], label_names=tuple(meta["label_names"]), features=record.features,
+                  head=record.head, model_path=str(plan.model.path), model_fingerprint=plan.fingerprint,
                   init=meta["init"], init_seed=meta.get("init_seed"), max_length=int(meta["max_length"]),
                   compute_dtype=meta["compute_dtype"], store_dtype=meta["store_dtype"],
                   text_pair=bool(meta.get("text_pair")), prompt=meta.get("prompt"),
                   attention=meta.get("attention", "auto"),
-                  threshold=float(record.get("threshold") or 0.5), primary_metric=record["primary_metric"],
-                  record_metrics=record["metrics"])
-    if record["stage"] == "finetune":
+                  threshold=float(record.threshold or 0.5), primary_metric=record.primary_metric,
+                  record_metrics=record.metrics)
+    if record.stage == "finetune":
         return _finetuned_manifest(pipeline, directory, record, common)
     from featx.headfiles import head_binding, head_entry
 
     entry = head_entry(record, pipeline.source or "<pipeline>")
-    return Manifest(kind="frozen", pooling=record["pooling"], layers=tuple(record["layers"]),
-                    combine=record["combine"], head_file=str(directory / "heads" / entry["file"]),
+    return Manifest(kind="frozen", pooling=record.pooling, layers=tuple(record.layers),
+                    combine=record.combine, head_file=str(directory / "heads" / entry["file"]),
                     head_sha256=entry["sha256"], head_binding=head_binding(record, entry["seed"]), **common)
 
 
@@ -218,19 +219,18 @@ def _cache_meta(pipeline, plan) -> dict:
     return meta
 
 
-def _current_record(pipeline, key: str, head: str | None, finetuned: bool) -> dict:
+def _current_record(pipeline, key: str, head: str | None, finetuned: bool) -> Record:
     """The record to predict with, among the current configuration's records on the cache `key`."""
-    from featx.records import made_by, probe_config_hash, probe_dir, read_records
+    from featx.records import current_records, pipeline_records, probe_config_hash, probe_dir
 
     # The current configuration's records only, as the report takes them; the others (another
     # probe or fine-tune configuration on this cache, or another cache) are named when nothing fits.
-    pipeline_runs = Path(pipeline.runs_dir) / pipeline.name
-    everything = [r for folder in sorted(pipeline_runs.glob("*")) if folder.is_dir()
-                  for r in read_records(folder) if r["pipeline"] == pipeline.name]
-    records = [r for r in everything if made_by(r, pipeline) and r["cache_key"] == key]
+    everything = pipeline_records(pipeline.runs_dir, pipeline.name)
+    records = current_records(pipeline, everything, key)
+    mine = {id(r) for r in records}
     probes = probe_dir(pipeline.runs_dir, pipeline.name, key, probe_config_hash(pipeline.probe))
     try:
-        return _choose(records, head, finetuned, pipeline, others=[r for r in everything if r not in records])
+        return _choose(records, head, finetuned, pipeline, others=[r for r in everything if id(r) not in mine])
     except FeatxError as exc:
         from featx.records import probe_interrupted
 
@@ -240,7 +240,7 @@ def _current_record(pipeline, key: str, head: str | None, finetuned: bool) -> di
         raise
 
 
-def _finetuned_manifest(pipeline, directory: Path, record: dict, common: dict) -> Manifest:
+def _finetuned_manifest(pipeline, directory: Path, record: Record, common: dict) -> Manifest:
     """A fine-tune record's Manifest, once its weights are found where and as it names them."""
     from featx.records import checkpoint_path
 
@@ -250,16 +250,16 @@ def _finetuned_manifest(pipeline, directory: Path, record: dict, common: dict) -
     if not checkpoint.resolve().is_relative_to(directory.resolve()) or not checkpoint.is_file():
         raise FeatxError(f"the fine-tuned weights {checkpoint} are gone (or not under {directory}); "
                          f"rerun featx finetune {source}")
-    if not isinstance(record.get("checkpoint_sha256"), str):
+    if not isinstance(record.checkpoint_sha256, str):
         raise FeatxError(f"the fine-tune record of {checkpoint} names no sha256 of its weights (an "
                          f"older featx wrote it); rerun featx finetune {source}")
-    return Manifest(kind="finetuned", pooling=record["pooling"], layers=tuple(record["layers"]),
-                    checkpoint=str(checkpoint), checkpoint_sha256=record["checkpoint_sha256"],
-                    head_input=record["pooling"], target_scaler=record.get("target_scaler"), **common)
+    return Manifest(kind="finetuned", pooling=record.pooling, layers=tuple(record.layers),
+                    checkpoint=str(checkpoint), checkpoint_sha256=record.checkpoint_sha256,
+                    head_input=record.pooling, target_scaler=record.target_scaler, **common)
 
 
-def _choose(records: list[dict], head: str | None, finetuned: bool, pipeline,
-            others: tuple | list = ()) -> dict:
+def _choose(records: list[Record], head: str | None, finetuned: bool, pipeline,
+            others: tuple | list = ()) -> Record:
     """The record to predict with; `others` are this pipeline's records of other configurations
     (named when nothing of the current one fits, with the command that selects them)."""
     from featx.choice import best_frozen, best_tuned
@@ -267,8 +267,8 @@ def _choose(records: list[dict], head: str | None, finetuned: bool, pipeline,
     source = pipeline.source or "<pipeline>"
     if finetuned:
         frozen = best_frozen(records, pipeline.runs_dir)
-        metric = frozen["primary_metric"] if frozen else None
-        tunes = [r for r in records if r["stage"] == "finetune"]
+        metric = frozen.primary_metric if frozen else None
+        tunes = [r for r in records if r.stage == "finetune"]
         tuned = best_tuned(records, metric) if metric else (tunes[0] if tunes else None)
         if tuned is None:
             raise FeatxError(f"no fine-tune record of the current configuration for this cache"
@@ -283,14 +283,14 @@ def _choose(records: list[dict], head: str | None, finetuned: bool, pipeline,
                              "first (the default head is the verdict's best frozen configuration)")
         return chosen
     features, sep, name = head.partition("/")
-    matches = [r for r in records if r["stage"] == "probe" and r["features"] == features and r["head"] == name]
+    matches = [r for r in records if r.stage == "probe" and r.features == features and r.head == name]
     if not sep or not matches:
-        available = sorted(f"{r['features']}/{r['head']}" for r in records if r["stage"] == "probe"
-                           and r["protocol"]["name"] != "mteb")
+        available = sorted(f"{r.features}/{r.head}" for r in records if r.stage == "probe"
+                           and r.protocol["name"] != "mteb")
         raise FeatxError(f"no probe record {shown(head)} for this cache; heads are named features/head, "
                          f"and these exist: {', '.join(available) or 'none (run featx probe)'}"
                          f"{_elsewhere(others, pipeline, 'probe', ('INPUT', '--head', head))}")
-    return max(matches, key=lambda r: r["created"])
+    return max(matches, key=lambda r: r.created)
 
 
 def _elsewhere(others, pipeline, stage: str, args: tuple[str, ...]) -> str:
@@ -298,11 +298,11 @@ def _elsewhere(others, pipeline, stage: str, args: tuple[str, ...]) -> str:
     with the command that predicts with it (featx.records.elsewhere)."""
     from featx.records import elsewhere
 
-    lines = elsewhere([r for r in others if r["stage"] == stage], pipeline, "predict", args=args, limit=4)
+    lines = elsewhere([r for r in others if r.stage == stage], pipeline, "predict", args=args, limit=4)
     return (f" (records of {len(lines)} other configuration(s) exist: " + "; ".join(lines) + ")") if lines else ""
 
 
-def _check_probe_finished(directory: Path, pipeline, record: dict, chosen_by_verdict: bool) -> None:
+def _check_probe_finished(directory: Path, pipeline, record: Record, chosen_by_verdict: bool) -> None:
     """An interrupted probe's best record is the best of the fits that finished, not the
     verdict's choice: refused for the default head, said for a named one."""
     from featx.records import probe_config_hash, probe_interrupted
@@ -316,5 +316,5 @@ def _check_probe_finished(directory: Path, pipeline, record: dict, chosen_by_ver
     if chosen_by_verdict:
         raise FeatxError(f"{what}: the best of the fits that finished is not the verdict's "
                          f"configuration. Rerun `featx probe {source}` to finish it, or name a head "
-                         f"with --head {record['features']}/{record['head']}")
-    log.warning("%s; predicting with %s/%s as asked", what, record["features"], record["head"])
+                         f"with --head {record.features}/{record.head}")
+    log.warning("%s; predicting with %s/%s as asked", what, record.features, record.head)

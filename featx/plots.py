@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 from featx.choice import selection_score
+from featx.recordschema import Record
 from featx.verdict import Inputs
 
 
@@ -35,11 +36,11 @@ def plots(inputs: Inputs, cache_dir: Path | None = None) -> dict[str, bytes]:
     return out
 
 
-def _tuned_levels(records: list[dict], primary: str, axis) -> None:
+def _tuned_levels(records: list[Record], primary: str, axis) -> None:
     for record in records:
-        if record["stage"] == "finetune":
-            axis.axhline(record["metrics"][primary], linestyle="--", color="black", linewidth=1,
-                         label=f"fine-tuned ({record['features']}, {record['head']})")
+        if record.stage == "finetune":
+            axis.axhline(record.metrics[primary], linestyle="--", color="black", linewidth=1,
+                         label=f"fine-tuned ({record.features}, {record.head})")
 
 
 def _legend_outside(axis, **options) -> None:
@@ -47,14 +48,14 @@ def _legend_outside(axis, **options) -> None:
     axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, **options)
 
 
-def _ci_error(records: list[dict], primary: str):
+def _ci_error(records: list[Record], primary: str):
     """(2, n) distances from each value to its 95% interval, for error bars (0 when unknown)."""
     import numpy as np
 
     low, high = [], []
     for r in records:
-        value = r["metrics"][primary]
-        ci = (r.get("metrics_ci") or {}).get(primary) or [value, value]
+        value = r.metrics[primary]
+        ci = r.metrics_ci.get(primary) or [value, value]
         ci = [value if v is None or not math.isfinite(v) else v for v in ci]
         low.append(max(0.0, value - ci[0]))
         high.append(max(0.0, ci[1] - value))
@@ -64,17 +65,17 @@ def _ci_error(records: list[dict], primary: str):
 def _plot_layers(inputs: Inputs):
     import matplotlib.pyplot as plt
 
-    single = [r for r in inputs.main if r["stage"] == "probe" and len(r["layers"]) == 1 and not r["baseline"]]
-    curves: dict[tuple[str, str], list[dict]] = {}
+    single = [r for r in inputs.main if r.stage == "probe" and len(r.layers) == 1 and not r.baseline]
+    curves: dict[tuple[str, str], list[Record]] = {}
     for r in single:
-        curves.setdefault((_vectors(r), r["head"]), []).append(r)
-    curves = {k: sorted(v, key=lambda r: r["layers"][0]) for k, v in curves.items() if len(v) > 1}
+        curves.setdefault((_vectors(r), r.head), []).append(r)
+    curves = {k: sorted(v, key=lambda r: r.layers[0]) for k, v in curves.items() if len(v) > 1}
     if not curves:
         return None
-    primary = single[0]["primary_metric"]
+    primary = single[0].primary_metric
     figure, axis = plt.subplots(figsize=(7.5, 4))
     for (pooling, head), records in sorted(curves.items()):
-        axis.errorbar([r["layers"][0] for r in records], [r["metrics"][primary] for r in records],
+        axis.errorbar([r.layers[0] for r in records], [r.metrics[primary] for r in records],
                       yerr=_ci_error(records, primary), marker="o", capsize=3, label=f"{pooling} + {head}")
     _tuned_levels(inputs.main, primary, axis)
     axis.set(xlabel="layer (0 = embeddings)", ylabel=f"{primary} (95% interval)", title="Probe quality by layer")
@@ -82,9 +83,9 @@ def _plot_layers(inputs: Inputs):
     return figure
 
 
-def _vectors(record: dict) -> str:
+def _vectors(record: Record) -> str:
     """A probe's vectors without their layers: `mean`, or a pair combination `bi:mean`."""
-    return record["pooling"] if record["combine"] == "joint" else f"{record['combine']}:{record['pooling']}"
+    return record.pooling if record.combine == "joint" else f"{record.combine}:{record.pooling}"
 
 
 def _plot_heads(inputs: Inputs):
@@ -94,47 +95,47 @@ def _plot_heads(inputs: Inputs):
     import matplotlib.pyplot as plt
     import numpy as np
 
-    probes = [r for r in inputs.main if r["stage"] == "probe" and r["protocol"]["name"] != "mteb"
-              and not r["baseline"]]
+    probes = [r for r in inputs.main if r.stage == "probe" and r.protocol["name"] != "mteb"
+              and not r.baseline]
     choice = inputs.choice
     if not probes or choice is None:
         return None
-    primary = choice.record["primary_metric"]
-    probes = [r for r in probes if r["primary_metric"] == primary]
+    primary = choice.record.primary_metric
+    probes = [r for r in probes if r.primary_metric == primary]
     best = lambda group: max(group, key=selection_score)  # noqa: E731
     shown = {id(choice.record): choice.record}
-    for key in ({r["head"] for r in probes}):
-        r = best([p for p in probes if p["head"] == key])
+    for key in ({r.head for r in probes}):
+        r = best([p for p in probes if p.head == key])
         shown.setdefault(id(r), r)
     for key in ({_vectors(r) for r in probes}):
         r = best([p for p in probes if _vectors(p) == key])
         shown.setdefault(id(r), r)
-    rows = sorted(shown.values(), key=lambda r: r["metrics"][primary])
+    rows = sorted(shown.values(), key=lambda r: r.metrics[primary])
     figure, axis = plt.subplots(figsize=(7.5, 0.9 + 0.32 * len(rows)))
     y = np.arange(len(rows))
     errors = _ci_error(rows, primary)
     colours = ["#d62728" if r is choice.record else "#1f77b4" for r in rows]
-    axis.errorbar([r["metrics"][primary] for r in rows], y, xerr=errors, fmt="none", ecolor="grey", capsize=2)
-    axis.scatter([r["metrics"][primary] for r in rows], y, c=colours, zorder=3, s=25)
-    axis.set_yticks(y, [f"{r['features']} {r['head']}" + ("  (the frozen choice)" if r is choice.record else "")
+    axis.errorbar([r.metrics[primary] for r in rows], y, xerr=errors, fmt="none", ecolor="grey", capsize=2)
+    axis.scatter([r.metrics[primary] for r in rows], y, c=colours, zorder=3, s=25)
+    axis.set_yticks(y, [f"{r.features} {r.head}" + ("  (the frozen choice)" if r is choice.record else "")
                         for r in rows], fontsize=7)
-    levels = [r["metrics"][primary] - e for r, e in zip(rows, errors[0])] + \
-             [r["metrics"][primary] + e for r, e in zip(rows, errors[1])]
+    levels = [r.metrics[primary] - e for r, e in zip(rows, errors[0])] + \
+             [r.metrics[primary] + e for r, e in zip(rows, errors[1])]
     for record in inputs.main:
-        if record["stage"] == "finetune" and record["primary_metric"] == primary:
-            axis.axvline(record["metrics"][primary], linestyle="--", color="black", linewidth=1,
-                         label=f"fine-tuned ({record['head']})" + (", a lower bound" if record["converged"] is False else ""))
-            levels.append(record["metrics"][primary])
-        elif record["baseline"] and record["primary_metric"] == primary and math.isfinite(record["metrics"][primary]):
-            axis.axvline(record["metrics"][primary], linestyle=":" if record["baseline"] == "majority" else "-.",
-                         color="grey", linewidth=1, label=f"baseline: {record['head']}")
-            levels.append(record["metrics"][primary])
+        if record.stage == "finetune" and record.primary_metric == primary:
+            axis.axvline(record.metrics[primary], linestyle="--", color="black", linewidth=1,
+                         label=f"fine-tuned ({record.head})" + (", a lower bound" if record.converged is False else ""))
+            levels.append(record.metrics[primary])
+        elif record.baseline and record.primary_metric == primary and math.isfinite(record.metrics[primary]):
+            axis.axvline(record.metrics[primary], linestyle=":" if record.baseline == "majority" else "-.",
+                         color="grey", linewidth=1, label=f"baseline: {record.head}")
+            levels.append(record.metrics[primary])
     finite = [v for v in levels if math.isfinite(v)]
     if finite:  # the axis spans the values, not 0 to 1: a point's difference must be visible
         low, high = min(finite), max(finite)
         margin = max(0.01, 0.08 * (high - low))
         axis.set_xlim(low - margin, high + margin)
-    axis.set(xlabel=f"{primary} on {choice.record['protocol']['report_on']} (95% interval)",
+    axis.set(xlabel=f"{primary} on {choice.record.protocol['report_on']} (95% interval)",
              title="Each head's and each feature set's best probe, against fine-tuning")
     if axis.get_legend_handles_labels()[0]:
         _legend_outside(axis)
@@ -144,27 +145,27 @@ def _plot_heads(inputs: Inputs):
 def _plot_curve(inputs: Inputs):
     import matplotlib.pyplot as plt
 
-    tunes = [r for r in inputs.main + inputs.control if r["stage"] == "finetune" and r["curve"]]
+    tunes = [r for r in inputs.main + inputs.control if r.stage == "finetune" and r.curve]
     if not tunes:
         return None
     figure, loss_axis = plt.subplots(figsize=(7.5, 4))
     metric_axis = loss_axis.twinx()
     for record in tunes:
-        label = f"{record['features']} {record['head']} ({record['init']})"
-        steps, losses = zip(*record["curve"]["loss"]) if record["curve"]["loss"] else ((), ())
+        label = f"{record.features} {record.head} ({record.init})"
+        steps, losses = zip(*record.curve["loss"]) if record.curve["loss"] else ((), ())
         # Markers: a short run has a few points, which a bare line would not show.
         loss_axis.plot(steps, losses, marker="." if len(steps) < 50 else None, label=f"loss, {label}")
-        per_step = record["steps"] / max(record["epochs"], 1)
+        per_step = record.steps / max(record.epochs, 1)
         # Every learning rate the search tried, the chosen one solid: where each stopped, and why.
-        for candidate in record["search"] or [{"params": {}, "curve": record["curve"]["select"]}]:
+        for candidate in record.search or [{"params": {}, "curve": record.curve["select"]}]:
             if not candidate.get("curve"):
                 continue
             epochs, values = zip(*candidate["curve"])
-            chosen = candidate.get("params", {}).get("learning_rate") in (None, record["learning_rate"])
+            chosen = candidate.get("params", {}).get("learning_rate") in (None, record.learning_rate)
             lr = candidate.get("params", {}).get("learning_rate")
             metric_axis.plot([e * per_step for e in epochs], values, marker="s", markersize=4,
                              linestyle="-" if chosen else ":", color="black" if chosen else "grey",
-                             label=f"{record['primary_metric']} per epoch (selection split)"
+                             label=f"{record.primary_metric} per epoch (selection split)"
                                    + (f", lr {lr:g}" if lr else "") + f": {_stopped(record, candidate)}")
     loss_axis.set(xlabel="step (of the chosen learning rate)", ylabel="training loss",
                   title="Fine-tuning: training loss and the selection score per epoch")
@@ -176,14 +177,14 @@ def _plot_curve(inputs: Inputs):
     return figure
 
 
-def _stopped(record: dict, candidate: dict) -> str:
+def _stopped(record: Record, candidate: dict) -> str:
     """Why a learning rate's curve ends, in the record's own words (featx.records.stop_reason):
     the chosen one's are the record's `converged` and `stopped_by`, whatever its search entry says."""
     from featx.records import stop_reason
 
-    chosen = candidate.get("params", {}).get("learning_rate") in (None, record["learning_rate"])
+    chosen = candidate.get("params", {}).get("learning_rate") in (None, record.learning_rate)
     if chosen:
-        return stop_reason(record["converged"], record["stopped_by"])
+        return stop_reason(record.converged, record.stopped_by)
     return stop_reason(candidate.get("converged"), candidate.get("stopped_by"))
 
 
@@ -193,29 +194,29 @@ def _plot_cost(inputs: Inputs):
     labelled."""
     import matplotlib.pyplot as plt
 
-    records = [r for r in inputs.main + inputs.control if r["protocol"]["name"] != "mteb"
+    records = [r for r in inputs.main + inputs.control if r.protocol["name"] != "mteb"
                and _cost_seconds(r) is not None]
     if not records:
         return None
-    primary = records[0]["primary_metric"]
+    primary = records[0].primary_metric
     best = inputs.choice.record if inputs.choice else None
     figure, axis = plt.subplots(figsize=(7.5, 4))
     styles = (("probe", "pretrained", "o", "frozen + head"), ("finetune", "pretrained", "*", "fine-tuned"),
               ("probe", "random", "x", "frozen + head (random init)"), ("finetune", "random", "+", "fine-tuned (random init)"))
     for stage, init, marker, name in styles:
-        chosen = [r for r in records if r["stage"] == stage and r["init"] == init and not r["baseline"]]
+        chosen = [r for r in records if r.stage == stage and r.init == init and not r.baseline]
         if chosen:
-            axis.scatter([_cost_seconds(r) for r in chosen], [r["metrics"][primary] for r in chosen],
+            axis.scatter([_cost_seconds(r) for r in chosen], [r.metrics[primary] for r in chosen],
                          marker=marker, s=60, label=name)
-    baselines = [r for r in records if r["baseline"]]
+    baselines = [r for r in records if r.baseline]
     if baselines:
-        axis.scatter([_cost_seconds(r) for r in baselines], [r["metrics"][primary] for r in baselines],
+        axis.scatter([_cost_seconds(r) for r in baselines], [r.metrics[primary] for r in baselines],
                      marker="v", s=50, color="grey", label="baselines (no backbone)")
     right = max(_cost_seconds(r) for r in records)
     for r in records:
-        if r is best or r["stage"] == "finetune" or r["baseline"]:
+        if r is best or r.stage == "finetune" or r.baseline:
             on_right = _cost_seconds(r) > right / 10  # labels of the rightmost points go to their left
-            axis.annotate(f"{r['features']} {r['head']}", (_cost_seconds(r), r["metrics"][primary]),
+            axis.annotate(f"{r.features} {r.head}", (_cost_seconds(r), r.metrics[primary]),
                           textcoords="offset points", xytext=(-6 if on_right else 6, 4), fontsize=7,
                           ha="right" if on_right else "left")
     axis.set_xscale("log")
@@ -225,8 +226,8 @@ def _plot_cost(inputs: Inputs):
     return figure
 
 
-def _cost_seconds(record: dict) -> float | None:
-    if record["stage"] == "finetune":
-        return record["wall_seconds"]
-    fit = record["fit_seconds"]
-    return None if fit is None else fit + (record["extract_seconds"] or 0.0)
+def _cost_seconds(record: Record) -> float | None:
+    if record.stage == "finetune":
+        return record.wall_seconds
+    fit = record.fit_seconds
+    return None if fit is None else fit + (record.extract_seconds or 0.0)

@@ -8,10 +8,12 @@ the baselines' reuse featx/baselines.py's.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from featx import heads as H
@@ -22,7 +24,8 @@ from featx.config import MODEL_POOLINGS, Pipeline, ProbeConfig
 from featx.errors import FeatxError
 from featx.files import writable_dir
 from featx.job import TEXT, Features, probe_one
-from featx.records import OPTIONAL, configuration, probe_config_hash, probe_dir, read_records, read_run_status, record_name, write_json, write_record, write_run_status
+from featx.recordschema import Record
+from featx.records import configuration, probe_config_hash, probe_dir, read_records, read_run_status, record_name, write_json, write_record, write_run_status
 from featx.choice import selection_score
 from featx.search import choose_protocol
 from featx.tasks import TASKS
@@ -117,35 +120,21 @@ def _mteb_poolings(cache: Cache) -> tuple[str, ...]:
 # The probe stage
 
 
-def run_probe(pipeline: Pipeline) -> list[dict]:
+def run_probe(pipeline: Pipeline) -> list[Record]:
     """Probe the pipeline's cache with its grid, layer sweep and baselines; write records;
     return them."""
     from featx.progress import progress
 
-    from featx.plan import find_cache
-
     cfg = pipeline.probe
-    path = find_cache(pipeline)
-    with Cache(path) as cache:
-        first, later = plan_jobs(cache, cfg)
-        (scout, *_), sweep_head = heads_for(cache.task, cfg)
-        # Fail before forking workers: an unusable protocol, training split or selection split.
-        protocol = choose_protocol(cfg.protocol, cache.splits, cfg.folds, cache.n_rows("train"),
-                                   cfg.cv_max_rows)
-        M.check_trainable(cache.task, cache.labels("train"), cache.label_names)
-        metric = "accuracy" if protocol.name == "mteb" else M.primary(cache.task, cfg.metric)
-        M.check_defined(cache.task, metric, {s: cache.labels(s) for s in dict.fromkeys(
-            [protocol.report_on] + (["dev"] if protocol.name == "dev" else []))}, cache.label_names)
-        _warn_constant_labels(cache)
-        directory = writable_dir(probe_dir(pipeline.runs_dir, pipeline.name, cache.key, probe_config_hash(cfg)),
-                                 root=pipeline.root)
+    path, directory, (first, later), (scout, sweep_head) = _checked(pipeline)
     finished = finished_run(directory, cfg)
     if finished is not None:
         log.info("reused the %d records of the finished identical probe run (this configuration, this "
                  "cache) in %s; delete that folder to probe again", len(finished), directory)
         return finished
     heads_dir = directory / "heads" if cfg.save_heads else None
-    store = Baselines(pipeline.baselines_dir, pipeline.root, path, cfg, pipeline.name)
+    run = _Run(path, cfg, pipeline.name, directory, heads_dir, configuration(pipeline, "probe"),
+               Baselines(pipeline.baselines_dir, pipeline.root, path, cfg, pipeline.name))
     total = len(first) + len(later)
     # The baselines read no vector and decide nothing the second stage needs: they run beside
     # it, not before it (the TF-IDF fit is the longest job; a second stage that waited for it
@@ -156,43 +145,25 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
              f" (then {len(later)} heads on the best of the first {len(first)}: one feature set, or "
              f"two in a near tie)" if later else "")
     start = time.perf_counter()
-    records: list[dict] = []
-    settings = configuration(pipeline, "probe")
     # What this run will write: the report tells an interrupted run from a finished one by it.
     manifest = {"config_hash": probe_config_hash(cfg), "planned": total, "finished": False}
     write_run_status(directory, manifest)
     with progress(total=total, enabled=pipeline.progress, desc="probe", unit="fit") as bar:
-        for stage in (first, None):
-            if stage is None:  # the second stage: the other heads on the best feature set
-                # The scout head's rows (not the no-training cosine, not the baselines).
-                scouted = [r for r in records if r["head"] == scout]
-                stage = list(baselines)
-                if later and scouted:
-                    for chosen in _second_stage_features(scouted, first):
-                        stage += [(chosen, head) for head in later]
-                    log.info("second stage on %s: %s", " and ".join(dict.fromkeys(
-                        f.name for f, h in stage if f != TEXT)), ", ".join(later))
-                if not stage:
-                    break
-                # Known only now: the second stage runs on one feature set or two.
-                manifest["planned"] = bar.total = len(records) + len(stage)
-                write_run_status(directory, manifest)
-            reused = [(features, head) for features, head in stage if features == TEXT
-                      and store.reuse(head, directory, heads_dir, settings)]
-            for features, head in reused:
-                records.append(store.reused[head])
-                bar.update(1)
-            for record, predictions in _run_jobs([j for j in stage if j not in reused], path, cfg,
-                                                 pipeline.name, heads_dir):
-                record["configuration"] = settings
-                # A scout's record ranks feature sets for the second stage; the verdict chooses
-                # among the heads that stage fitted (featx.choice).
-                record["scout"] = bool(later) and stage is first and record["head"] == scout
-                write_record(directory, record, predictions)
-                if record["baseline"]:
-                    store.keep(record, predictions, heads_dir)
-                records.append(record)
-                bar.update(1)
+        records = _fit_stage(run, first, bar, scout=scout if later else None)
+        # The second stage: the other heads on the best feature set, beside the baselines. The
+        # scout head's rows rank the feature sets (not the no-training cosine, not the baselines).
+        scouted = [r for r in records if r.head == scout]
+        stage = list(baselines)
+        if later and scouted:
+            for chosen in _second_stage_features(scouted, first):
+                stage += [(chosen, head) for head in later]
+            log.info("second stage on %s: %s", " and ".join(dict.fromkeys(
+                f.name for f, h in stage if f != TEXT)), ", ".join(later))
+        if stage:
+            # Known only now: the second stage runs on one feature set or two.
+            manifest["planned"] = bar.total = len(records) + len(stage)
+            write_run_status(directory, manifest)
+            records += _fit_stage(run, stage, bar)
     if cfg.sweep:
         _write_sweep(directory, records, cfg.sweep_pooling, sweep_head)
     write_run_status(directory, manifest | {"planned": len(records), "finished": True})
@@ -201,7 +172,65 @@ def run_probe(pipeline: Pipeline) -> list[dict]:
     return records
 
 
-def _second_stage_features(scouted: list[dict], first: list[tuple[Features, str]]) -> list[Features]:
+def _checked(pipeline: Pipeline):
+    """(the cache, the configuration's folder, (first-stage jobs, second-stage heads), (the scout
+    head, the sweep head)), once the cache can be probed: an unusable protocol, training split or
+    selection split fails here, before any worker is forked."""
+    from featx.plan import find_cache
+
+    cfg = pipeline.probe
+    path = find_cache(pipeline)
+    with Cache(path) as cache:
+        jobs = plan_jobs(cache, cfg)
+        (scout, *_), sweep_head = heads_for(cache.task, cfg)
+        protocol = choose_protocol(cfg.protocol, cache.splits, cfg.folds, cache.n_rows("train"),
+                                   cfg.cv_max_rows)
+        M.check_trainable(cache.task, cache.labels("train"), cache.label_names)
+        metric = "accuracy" if protocol.name == "mteb" else M.primary(cache.task, cfg.metric)
+        M.check_defined(cache.task, metric, {s: cache.labels(s) for s in dict.fromkeys(
+            [protocol.report_on] + (["dev"] if protocol.name == "dev" else []))}, cache.label_names)
+        _warn_constant_labels(cache)
+        directory = writable_dir(probe_dir(pipeline.runs_dir, pipeline.name, cache.key, probe_config_hash(cfg)),
+                                 root=pipeline.root)
+    return path, directory, jobs, (scout, sweep_head)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What every stage of one probe run shares: where it reads and writes, and the store of
+    baselines it reuses."""
+    path: Path
+    cfg: ProbeConfig
+    pipeline: str
+    directory: Path
+    heads_dir: Path | None
+    settings: dict
+    store: Baselines
+
+
+def _fit_stage(run: _Run, jobs: list[tuple[Features, str]], bar, scout: str | None = None) -> list[Record]:
+    """Fit one stage's jobs (a stored baseline of the same data and settings is reused instead)
+    and write their records; `scout` names the head whose records rank the feature sets."""
+    reused = [(features, head) for features, head in jobs if features == TEXT
+              and run.store.reuse(head, run.directory, run.heads_dir, run.settings)]
+    records = []
+    for _, head in reused:
+        records.append(run.store.reused[head])
+        bar.update(1)
+    for record, predictions in _run_jobs([j for j in jobs if j not in reused], run.path, run.cfg, run.pipeline,
+                                         run.heads_dir):
+        # A scout's record ranks feature sets for the second stage; the verdict chooses among
+        # the heads that stage fitted (featx.choice).
+        record = write_record(run.directory, dataclasses.replace(
+            record, configuration=run.settings, scout=record.head == scout), predictions)
+        if record.baseline:
+            run.store.keep(record, predictions, run.heads_dir)
+        records.append(record)
+        bar.update(1)
+    return records
+
+
+def _second_stage_features(scouted: list[Record], first: list[tuple[Features, str]]) -> list[Features]:
     """The scout's best feature set, and its runner-up when the selection rows cannot tell the
     two apart (within the best's standard error): a scout ranks, and a near tie is the
     scout's noise, not the heads' (TREC fine under cv: `mean@4` 0.7721, `mean@5` 0.7717; the
@@ -210,14 +239,14 @@ def _second_stage_features(scouted: list[dict], first: list[tuple[Features, str]
     order = {f.name: i for i, (f, _) in enumerate(first)}
     # A NaN score ranks last (sorting by NaN scrambles the order: the best could rank anywhere).
     score = lambda r: -math.inf if math.isnan(selection_score(r)) else selection_score(r)  # noqa: E731
-    ranked = sorted(scouted, key=lambda r: (-score(r), order.get(r["features"], 0)))
+    ranked = sorted(scouted, key=lambda r: (-score(r), order.get(r.features, 0)))
     best = ranked[:1]
-    if len(ranked) > 1 and score(ranked[0]) - score(ranked[1]) <= (ranked[0]["selection_se"] or 0.0):
+    if len(ranked) > 1 and score(ranked[0]) - score(ranked[1]) <= (ranked[0].selection_se or 0.0):
         best.append(ranked[1])
-    return [Features(r["pooling"], tuple(r["layers"]), r["combine"]) for r in best]
+    return [Features(r.pooling, tuple(r.layers), r.combine) for r in best]
 
 
-def finished_run(directory: Path, cfg: ProbeConfig) -> list[dict] | None:
+def finished_run(directory: Path, cfg: ProbeConfig) -> list[Record] | None:
     """The records of this configuration's last run when it finished and left every record (with
     its heads, when heads are to be saved), else None: an identical probe is not fitted twice."""
     status = read_run_status(directory, probe_config_hash(cfg))
@@ -227,22 +256,22 @@ def finished_run(directory: Path, cfg: ProbeConfig) -> list[dict] | None:
         records = read_records(directory)
     except FeatxError:
         return None  # a damaged record: the run is redone, and its records replaced
-    if len(records) != status.get("planned") or any(r["config_hash"] != status["config_hash"] for r in records):
+    if len(records) != status.get("planned") or any(r.config_hash != status["config_hash"] for r in records):
         return None
-    if cfg.save_heads and any(r["heads"] is None for r in records if r["protocol"]["name"] != "mteb"):
+    if cfg.save_heads and any(r.heads is None for r in records if r.protocol["name"] != "mteb"):
         return None  # made with probe.save_heads = false: fitted again, to save them
     return records
 
 
-def _remove_stale(directory: Path, records: list[dict]) -> None:
+def _remove_stale(directory: Path, records: list[Record]) -> None:
     """After a finished run, the files of its configuration that it did not write: records of an
     earlier run of the same configuration whose staged second stage chose other features, or the
     fits of a run interrupted before; never anything of another configuration (in its own folder)."""
     keep = set()
     for record in records:
-        name = record_name(record["features"], record["head"])
+        name = record_name(record.features, record.head)
         keep |= {name, name.removesuffix(".json") + ".scores.npz"}
-        keep |= {entry["file"] for entry in (OPTIONAL | record)["heads"] or []}
+        keep |= {entry["file"] for entry in record.heads or []}
     stale = [p for pattern in ("*__*.json", "*__*.scores.npz", "heads/*__*") for p in directory.glob(pattern)
              if p.name not in keep and not p.name.startswith(".")]
     for path in stale:
@@ -282,44 +311,43 @@ def _run_jobs(jobs: list[tuple[Features, str]], path: Path, cfg: ProbeConfig, pi
     return Parallel(n_jobs=workers, return_as="generator")(tasks)
 
 
-def _write_sweep(directory: Path, records: list[dict], pooling: str, head: str) -> None:
-    curve = sorted((r for r in records if r["pooling"] == pooling and r["head"] == head
-                    and len(r["layers"]) == 1), key=lambda r: r["layers"][0])
+def _write_sweep(directory: Path, records: list[Record], pooling: str, head: str) -> None:
+    curve = sorted((r for r in records if r.pooling == pooling and r.head == head
+                    and len(r.layers) == 1), key=lambda r: r.layers[0])
     write_json(directory / f"sweep-{pooling}-{head}.json", {
         "pooling": pooling, "head": head,
-        "primary_metric": curve[0]["primary_metric"] if curve else None,
-        "curve": [{"layer": r["layers"][0], "mean": r["metrics"][r["primary_metric"]],
-                   "std": r["metrics_std"][r["primary_metric"]]} for r in curve]})
+        "primary_metric": curve[0].primary_metric if curve else None,
+        "curve": [{"layer": r.layers[0], "mean": r.metrics[r.primary_metric],
+                   "std": r.metrics_std[r.primary_metric]} for r in curve]})
 
 
-def format_table(records: list[dict], runs_dir=None) -> str:
+def format_table(records: list[Record], runs_dir=None) -> str:
     """Records -> a fixed-width text table: features x head, every metric (mean ± std over
     seeds), the primary one's 95% bootstrap interval; `*` marks the frozen choice's row."""
     from featx.choice import frozen_choice
 
     if not records:
         return "(no records)"
-    task = records[0]["task"]
+    task = records[0].task
     names = list(M.NAMES[task])
     choice = frozen_choice(records, runs_dir)
     rows = [["", "features", "head", "protocol", *names, "95% interval", "fit s"]]
-    for r in sorted(records, key=lambda r: (r["stage"] != "probe", bool(r.get("baseline")),
-                                            r["features"], r["head"])):
-        primary = r["primary_metric"]
+    for r in sorted(records, key=lambda r: (r.stage != "probe", bool(r.baseline), r.features, r.head)):
+        primary = r.primary_metric
         cells = []
         for k in names:
-            value = r["metrics"].get(k, float("nan"))
-            std = r["metrics_std"].get(k, 0.0)
+            value = r.metrics.get(k, float("nan"))
+            std = r.metrics_std.get(k, 0.0)
             cells.append(f"{value:.4f}" + (f"±{std:.4f}" if std else ""))
-        low, high = (r.get("metrics_ci") or {}).get(primary) or (float("nan"), float("nan"))
-        rows.append(["*" if choice is not None and r is choice.record else "", r["features"], r["head"],
-                     r["protocol"]["name"], *cells, f"[{low:.4f}, {high:.4f}]", f"{r.get('fit_seconds') or 0:.1f}"])
+        low, high = r.metrics_ci.get(primary) or (float("nan"), float("nan"))
+        rows.append(["*" if choice is not None and r is choice.record else "", r.features, r.head,
+                     r.protocol["name"], *cells, f"[{low:.4f}, {high:.4f}]", f"{r.fit_seconds or 0:.1f}"])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     first = records[0]
-    footer = (f"(primary metric: {first['primary_metric']}, the interval's, on {first['n_eval']} "
-              f"{first['protocol']['report_on']} rows"
-              + (f"; * the frozen choice, {choice.record['features']} {choice.record['head']}, chosen on "
-                 f"{choice.record['protocol']['select_on']})" if choice is not None else ")"))
+    footer = (f"(primary metric: {first.primary_metric}, the interval's, on {first.n_eval} "
+              f"{first.protocol['report_on']} rows"
+              + (f"; * the frozen choice, {choice.record.features} {choice.record.head}, chosen on "
+                 f"{choice.record.protocol['select_on']})" if choice is not None else ")"))
     return "\n".join(lines) + "\n" + footer

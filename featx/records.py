@@ -5,14 +5,15 @@
 
 One folder per configuration: the cache key covers the data, the model and the extraction, the
 probe's config hash and the fine-tune's run hash the rest, so runs of two configurations live
-side by side and never overwrite each other. The layout is described once, in docs/records.md; `REQUIRED` and `OPTIONAL`
-below are what a reader may rely on. Beside each record, its predictions on the report split
-(`<features>__<head>.scores.npz`, hash-checked) let the report compare two records on the same
-rows.
+side by side and never overwrite each other. The layout is described once, in docs/records.md;
+a record itself is one `featx.recordschema.Record`, read and written here. Beside each record,
+its predictions on the report split (`<features>__<head>.scores.npz`, hash-checked) let the
+report compare two records on the same rows.
 
-Also here: the probe runs' status, the configuration a record rests on (and the overrides that
-reach another one), why a fine-tune stopped. Not here: the fitted heads saved beside the records
-(`featx.headfiles`) and the choice among records (`featx.choice`).
+Also here: the records of the current configuration (`current_records`), the probe runs'
+status, the configuration a record rests on (and the overrides that reach another one), why a
+fine-tune stopped. Not here: the fitted heads saved beside the records (`featx.headfiles`) and
+the choice among records (`featx.choice`).
 """
 from __future__ import annotations
 
@@ -26,10 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from featx.errors import FeatxError
-from featx.files import atomic_write, loads_json, utc_now
-from featx.version import __version__
-
-SCHEMA = 1
+from featx.files import atomic_write, loads_json
+from featx.recordschema import Record, parse_record, record_json
 
 
 def run_dir(runs_dir: str | Path, pipeline: str, cache_key: str) -> Path:
@@ -49,11 +48,11 @@ def finetune_dir(runs_dir: str | Path, pipeline: str, cache_key: str, run_hash: 
     return run_dir(runs_dir, pipeline, cache_key) / f"finetune-{run_hash[:16]}"
 
 
-def record_dir(runs_dir: str | Path, record: dict) -> Path:
+def record_dir(runs_dir: str | Path, record: Record) -> Path:
     """The configuration folder a record lives in (its predictions, heads and weights beside it)."""
-    if record["stage"] == "probe":
-        return probe_dir(runs_dir, record["pipeline"], record["cache_key"], str(record["config_hash"]))
-    return finetune_dir(runs_dir, record["pipeline"], record["cache_key"], str(record["run_hash"]))
+    if record.stage == "probe":
+        return probe_dir(runs_dir, record.pipeline, record.cache_key, str(record.config_hash))
+    return finetune_dir(runs_dir, record.pipeline, record.cache_key, str(record.run_hash))
 
 
 # ProbeConfig fields that cannot change a probe's numbers: not part of its hash.
@@ -87,29 +86,38 @@ def finetune_run_hash(cfg, cache_key: str, max_length: int, metric: str) -> str:
     return hashlib.sha256(json.dumps([fields, cache_key, max_length, metric]).encode()).hexdigest()
 
 
-def made_by(record: dict, pipeline) -> bool:
+def made_by(record: Record, pipeline) -> bool:
     """Whether the pipeline as configured now made this record: a probe record of another probe
     configuration, or a fine-tune of other settings, is not its result."""
     from featx.metrics import primary
 
-    if record["stage"] == "probe":
-        return record["config_hash"] == probe_config_hash(pipeline.probe)
-    metric = primary(record["task"], pipeline.probe.metric)
+    if record.stage == "probe":
+        return record.config_hash == probe_config_hash(pipeline.probe)
+    metric = primary(record.task, pipeline.probe.metric)
     # The record of the same run with or without LP-FT (each writes its own record file).
     variants = (dataclasses.asdict(pipeline.finetune) | {"init_head_from_probe": lp} for lp in (False, True))
-    return record["run_hash"] in {finetune_run_hash(v, record["cache_key"], pipeline.extract.max_length, metric)
-                                  for v in variants}
+    return record.run_hash in {finetune_run_hash(v, record.cache_key, pipeline.extract.max_length, metric)
+                               for v in variants}
+
+
+def pipeline_records(runs_dir: str | Path, name: str) -> list[Record]:
+    """Every record of a pipeline: of each of its caches and configurations."""
+    root = Path(runs_dir) / name
+    folders = sorted(d for d in root.glob("*") if d.is_dir()) if root.is_dir() else []
+    return [r for folder in folders for r in read_records(folder) if r.pipeline == name]
+
+
+def current_records(pipeline, records: list[Record], cache_key: str | None = None) -> list[Record]:
+    """The records the pipeline as configured now made (`made_by`), on the cache `cache_key`
+    when given (the full key, or the 16 digits its folder is named by): what the report and
+    predict read; every other record is another configuration's."""
+    return [r for r in records if made_by(r, pipeline)
+            and (cache_key is None or r.cache_key[:len(cache_key)] == cache_key)]
 
 
 def record_name(features: str, head: str) -> str:
     safe = re.sub(r"[^A-Za-z0-9@+._-]", "_", f"{features}__{head}")
     return f"{safe}.json"
-
-
-def new_record(**fields) -> dict:
-    # To the microsecond: a saved head is tied to its record by it (featx.headfiles), and a probe
-    # killed and rerun within the same second must not bind the new head to the old record.
-    return {"schema": SCHEMA, **fields, "featx_version": __version__, "created": utc_now("microseconds")}
 
 
 def write_json(path: Path, data) -> Path:
@@ -139,10 +147,11 @@ class Predictions:
     rule compares two probes on the same selection rows with these."""
 
 
-def write_record(directory: Path, record: dict, predictions: Predictions | None = None) -> Path:
-    """Write the record in its configuration folder (`record_dir`); its predictions (if given) go beside it, named and hashed in the
-    record's `predictions` entry (added to `record` itself, so the caller's copy can find them)."""
-    path = Path(directory) / record_name(record["features"], record["head"])
+def write_record(directory: Path, record: Record, predictions: Predictions | None = None) -> Record:
+    """Write the record in its configuration folder (`record_dir`); its predictions (if given)
+    go beside it, named and hashed in the record's `predictions` entry. Returns the record as
+    written (with that entry)."""
+    path = Path(directory) / record_name(record.features, record.head)
     if predictions is not None:
         scores = path.with_name(path.stem + ".scores.npz")
 
@@ -155,27 +164,44 @@ def write_record(directory: Path, record: dict, predictions: Predictions | None 
                          scores=predictions.scores, threshold=np.float64(predictions.threshold),
                          **selection)
         atomic_write(scores, save)
-        record["predictions"] = {"file": scores.name, "sha256": _sha256(scores)}
-    return write_json(path, record)
+        record = dataclasses.replace(record, predictions={"file": scores.name, "sha256": _sha256(scores)})
+    write_json(path, record_json(record))
+    return record
 
 
-def checkpoint_path(directory: Path, record: dict) -> Path:
+def read_record(path: Path) -> Record:
+    """One record file (an error names it, and the fix, when it is not a record this featx reads)."""
+    raw = _json(path)
+    if not isinstance(raw, dict):
+        raise FeatxError(f"run record {path} is not a JSON object; delete it and rerun its stage")
+    return parse_record(raw, path)
+
+
+def _json(path: Path):
+    try:
+        return loads_json(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise FeatxError(f"run record {path} is unreadable ({exc}); delete it and rerun its "
+                         "stage") from None
+
+
+def checkpoint_path(directory: Path, record: Record) -> Path:
     """Where a fine-tune record's best weights are: in its configuration folder (the record names
     them relative to it, so a data_dir that moves keeps its records true)."""
-    return Path(directory) / str(record.get("checkpoint") or "")
+    return Path(directory) / str(record.checkpoint or "")
 
 
-def read_predictions(directory: Path, record: dict) -> Predictions:
+def read_predictions(directory: Path, record: Record) -> Predictions:
     """The predictions a record was computed from (in its configuration folder, `directory`),
     checked against the hash it names."""
-    entry = record.get("predictions") or {}
-    path = Path(directory) / str(entry.get("file", ""))
-    if not entry.get("file") or not path.is_file():
-        raise FeatxError(f"the predictions of {record['features']}/{record['head']} are missing "
-                         f"({path}); rerun its stage (featx {record['stage']})")
-    if _sha256(path) != entry.get("sha256"):
+    entry = record.predictions or {}
+    path = Path(directory) / str(entry["file"] if "file" in entry else "")
+    if "file" not in entry or not path.is_file():
+        raise FeatxError(f"the predictions of {record.features}/{record.head} are missing "
+                         f"({path}); rerun its stage (featx {record.stage})")
+    if "sha256" not in entry or _sha256(path) != entry["sha256"]:
         raise FeatxError(f"{path} does not match the hash in its record: it belongs to another run "
-                         f"or was changed; rerun featx {record['stage']}")
+                         f"or was changed; rerun featx {record.stage}")
     return _load_predictions(path)
 
 
@@ -206,60 +232,18 @@ def _load_predictions(path: Path) -> Predictions:
     return Predictions(ids, labels, scores, float(threshold), *(selection or (None, None)))
 
 
-def read_records(directory: Path) -> list[dict]:
+def read_records(directory: Path) -> list[Record]:
     """Every record of a configuration folder, or of every configuration folder of a cache's
-    folder (`run_dir`: probe-*/ and finetune-*/), oldest schema refused."""
+    folder (`run_dir`: probe-*/ and finetune-*/); a record of another schema is refused."""
     directory = Path(directory)
     paths = [p for pattern in ("*.json", "probe-*/*.json", "finetune-*/*.json") for p in directory.glob(pattern)]
     out = []
     for path in sorted(paths):
-        try:
-            record = loads_json(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise FeatxError(f"run record {path} is unreadable ({exc}); delete it and rerun its "
-                             "stage") from None
-        if not isinstance(record, dict) or "stage" not in record:
+        raw = _json(path)
+        if not isinstance(raw, dict) or "stage" not in raw:
             continue  # a sweep summary or another helper file
-        if record.get("schema") != SCHEMA:
-            raise FeatxError(f"run record {path} has schema {record.get('schema')}, this featx "
-                             f"reads {SCHEMA}: rerun its stage")
-        problem = _malformed(record)
-        if problem:
-            raise FeatxError(f"run record {path} is malformed ({problem}); delete it and rerun "
-                             f"featx {record.get('stage', 'probe')}")
-        out.append(OPTIONAL | record)
+        out.append(parse_record(raw, path))
     return out
-
-
-# What every record must hold, with its type: the report and predict read these.
-REQUIRED = {"stage": str, "pipeline": str, "cache_key": str, "task": str, "features": str, "pooling": str,
-            "layers": list, "head": str, "init": str, "protocol": dict, "primary_metric": str,
-            "metrics": dict, "metrics_std": dict, "created": str}
-
-
-# What a record may lack (older or baseline records, probe or fine-tune only fields), with the
-# value a reader sees: every reader gets every key, so none has to guess with .get().
-OPTIONAL = {"baseline": None, "metrics_ci": {}, "search": [], "seeds": [0], "n_eval": None,
-            "fit_seconds": None, "extract_seconds": None, "backbone_forward_passes": None,
-            "cache_bytes": None, "config_hash": None, "run_hash": None, "predictions": None,
-            "converged": None, "stopped_by": None, "wall_seconds": None, "learning_rate": None,
-            "curve": None, "threshold": None, "combine": "joint", "selection_se": None,
-            "n_features": None, "continue_with": None, "continued": [], "budget": None, "heads": None,
-            "labels": None, "selection_labels": None, "truncated": None, "configuration": None,
-            "backbone": None, "extraction": None, "reused": None, "selection_score": None, "scout": False}
-
-
-def _malformed(record: dict) -> str | None:
-    for key, kind in REQUIRED.items():
-        if not isinstance(record.get(key), kind):
-            return f"{key!r} is {'missing' if key not in record else 'not a ' + kind.__name__}"
-    if record["stage"] not in ("probe", "finetune"):
-        return f"stage {record['stage']!r} is neither probe nor finetune"
-    if not all(isinstance(record["protocol"].get(k), str) for k in ("name", "select_on", "report_on")):
-        return "its protocol lacks name, select_on or report_on"
-    if not isinstance(record["metrics"].get(record["primary_metric"]), (int, float)):
-        return f"its metrics lack the primary metric {record['primary_metric']!r}"
-    return None
 
 
 def _sha256(path: Path) -> str:
@@ -372,16 +356,16 @@ def _literal(value, inside: bool = False) -> str:
     return repr(value)
 
 
-def elsewhere(others: list[dict], pipeline, stage: str, *, args: tuple[str, ...] = (),
+def elsewhere(others: list[Record], pipeline, stage: str, *, args: tuple[str, ...] = (),
               limit: int = 6) -> list[str]:
     """One line per configuration the `others` records (this pipeline's, not made by `pipeline`
     as configured) were made with: the overrides that select it, what it holds, and the command
     that runs `stage` on it (also as `make`, for the stages the Makefile has)."""
     from featx.configfile import command, make_command
 
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple, list[Record]] = {}
     for record in others:
-        recorded = record["configuration"]
+        recorded = record.configuration
         if isinstance(recorded, dict):
             overrides, unset = overrides_to(recorded, pipeline)
             key = tuple(sorted(overrides) + [f"unset {k}" for k in sorted(unset)])
@@ -389,12 +373,12 @@ def elsewhere(others: list[dict], pipeline, stage: str, *, args: tuple[str, ...]
             key = ("unrecorded",)
         groups.setdefault(key, []).append(record)
     lines = []
-    for key, records in sorted(groups.items(), key=lambda g: max(r["created"] for r in g[1]), reverse=True):
-        probes = sum(r["stage"] == "probe" for r in records)
+    for key, records in sorted(groups.items(), key=lambda g: max(r.created for r in g[1]), reverse=True):
+        probes = sum(r.stage == "probe" for r in records)
         tunes = len(records) - probes
         held = ", ".join(part for part in (f"{probes} probe record(s)" if probes else "",
                                            f"{tunes} fine-tune(s)" if tunes else "") if part)
-        newest = max(r["created"] for r in records)
+        newest = max(r.created for r in records)
         if key == ("unrecorded",):
             lines.append(f"{held} whose settings their records do not show (newest {newest})")
             continue

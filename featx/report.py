@@ -1,7 +1,7 @@
 """The frozen-vs-tuned report written out: tables, markdown, HTML, CSV, JSON, the index.
 
-Renders what `featx.verdict` says of a configuration's records (its rows and verdict) and the
-plots of `featx.plots` into `data/reports/<pipeline>/<config id>/`: `report.md`, a
+Flattens a configuration's records (`featx.verdict.collect`) into table rows and renders them,
+with the verdict `featx.verdict` gives and the plots of `featx.plots`, into `data/reports/<pipeline>/<config id>/`: `report.md`, a
 self-contained `report.html` (images embedded), the plots as PNG files, `results.csv` and
 `verdict.json`, with the pipeline's `index.md` and `latest.json` beside the folders. Chooses no
 record and computes no statistic.
@@ -20,12 +20,44 @@ from pathlib import Path
 from featx.config import Pipeline
 from featx.configfile import command
 from featx.errors import FeatxError
+from featx.recordschema import Record
 from featx.plots import plots
-from featx.verdict import Inputs, Verdict, collect, rows, verdict
+from featx.choice import selection_score
+from featx.verdict import Inputs, Verdict, collect, verdict
 
 
 # ---------------------------------------------------------------------------------------------
 # Writing
+
+
+def rows(inputs: Inputs) -> list[dict]:
+    """One row per record: fine-tunes, probes (best selection score first), baselines, then
+    the control's."""
+    def order(r):
+        group = (0 if r.stage == "finetune" else 2 if r.baseline else 1)
+        return (r.init != "pretrained", group, -selection_score(r), r.features, r.head)
+    out = []
+    for record in sorted(inputs.main + inputs.control, key=order):
+        primary = record.primary_metric
+        ci = record.metrics_ci.get(primary) or [None, None]
+        selection = selection_score(record)
+        out.append({
+            # A baseline reads the texts: no backbone, so no init and no cache of its own.
+            "stage": record.stage, "init": "" if record.baseline else record.init,
+            "features": record.features,
+            "head": record.head, "baseline": record.baseline or "",
+            "protocol": record.protocol["name"], "primary_metric": primary,
+            "primary": record.metrics[primary], "primary_std": record.metrics_std.get(primary, 0.0),
+            "primary_ci_low": ci[0], "primary_ci_high": ci[1],
+            "selection": selection if math.isfinite(selection) else None,
+            **{f"metric:{k}": v for k, v in record.metrics.items()},
+            "train_seconds": record.wall_seconds if record.stage == "finetune" else record.fit_seconds,
+            "backbone_forward_passes": record.backbone_forward_passes,
+            "cache_mb": round(record.cache_bytes / 1e6, 1) if record.cache_bytes and not record.baseline else None,
+            "seeds": len(record.seeds or [1]), "n_eval": record.n_eval,
+            "converged": record.converged,
+        })
+    return out
 
 
 def table_rows(all_rows: list[dict]) -> tuple[list[str], list[list[str]]]:
@@ -82,8 +114,9 @@ def write_report(runs_dir: str | Path, reports_dir: str | Path, pipeline: str,
     paths = {"md": out_dir / "report.md", "html": out_dir / "report.html", "csv": out_dir / "results.csv",
              "json": out_dir / "verdict.json", "index": base / "index.md", "latest": base / "latest.json"}
     contents = {out_dir / f"{name}.png": data for name, data in images.items()}
-    contents[paths["md"]] = _markdown(inputs, header, cells, judged, images, notes, settings).encode()
-    contents[paths["html"]] = _html(inputs, header, cells, judged, images, notes, settings).encode()
+    page = dict(header=header, cells=cells, images=images, notes=notes, settings=settings)
+    contents[paths["md"]] = _markdown(inputs, judged, **page).encode()
+    contents[paths["html"]] = _html(inputs, judged, **page).encode()
     contents[paths["csv"]] = _csv_text(all_rows).encode()
     contents[paths["json"]] = _json_text(judged, described).encode()
     index, latest = _index(base, described, judged)
@@ -102,41 +135,35 @@ def configuration_of(inputs: Inputs) -> dict:
     (`<cache key[:8]>-<probe config hash[:8]>-<fine-tune settings hash[:8]>`), which names its
     report folder."""
     from featx.files import utc_now
-    from featx.records import finetune_config_hash, probe_config_hash, settings_hash
+    from featx.records import finetune_config_hash, probe_config_hash, settings_hash, stop_reason
 
-    probes = [r for r in inputs.main if r["stage"] == "probe"]
-    tunes = [r for r in inputs.main if r["stage"] == "finetune"]
-    probe = max(probes, key=lambda r: r["created"]) if probes else None
-    tune = max(tunes, key=lambda r: r["created"]) if tunes else None
-    source = probe or tune or max(inputs.control, key=lambda r: r["created"])  # a control alone: its own
-    recorded = (probe["configuration"] if probe else None) or {}
-    tuned = (tune["configuration"] if tune else None) or {}
+    probes = [r for r in inputs.main if r.stage == "probe"]
+    tunes = [r for r in inputs.main if r.stage == "finetune"]
+    probe = max(probes, key=lambda r: r.created) if probes else None
+    tune = max(tunes, key=lambda r: r.created) if tunes else None
+    source = probe or tune or max(inputs.control, key=lambda r: r.created)  # a control alone: its own
+    recorded = (probe.configuration if probe else None) or {}
+    tuned = (tune.configuration if tune else None) or {}
     current = inputs.current
     if current is not None:
         probe_hash, tune_hash = probe_config_hash(current.probe), finetune_config_hash(current.finetune)
     else:
-        probe_hash = probe["config_hash"] if probe else None
+        probe_hash = probe.config_hash if probe else None
         tune_hash = (settings_hash(tuned["finetune"]) if "finetune" in tuned
-                     else tune["run_hash"] if tune else None)
-    config_id = "-".join(part[:8] if part else "none" for part in (source["cache_key"], probe_hash, tune_hash))
-    return {"id": config_id, "pipeline": inputs.pipeline, "cache_key": source["cache_key"], "written": utc_now(),
-            "backbone": source["backbone"] or {}, "extraction": source["extraction"] or {},
+                     else tune.run_hash if tune else None)
+    config_id = "-".join(part[:8] if part else "none" for part in (source.cache_key, probe_hash, tune_hash))
+    return {"id": config_id, "pipeline": inputs.pipeline, "cache_key": source.cache_key, "written": utc_now(),
+            "backbone": source.backbone or {}, "extraction": source.extraction or {},
             "extract": recorded.get("extract") or tuned.get("extract") or {},
             "data": recorded.get("data") or tuned.get("data") or {},
             "probe": recorded.get("probe"), "probe_config_hash": probe_hash,
-            "protocol": probe["protocol"] if probe else None,
-            "finetune": None if tune is None else (tune["hyperparameters"] if "hyperparameters" in tune else {}),
+            "protocol": probe.protocol if probe else None,
+            "finetune": None if tune is None else tune.hyperparameters,
             "finetune_settings": tuned.get("finetune") or (dataclasses.asdict(current.finetune) if current else None),
-            "run_hash": tune["run_hash"] if tune else None,
-            "stopped": None if tune is None else _stop(tune),
-            "device": tune["device"] if tune and "device" in tune else "?",
+            "run_hash": tune.run_hash if tune else None,
+            "stopped": None if tune is None else stop_reason(tune.converged, tune.stopped_by),
+            "device": (tune.device if tune else None) or "?",
             "command": command(current, "report"), "make": _make(current, "report")}
-
-
-def _stop(tune: dict) -> str:
-    from featx.records import stop_reason
-
-    return stop_reason(tune["converged"], tune["stopped_by"])
 
 
 def _make(pipeline, target: str) -> str:
@@ -298,7 +325,7 @@ def _matplotlib_dir(folder: Path, root: Path) -> Path:
 def _json_text(judged: "Verdict", described: dict) -> str:
     import json
 
-    pick = lambda r: None if r is None else {k: r.get(k) for k in (  # noqa: E731
+    pick = lambda r: None if r is None else {k: getattr(r, k) for k in (  # noqa: E731
         "features", "head", "init", "primary_metric", "metrics", "metrics_ci", "n_eval", "converged")}
     return json.dumps({"text": judged.text, "frozen": pick(judged.frozen), "tuned": pick(judged.tuned),
                        "quality_ratio": judged.quality_ratio, "compute_ratio": judged.compute_ratio,
@@ -309,7 +336,7 @@ def _json_text(judged: "Verdict", described: dict) -> str:
 
 def _notes(inputs: Inputs) -> list[str]:
     notes = list(inputs.notes)
-    stages = {r["stage"] for r in inputs.main}
+    stages = {r.stage for r in inputs.main}
     current = inputs.current
     if "probe" not in stages:
         notes.append(f"No probe records of this configuration: run `{command(current, 'probe')}` "
@@ -322,19 +349,19 @@ def _notes(inputs: Inputs) -> list[str]:
                      "`featx probe` and `featx finetune` with the same overrides.")
     if inputs.main:
         first = inputs.main[0]
-        notes.append(f"Task: {first['task']}; primary metric {first['primary_metric']} (higher is better).")
+        notes.append(f"Task: {first.task}; primary metric {first.primary_metric} (higher is better).")
     return notes + _label_notes(inputs.main, inputs.choice) + _truncation_notes(inputs.main)
 
 
-def _label_notes(records: list[dict], choice) -> list[str]:
+def _label_notes(records: list[Record], choice) -> list[str]:
     """Multilabel: the labels the macro metrics average over, the labels no head could learn,
     the labels each selection fold of the best frozen probe could score."""
     # A probe's summary first: its training rows are all of train (a fine-tune without a dev
     # split trains on 90% of them).
-    described = sorted((r for r in records if r["labels"]), key=lambda r: r["stage"] != "probe")
+    described = sorted((r for r in records if r.labels), key=lambda r: r.stage != "probe")
     if not described:
         return []
-    summary, split = described[0]["labels"], described[0]["protocol"]["report_on"]
+    summary, split = described[0].labels, described[0].protocol["report_on"]
     notes = [f"Labels: macro_f1 averages over the {summary['macro_f1']} of {summary['total']} labels with "
              f"a positive {split} row, macro_roc_auc over the {summary['macro_roc_auc']} with a positive "
              "and a negative one; micro_f1 counts every label."]
@@ -344,29 +371,30 @@ def _label_notes(records: list[dict], choice) -> list[str]:
                      f"predicted as that constant by every head: {', '.join(constant[:10])}"
                      f"{', ...' if len(constant) > 10 else ''}.")
     frozen = choice.record if choice else None
-    folds = frozen["selection_labels"] if frozen else None
+    folds = frozen.selection_labels if frozen else None
     if folds and any(f["labels_scored"] < summary["total"] for f in folds):
-        notes.append(f"The best frozen probe was selected on {frozen['protocol']['select_on']}: "
+        notes.append(f"The best frozen probe was selected on {frozen.protocol['select_on']}: "
                      "labels with a positive held-out row per selection split: "
                      f"{', '.join(str(f['labels_scored']) for f in folds)} of {summary['total']}.")
     return notes
 
 
-def _truncation_notes(records: list[dict]) -> list[str]:
+def _truncation_notes(records: list[Record]) -> list[str]:
     """Texts longer than max_length lose their end: how many the fine-tune cut (its record
     counts them; extraction cut the same texts for the probes)."""
     notes = []
-    for tune in (r for r in records if r["stage"] == "finetune" and r["truncated"]):
-        cut = tune["truncated"]
+    for tune in (r for r in records if r.stage == "finetune" and r.truncated):
+        cut = tune.truncated
         if cut["train"] or cut["report"]:
-            notes.append(f"The fine-tune ({tune['head']}) truncated {cut['train']:,} of "
-                         f"{tune['n_train']:,} training texts at max_length = {cut['max_length']} "
-                         f"tokens, and {cut['report']:,} of {tune['n_eval']:,} "
-                         f"{tune['protocol']['report_on']} texts.")
+            notes.append(f"The fine-tune ({tune.head}) truncated {cut['train']:,} of "
+                         f"{tune.n_train:,} training texts at max_length = {cut['max_length']} "
+                         f"tokens, and {cut['report']:,} of {tune.n_eval:,} "
+                         f"{tune.protocol['report_on']} texts.")
     return notes
 
 
-def _markdown(inputs, header, cells, judged, images, notes, settings) -> str:
+def _markdown(inputs: Inputs, judged: Verdict, *, header: list[str], cells: list[list[str]],
+              images: dict[str, bytes], notes: list[str], settings: list[str]) -> str:
     lines = [f"# featx report: {inputs.pipeline}", "", f"**Verdict.** {judged.text}", ""]
     lines += ["## Configuration", ""] + [f"- {n}" for n in settings] + [""]
     lines += ["## Results", ""] + [f"- {n}" for n in notes] + [""]
@@ -378,7 +406,8 @@ def _markdown(inputs, header, cells, judged, images, notes, settings) -> str:
     return "\n".join(lines)
 
 
-def _html(inputs, header, cells, judged, images, notes, settings) -> str:
+def _html(inputs: Inputs, judged: Verdict, *, header: list[str], cells: list[list[str]],
+          images: dict[str, bytes], notes: list[str], settings: list[str]) -> str:
     e = html.escape
     parts = ["<!DOCTYPE html>", "<html><head><meta charset=\"utf-8\">",
              f"<title>featx report: {e(inputs.pipeline)}</title>",

@@ -1,7 +1,7 @@
 """What a report says: the records of one configuration, their table rows, and the verdict.
 
 `collect` picks the records of one configuration of a pipeline (never a mix of two) and the
-frozen choice; `rows` flattens them, one per record; `verdict` sets the frozen choice against
+frozen choice; `verdict` sets the frozen choice against
 the best fine-tune (and the TF-IDF baseline) in one paragraph, with a paired bootstrap on their
 stored predictions. No formatting to files and no plots (`featx.report`, `featx.plots`).
 docs/verdict.md states the verdict rule.
@@ -20,7 +20,8 @@ from featx.choice import FrozenChoice, best_tuned, frozen_choice, selection_scor
 from featx.config import Pipeline
 from featx.configfile import command
 from featx.errors import FeatxError
-from featx.records import made_by, read_records
+from featx.recordschema import Record
+from featx.records import current_records, pipeline_records
 
 GOOD_ENOUGH, CLOSE = 0.98, 0.90
 
@@ -28,9 +29,9 @@ GOOD_ENOUGH, CLOSE = 0.98, 0.90
 @dataclass
 class Inputs:
     pipeline: str
-    main: list[dict]
+    main: list[Record]
     """Records of the configuration reported, on its cache: probes and fine-tunes."""
-    control: list[dict]
+    control: list[Record]
     """Records of the same configuration on the random-init control's cache, if any."""
     notes: list[str] = dataclasses.field(default_factory=list)
     """What is incomplete (an interrupted probe) or uncertain (no cache to check the records by)."""
@@ -56,9 +57,8 @@ def collect(runs_dir: str | Path, pipeline: str, current: "Pipeline | None" = No
     from featx.records import elsewhere
 
     root = Path(runs_dir) / pipeline
-    folders = sorted(d for d in root.glob("*") if d.is_dir()) if root.is_dir() else []
-    everything = [r for d in folders for r in read_records(d) if r["pipeline"] == pipeline]
-    older = [d.name for d in folders if (d / "probe").is_dir() or (d / "finetune").is_dir()]
+    everything = pipeline_records(runs_dir, pipeline)
+    older = [d.name for d in sorted(root.glob("*")) if (d / "probe").is_dir() or (d / "finetune").is_dir()]
     legacy = (f" (the records under {root}/{older[0]}/probe and /finetune are in an earlier featx's "
               "layout, which this one does not read: rerun the stages)") if older else ""
     if not everything:
@@ -90,43 +90,38 @@ def _brief(pipeline: "Pipeline") -> str:
             f"{pipeline.probe.protocol}, grid {pipeline.probe.grid}")
 
 
-def _newest(everything: list[dict]) -> tuple[list[dict], list[dict]]:
+def _newest(everything: list[Record]) -> tuple[list[Record], list[Record]]:
     """(main, control) without a pipeline: on the newest pretrained (and random-init) cache, the
     records of its newest probe configuration and of its newest fine-tune."""
-    def pick(init: str) -> list[dict]:
-        records = [r for r in everything if r["init"] == init]
-        if not records:
-            return []
-        key = max(records, key=lambda r: r["created"])["cache_key"]
-        records = [r for r in records if r["cache_key"] == key]
+    def pick(init: str) -> list[Record]:
+        records = _newest_cache([r for r in everything if r.init == init])
         chosen = []
         for stage, field in (("probe", "config_hash"), ("finetune", "run_hash")):
-            staged = [r for r in records if r["stage"] == stage]
+            staged = [r for r in records if r.stage == stage]
             if staged:
-                newest = max(staged, key=lambda r: r["created"])[field]
-                chosen += [r for r in staged if r[field] == newest]
+                newest = getattr(max(staged, key=lambda r: r.created), field)
+                chosen += [r for r in staged if getattr(r, field) == newest]
         return chosen
     return pick("pretrained"), pick("random")
 
 
-def _current(runs_dir, everything: list[dict], current: "Pipeline") -> tuple[list[dict], list[dict], list[str]]:
+def _current(runs_dir, everything: list[Record], current: "Pipeline") -> tuple[list[Record], list[Record], list[str]]:
     """(main, control, notes) of the pipeline as configured: its records on its cache; when it
     has no cache, on the newest cache of the same settings, said first."""
     from featx.plan import find_cache, last_cache_key
     from featx.records import probe_config_hash, probe_dir
 
-    mine = [r for r in everything if made_by(r, current)]
+    mine = current_records(current, everything)
     notes = []
     try:
-        key16 = find_cache(current).stem
-        main = [r for r in mine if r["cache_key"][:16] == key16 and r["init"] == current.model.init]
+        main = [r for r in current_records(current, mine, find_cache(current).stem) if r.init == current.model.init]
     except FeatxError as exc:
         # No cache for the pipeline as it is now: the cache its extraction wrote last, if its
         # records are of these model and extraction settings, else the newest of all these settings.
         last = last_cache_key(current)
-        main = [r for r in mine if r["cache_key"][:16] == last and r["init"] == current.model.init
+        main = [r for r in mine if r.cache_key[:16] == last and r.init == current.model.init
                 and _same_cache_settings(r, current, current.model.init, sections=("model", "extract"))]
-        main = main or _newest_cache([r for r in mine if r["init"] == current.model.init
+        main = main or _newest_cache([r for r in mine if r.init == current.model.init
                                       and _same_cache_settings(r, current, current.model.init)])
         if main:
             notes.append(f"The pipeline as it is now has no cache ({str(exc)[:160]}): if a data or model file "
@@ -134,23 +129,28 @@ def _current(runs_dir, everything: list[dict], current: "Pipeline") -> tuple[lis
                          "extract`, `featx probe` and `featx finetune` before trusting this report.")
     control = []
     if main and current.model.init == "pretrained":
-        fingerprint = (main[0]["backbone"] or {}).get("fingerprint")
-        control = _newest_cache([r for r in mine if r["init"] == "random" and _same_cache_settings(r, current, "random")
-                                 and (r["backbone"] or {}).get("fingerprint") == fingerprint])
+        fingerprint = _fingerprint(main[0])
+        control = _newest_cache([r for r in mine if r.init == "random" and _same_cache_settings(r, current, "random")
+                                 and _fingerprint(r) == fingerprint])
     for records in (main, control):
         if records:
-            folder = probe_dir(runs_dir, current.name, records[0]["cache_key"], probe_config_hash(current.probe))
-            notes += _interrupted(folder, current, len([r for r in records if r["stage"] == "probe"]))
+            folder = probe_dir(runs_dir, current.name, records[0].cache_key, probe_config_hash(current.probe))
+            notes += _interrupted(folder, current, len([r for r in records if r.stage == "probe"]))
     return main, control, notes
 
 
-def _same_cache_settings(record: dict, pipeline: "Pipeline", init: str,
+def _fingerprint(record: Record) -> str | None:
+    """The backbone files' fingerprint a record was made from (None in a record of an older featx)."""
+    return record.backbone["fingerprint"] if record.backbone else None
+
+
+def _same_cache_settings(record: Record, pipeline: "Pipeline", init: str,
                          sections: tuple[str, ...] = ("data", "model", "extract")) -> bool:
     """Whether a record was made on a cache of the pipeline's data, model (with `init`) and
     extraction settings (those of `sections`), as its `configuration` says."""
     from featx.records import configuration
 
-    recorded = record["configuration"]
+    recorded = record.configuration
     if not isinstance(recorded, dict):
         return False
     now = configuration(pipeline)
@@ -158,11 +158,11 @@ def _same_cache_settings(record: dict, pipeline: "Pipeline", init: str,
     return all(recorded.get(section) == now[section] for section in sections)
 
 
-def _newest_cache(records: list[dict]) -> list[dict]:
+def _newest_cache(records: list[Record]) -> list[Record]:
     if not records:
         return []
-    key = max(records, key=lambda r: r["created"])["cache_key"]
-    return [r for r in records if r["cache_key"] == key]
+    key = max(records, key=lambda r: r.created).cache_key
+    return [r for r in records if r.cache_key == key]
 
 
 def _interrupted(directory: Path, pipeline: "Pipeline", found: int) -> list[str]:
@@ -176,49 +176,14 @@ def _interrupted(directory: Path, pipeline: "Pipeline", found: int) -> list[str]
 
 
 # ---------------------------------------------------------------------------------------------
-# Rows, verdict
-
-
-def rows(inputs: Inputs) -> list[dict]:
-    """One row per record: fine-tunes, probes (best selection score first), baselines, then
-    the control's."""
-    def order(r):
-        group = (0 if r["stage"] == "finetune" else 2 if r["baseline"] else 1)
-        return (r["init"] != "pretrained", group, -selection_score(r), r["features"], r["head"])
-    out = []
-    for record in sorted(inputs.main + inputs.control, key=order):
-        primary = record["primary_metric"]
-        ci = (record["metrics_ci"] or {}).get(primary) or [None, None]
-        selection = selection_score(record)
-        out.append({
-            # A baseline reads the texts: no backbone, so no init and no cache of its own.
-            "stage": record["stage"], "init": "" if record["baseline"] else record["init"],
-            "features": record["features"],
-            "head": record["head"], "baseline": record["baseline"] or "",
-            "protocol": record["protocol"]["name"], "primary_metric": primary,
-            "primary": record["metrics"][primary], "primary_std": record["metrics_std"].get(primary, 0.0),
-            "primary_ci_low": ci[0], "primary_ci_high": ci[1],
-            "selection": selection if math.isfinite(selection) else None,
-            **{f"metric:{k}": v for k, v in record["metrics"].items()},
-            "train_seconds": _seconds(record), "backbone_forward_passes": record["backbone_forward_passes"],
-            "cache_mb": round(record["cache_bytes"] / 1e6, 1) if record["cache_bytes"] and not record["baseline"] else None,
-            "seeds": len(record["seeds"] or [1]), "n_eval": record["n_eval"],
-            "converged": record["converged"],
-        })
-    return out
-
-
-def _seconds(record: dict) -> float | None:
-    if record["stage"] == "finetune":
-        return record["wall_seconds"]
-    return record["fit_seconds"]
+# The verdict
 
 
 @dataclass
 class Verdict:
     text: str
-    frozen: dict | None
-    tuned: dict | None
+    frozen: Record | None
+    tuned: Record | None
     quality_ratio: float | None
     compute_ratio: float | None
     comparison: dict | None = None
@@ -238,24 +203,16 @@ def verdict(inputs: Inputs, runs_dir: str | Path | None = None, pipeline: "Pipel
     choice = inputs.choice
     run = lambda stage, *extra, args=(): f"`{command(pipeline, stage, *extra, args=args)}`"  # noqa: E731
     if choice is None:
-        mteb = [r for r in inputs.main if r["stage"] == "probe" and r["protocol"]["name"] == "mteb"]
-        if mteb:
-            return Verdict(f"No verdict: the mteb protocol reproduces MTEB's classification evaluator "
-                           f"({mteb[0]['features']}: accuracy = {_with_ci(mteb[0], 'accuracy')}), a check "
-                           "against leaderboard numbers, not a frozen side to set against a fine-tune; "
-                           f"the verdict rests on the default protocol's probes: {run('probe', 'probe.protocol=auto')}.",
-                           None, None, None, None)
-        return Verdict(f"No probe records yet: run {run('probe')} to train heads on the cache.",
-                       None, None, None, None)
+        return _no_choice(inputs, run)
     frozen = choice.record
-    primary = frozen["primary_metric"]
+    primary = frozen.primary_metric
     described = _frozen_text(choice)
     f = _value(frozen, primary)
     lexical, lexical_text = _lexical(inputs, frozen, primary, runs_dir)
     tuned = best_tuned(inputs.main, primary)
     if tuned is None:
         return Verdict(f"{described} reach {primary} = {_with_ci(frozen, primary)} on "
-                       f"{frozen['n_eval']:,} {frozen['protocol']['report_on']} rows. No fine-tune record "
+                       f"{frozen.n_eval:,} {frozen.protocol['report_on']} rows. No fine-tune record "
                        f"yet: run {run('finetune')} for the baseline this is to be compared with."
                        f"{lexical_text}", frozen, None, None, None, None, lexical)
     t = _value(tuned, primary)
@@ -263,16 +220,40 @@ def verdict(inputs: Inputs, runs_dir: str | Path | None = None, pipeline: "Pipel
         undefined = " and ".join(n for n, v in (("the frozen probe", f), ("the fine-tune", t)) if not math.isfinite(v))
         return Verdict(f"No verdict: {primary} is undefined for {undefined} (a constant prediction or "
                        "a single-class test split); see the table.", frozen, tuned, None, None)
-    frozen_cost, tuned_cost = frozen["backbone_forward_passes"] or 0, tuned["backbone_forward_passes"] or 0
+    frozen_cost, tuned_cost = frozen.backbone_forward_passes or 0, tuned.backbone_forward_passes or 0
     compute = frozen_cost / tuned_cost if frozen_cost and tuned_cost else None
     comparison = _paired(inputs, frozen, tuned, primary, runs_dir)
     ratio = f / t if t > 0 and f >= 0 else None
     if comparison is not None and not all(math.isfinite(v) for v in comparison["difference_ci"]):
-        return Verdict(_no_interval(described, f, t, primary, comparison) + lexical_text, frozen, tuned,
-                       ratio, compute, comparison, lexical)
-    if tuned["converged"] is False:
-        text = _unfinished(described, frozen, tuned, primary, comparison, run)
-        return Verdict(text + lexical_text, frozen, tuned, ratio, compute, comparison, lexical)
+        text = _no_interval(described, f, t, primary, comparison)
+    elif tuned.converged is False:
+        text = _unfinished(described, frozen, tuned, primary=primary, comparison=comparison, run=run)
+    else:
+        text = _converged(described, frozen, tuned, primary=primary, ratio=ratio, compute=compute,
+                          comparison=comparison, after=lexical_text, run=run)
+        return Verdict(text, frozen, tuned, ratio, compute, comparison, lexical)
+    return Verdict(text + lexical_text, frozen, tuned, ratio, compute, comparison, lexical)
+
+
+def _no_choice(inputs: Inputs, run) -> Verdict:
+    """No frozen side to judge: only the mteb check's records, or no probe at all."""
+    mteb = [r for r in inputs.main if r.stage == "probe" and r.protocol["name"] == "mteb"]
+    if mteb:
+        return Verdict(f"No verdict: the mteb protocol reproduces MTEB's classification evaluator "
+                       f"({mteb[0].features}: accuracy = {_with_ci(mteb[0], 'accuracy')}), a check "
+                       "against leaderboard numbers, not a frozen side to set against a fine-tune; "
+                       f"the verdict rests on the default protocol's probes: {run('probe', 'probe.protocol=auto')}.",
+                       None, None, None, None)
+    return Verdict(f"No probe records yet: run {run('probe')} to train heads on the cache.",
+                   None, None, None, None)
+
+
+def _converged(described: str, frozen: Record, tuned: Record, *, primary: str, ratio, compute, comparison,
+               after: str, run) -> str:
+    """The verdict against a converged fine-tune: the ratio (or difference), the compute, the
+    paired interval, the reading (`after` it, the lexical baseline's), then the command that acts."""
+    f, t = _value(frozen, primary), _value(tuned, primary)
+    frozen_cost, tuned_cost = frozen.backbone_forward_passes or 0, tuned.backbone_forward_passes or 0
     cost_text = (f" for {_fraction(compute)} of the compute ({frozen_cost:,} vs {tuned_cost:,} backbone "
                  "forward-pass equivalents: one extraction pass against the fine-tune's whole "
                  "learning-rate search, training steps at ~3 forwards each plus evaluation)") if compute else ""
@@ -282,45 +263,44 @@ def verdict(inputs: Inputs, runs_dir: str | Path | None = None, pipeline: "Pipel
         head = (f"{described}: {primary} {f:.4f} against {t:.4f} fine-tuned (difference "
                 f"{f - t:+.4f}){cost_text}.")
     reading, act = _reading(ratio, f, t, comparison)
-    text = f"{head}{_comparison_text(comparison, tuned)}{_wall(frozen, tuned)} {reading}{lexical_text}"
     next_step = {"frozen": f" Next: predict with the frozen choice, {run('predict', args=('new.csv',))}.",
                  "tuned": " Next: use the fine-tuned model, "
                           f"{run('export', args=('exported', '--finetuned'))}.",
                  "both": f" Next: iterate with the frozen choice, {run('predict', args=('new.csv',))}; "
                          f"for the last points, {run('export', args=('exported', '--finetuned'))}."}.get(act, "")
-    return Verdict(text + next_step, frozen, tuned, ratio, compute, comparison, lexical)
+    return f"{head}{_comparison_text(comparison, tuned)}{_wall(frozen, tuned)} {reading}{after}{next_step}"
 
 
 def _frozen_text(choice) -> str:
     """"Frozen features (mean, layer 5, mlp; chosen on dev ...)", with how the choice was made."""
     frozen = choice.record
-    layers = f"layer{'s' if len(frozen['layers']) > 1 else ''} {'+'.join(map(str, frozen['layers']))}"
-    vectors = {"bi": f"[u, v, |u - v|, u * v] of the two texts' {frozen['pooling']} vectors",
-               "cos": f"the cosine of the two texts' {frozen['pooling']} vectors"}.get(frozen["combine"], frozen["pooling"])
-    head = "no training" if frozen["head"] == "identity" else frozen["head"]
+    layers = f"layer{'s' if len(frozen.layers) > 1 else ''} {'+'.join(map(str, frozen.layers))}"
+    vectors = {"bi": f"[u, v, |u - v|, u * v] of the two texts' {frozen.pooling} vectors",
+               "cos": f"the cosine of the two texts' {frozen.pooling} vectors"}.get(frozen.combine, frozen.pooling)
+    head = "no training" if frozen.head == "identity" else frozen.head
     rule = ""
     if choice.record is not choice.top and choice.paired:
-        rule = (f", the simplest of the {choice.within} configurations that {frozen['protocol']['select_on']} "
+        rule = (f", the simplest of the {choice.within} configurations that {frozen.protocol['select_on']} "
                 f"cannot tell apart from the best selection score, {selection_score(choice.top):.4f} "
-                f"({choice.top['features']} {choice.top['head']}): {selection_score(choice.top) - selection_score(frozen):.4f} "
+                f"({choice.top.features} {choice.top.head}): {selection_score(choice.top) - selection_score(frozen):.4f} "
                 f"below it, within one standard error of the paired difference ({choice.se:.4f})")
     elif choice.record is not choice.top:
         rule = (f", the simplest of the {choice.within} configurations within one standard error "
                 f"({choice.se:.4f}) of the best selection score, {selection_score(choice.top):.4f} "
-                f"({choice.top['features']} {choice.top['head']})")
-    return f"Frozen features ({vectors}, {layers}, {head}; chosen on {frozen['protocol']['select_on']}{rule})"
+                f"({choice.top.features} {choice.top.head})")
+    return f"Frozen features ({vectors}, {layers}, {head}; chosen on {frozen.protocol['select_on']}{rule})"
 
 
-def _unfinished(described: str, frozen: dict, tuned: dict, primary: str, comparison, run) -> str:
+def _unfinished(described: str, frozen: Record, tuned: Record, *, primary: str, comparison, run) -> str:
     """The verdict against a fine-tune a cap stopped while it was still improving: that comes
     first, with the command that continues it; no ratio headline against it."""
-    cap = (f"its epoch cap (finetune.max_epochs = {tuned['epochs']})" if tuned["stopped_by"] == "max_epochs"
-           else "its wall-time cap (finetune.max_seconds)" if tuned["stopped_by"] == "budget"
-           else f"{tuned['stopped_by']}")
-    go_on = (f"`{tuned['continue_with']}`" if tuned["continue_with"]
-             else run("finetune", "finetune.max_epochs=" + str(2 * max(tuned["epochs"] or 1, 1))))
-    text = (f"The fine-tune did not converge: {cap} stopped it after {tuned['epochs']} epochs while its "
-            f"{primary} on {tuned['protocol']['select_on']} was still rising, so its {primary} "
+    cap = (f"its epoch cap (finetune.max_epochs = {tuned.epochs})" if tuned.stopped_by == "max_epochs"
+           else "its wall-time cap (finetune.max_seconds)" if tuned.stopped_by == "budget"
+           else f"{tuned.stopped_by}")
+    go_on = (f"`{tuned.continue_with}`" if tuned.continue_with
+             else run("finetune", "finetune.max_epochs=" + str(2 * max(tuned.epochs or 1, 1))))
+    text = (f"The fine-tune did not converge: {cap} stopped it after {tuned.epochs} epochs while its "
+            f"{primary} on {tuned.protocol['select_on']} was still rising, so its {primary} "
             f"({_with_ci(tuned, primary)}) is only a lower bound; continue it with {go_on} (it resumes "
             f"from its last epoch). So far, {described[0].lower() + described[1:]} score "
             f"{_value(frozen, primary):.4f} against it")
@@ -348,10 +328,10 @@ def _no_interval(described: str, f: float, t: float, primary: str, comparison: d
             "(a larger test file, or data.test_fraction).")
 
 
-def _comparison_text(comparison: dict | None, tuned: dict) -> str:
+def _comparison_text(comparison: dict | None, tuned: Record) -> str:
     if comparison is None:
         return (f" No interval: the records' predictions are missing or not on the same rows "
-                f"({tuned['n_eval']} test rows); rerun the probe and the fine-tune.")
+                f"({tuned.n_eval} test rows); rerun the probe and the fine-tune.")
     low, high = comparison["difference_ci"]
     text = (f" Paired bootstrap over the same {comparison['n']:,} {comparison['split']} rows: difference "
             f"{comparison['difference']:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}]")
@@ -380,10 +360,10 @@ def _reading(ratio, f, t, comparison) -> tuple[str, str]:
     return "Fine-tuning pays on this task.", "tuned"
 
 
-def _lexical(inputs: Inputs, frozen: dict, primary: str, runs_dir) -> tuple[dict | None, str]:
+def _lexical(inputs: Inputs, frozen: Record, primary: str, runs_dir) -> tuple[dict | None, str]:
     """Whether the backbone adds anything over TF-IDF: the frozen choice against the lexical
     baseline, paired on the same rows."""
-    lexical = [r for r in inputs.main if r["baseline"] == "lexical" and r["primary_metric"] == primary]
+    lexical = [r for r in inputs.main if r.baseline == "lexical" and r.primary_metric == primary]
     if not lexical:
         return None, ""
     baseline = max(lexical, key=selection_score)
@@ -409,13 +389,13 @@ def _lexical(inputs: Inputs, frozen: dict, primary: str, runs_dir) -> tuple[dict
                         f"texts ({value}; 95% interval of the gain [{low:+.4f}, {high:+.4f}]).")
 
 
-def _paired(inputs: Inputs, a: dict, b: dict, metric: str, runs_dir) -> dict | None:
+def _paired(inputs: Inputs, a: Record, b: Record, metric: str, runs_dir) -> dict | None:
     """featx.bootstrap.paired on the two records' stored predictions; None when either is
     missing or they are not predictions of the same rows."""
     from featx import bootstrap
     from featx.records import read_predictions, record_dir
 
-    if runs_dir is None or a["task"] != b["task"]:
+    if runs_dir is None or a.task != b.task:
         return None
     try:
         pa = read_predictions(record_dir(runs_dir, a), a)
@@ -424,21 +404,21 @@ def _paired(inputs: Inputs, a: dict, b: dict, metric: str, runs_dir) -> dict | N
         return None
     if not (np.array_equal(pa.ids, pb.ids) and np.array_equal(pa.labels, pb.labels)):
         return None
-    result = bootstrap.paired(a["task"], metric, pa.labels, (pa.scores, pa.threshold),
+    result = bootstrap.paired(a.task, metric, pa.labels, (pa.scores, pa.threshold),
                               (pb.scores, pb.threshold))
-    return result | {"split": a["protocol"]["report_on"]}
+    return result | {"split": a.protocol["report_on"]}
 
 
-def _with_ci(record: dict, metric: str) -> str:
+def _with_ci(record: Record, metric: str) -> str:
     value = _value(record, metric)
-    ci = (record["metrics_ci"] or {}).get(metric)
+    ci = record.metrics_ci.get(metric)
     if ci and all(v is not None and math.isfinite(v) for v in ci):
         return f"{value:.4f} [{ci[0]:.4f}, {ci[1]:.4f}]"
     return f"{value:.4f}"
 
 
-def _value(record: dict, metric: str) -> float:
-    value = record["metrics"].get(metric, float("nan"))
+def _value(record: Record, metric: str) -> float:
+    value = record.metrics.get(metric, float("nan"))
     return float("nan") if value is None else value
 
 
@@ -446,8 +426,8 @@ def _fraction(ratio: float) -> str:
     return f"1/{1 / ratio:.0f}" if ratio < 1 else f"{ratio:.1f}x"
 
 
-def _wall(frozen: dict, tuned: dict) -> str:
-    extract, fit, train = frozen["extract_seconds"], frozen["fit_seconds"], tuned["wall_seconds"]
+def _wall(frozen: Record, tuned: Record) -> str:
+    extract, fit, train = frozen.extract_seconds, frozen.fit_seconds, tuned.wall_seconds
     if extract is None or fit is None or train is None:
         return ""
     return (f" Wall time: {extract:.0f} s extraction + {fit:.1f} s head fit, against {train:.0f} s "

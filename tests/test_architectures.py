@@ -109,11 +109,11 @@ def test_every_stage_runs_on_every_architecture(tiny, tmp_path, architecture):
     with __import__("featx").open_cache(extract(pipeline).path) as cache:
         assert ("pooler" in cache.poolings) is ("pooler" in R.default_poolings(folder))
     probes = run_probe(pipeline)
-    assert probes and all(np.isfinite(r["metrics"]["accuracy"]) for r in probes)
+    assert probes and all(np.isfinite(r.metrics["accuracy"]) for r in probes)
     tuned = run_finetune(pipeline)
-    assert tuned["features"] == "finetune:model" and tuned["head"].endswith("ForSequenceClassification")
+    assert tuned.features == "finetune:model" and tuned.head.endswith("ForSequenceClassification")
     text = write_report(pipeline.runs_dir, pipeline.reports_dir, pipeline.name, pipeline)["md"].read_text()
-    assert tuned["head"] in text
+    assert tuned.head in text
     texts = ["the cat sat on the mat", "a big red dog ran fast today", "what"]
     frozen = load_predictor(pipeline).predict_proba(texts)
     assert frozen.shape == (3, 3) and np.allclose(frozen.sum(axis=1), 1)

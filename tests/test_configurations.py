@@ -89,8 +89,8 @@ def test_a_report_with_a_model_override_reads_that_models_records(project, tiny_
     run_all(first)
     run_all(by_model, finetune=False)
     inputs = collect(by_model.runs_dir, by_model.name, by_model)
-    assert {r["backbone"]["name"] for r in inputs.main} == {str(other)}
-    assert {r["stage"] for r in inputs.main} == {"probe"}  # the first model's fine-tune is not its
+    assert {r.backbone["name"] for r in inputs.main} == {str(other)}
+    assert {r.stage for r in inputs.main} == {"probe"}  # the first model's fine-tune is not its
     text = write_report(by_model.runs_dir, by_model.reports_dir, by_model.name, by_model)["md"].read_text()
     assert "No fine-tune record of this configuration" in text and f"model.name={other}" in text
     # A model with no records at all: one clear error, naming what exists and how to reach it.
@@ -112,7 +112,7 @@ def test_records_only_under_other_overrides_are_named_with_their_command(project
     plain = load_pipeline(toml, FAST)
     run_probe(plain)
     inputs = collect(plain.runs_dir, plain.name, plain)
-    assert {r["stage"] for r in inputs.main} == {"probe"}
+    assert {r.stage for r in inputs.main} == {"probe"}
     [line] = [line for line in inputs.others if "fine-tune" in line]
     assert "finetune.learning_rates=[0.0003]" in line and "featx report" in line and f"PIPELINE={toml}" in line
     text = write_report(plain.runs_dir, plain.reports_dir, plain.name, plain)["md"].read_text()
@@ -120,7 +120,7 @@ def test_records_only_under_other_overrides_are_named_with_their_command(project
     assert "finetune.learning_rates=[0.0003]" in text
     # the command it names reports that fine-tune
     again = load_pipeline(toml, FAST + ["finetune.learning_rates=[0.0003]"])
-    assert {r["stage"] for r in collect(again.runs_dir, again.name, again).main} == {"probe", "finetune"}
+    assert {r.stage for r in collect(again.runs_dir, again.name, again).main} == {"probe", "finetune"}
 
 
 def test_an_identical_probe_is_reused_and_a_newer_run_replaces_stale_records(project, caplog):
@@ -128,12 +128,12 @@ def test_an_identical_probe_is_reused_and_a_newer_run_replaces_stale_records(pro
     pipeline = load_pipeline(toml, FAST)
     extract(pipeline)
     first = run_probe(pipeline)
-    folder = probe_dir(pipeline.runs_dir, pipeline.name, first[0]["cache_key"], probe_config_hash(pipeline.probe))
+    folder = probe_dir(pipeline.runs_dir, pipeline.name, first[0].cache_key, probe_config_hash(pipeline.probe))
     other = load_pipeline(toml, FAST + ["probe.metric=macro_f1"])
     other_records = run_probe(other)
     with caplog.at_level(logging.INFO, logger="featx"):
         again = run_probe(pipeline)
-    made = lambda records: {(r["features"], r["head"]): r["created"] for r in records}  # noqa: E731
+    made = lambda records: {(r.features, r.head): r.created for r in records}  # noqa: E731
     assert "reused the" in caplog.text and made(again) == made(first)
     # An interrupted run leaves a record the next finished run does not write: removed then.
     stale = folder / "cls@9__logistic.json"
@@ -143,8 +143,8 @@ def test_an_identical_probe_is_reused_and_a_newer_run_replaces_stale_records(pro
     assert len(read_records(folder)) == len(first) + 1
     rerun = run_probe(pipeline)
     assert not stale.exists() and len(read_records(folder)) == len(rerun) == len(first)
-    assert rerun[0]["created"] >= first[0]["created"]
-    other_folder = probe_dir(other.runs_dir, other.name, other_records[0]["cache_key"], probe_config_hash(other.probe))
+    assert rerun[0].created >= first[0].created
+    other_folder = probe_dir(other.runs_dir, other.name, other_records[0].cache_key, probe_config_hash(other.probe))
     assert len(read_records(other_folder)) == len(other_records)  # another configuration is never touched
 
 
@@ -163,7 +163,7 @@ def test_empty_rows_dropped_are_counted_in_the_cache_records_and_report(tmp_path
         assert cache.meta["dropped_empty"] == {"all": 2}
         assert sum(cache.n_rows(s) for s in cache.splits) == 118
     [record, *_] = run_probe(pipeline)
-    assert record["extraction"]["dropped_empty"] == {"all": 2}
+    assert record.extraction["dropped_empty"] == {"all": 2}
     text = write_report(pipeline.runs_dir, pipeline.reports_dir, pipeline.name, pipeline)["md"].read_text()
     assert "rows dropped for an empty text: all 2" in text
 
@@ -178,12 +178,11 @@ def test_converged_is_never_said_to_be_stopped_by_a_cap():
 
     assert stop_reason(True, "budget") == stop_reason(True, "max_epochs") == "converged"
     assert "wall-time cap" in stop_reason(False, "budget") and "not converged" in stop_reason(False, "budget")
-    record = fake("finetune", "multiclass", "finetune:mean", "linear", 0.8) | {
-        "converged": True, "stopped_by": "budget",
-        "search": [{"params": {"learning_rate": 2e-5}, "curve": [[1, 0.7], [2, 0.8], [3, 0.8]],
-                    "stopped_by": "budget", "converged": True},
-                   {"params": {"learning_rate": 1e-4}, "curve": [[1, 0.6]], "stopped_by": "halving",
-                    "converged": False}]}
+    record = fake("finetune", "multiclass", "finetune:mean", "linear", 0.8, converged=True, stopped_by="budget",
+                  search=[{"params": {"learning_rate": 2e-5}, "curve": [[1, 0.7], [2, 0.8], [3, 0.8]],
+                           "stopped_by": "budget", "converged": True},
+                          {"params": {"learning_rate": 1e-4}, "curve": [[1, 0.6]], "stopped_by": "halving",
+                           "converged": False}])
     figure = _plot_curve(Inputs("fx", [record], []))
     labels = [t.get_text() for axis in figure.axes if axis.get_legend() for t in axis.get_legend().get_texts()]
     assert any("lr 2e-05: converged" in label for label in labels), labels

@@ -42,4 +42,4 @@ def test_cuda_finetune_runs_in_bf16(make_pipeline, csv_dataset):
     pipeline = make_pipeline({"path": str(csv_dataset)}, finetune={"max_epochs": 1, "learning_rates": [1e-4], "device": "cuda"})
     extract(pipeline)
     record = run_finetune(pipeline)
-    assert record["device"].startswith("cuda") and record["hyperparameters"]["dtype"] in ("bfloat16", "float16")
+    assert record.device.startswith("cuda") and record.hyperparameters["dtype"] in ("bfloat16", "float16")

@@ -169,22 +169,22 @@ def test_tiny_dataset_is_overfitted(make_pipeline, tmp_path):
                                                             "log_every": 1, "head_input": "mean"})
     extract(pipeline)
     record = run_finetune(pipeline)
-    losses = [loss for _, loss in record["curve"]["loss"]]
+    losses = [loss for _, loss in record.curve["loss"]]
     assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
-    assert record["stage"] == "finetune" and record["features"] == "finetune:mean"
-    assert record["epochs"] == 20 and record["steps"] == 20 * 5 and 1 <= record["best_epoch"] <= 20
-    assert record["stopped_by"] == "max_epochs" and record["learning_rate"] == 1e-3
+    assert record.stage == "finetune" and record.features == "finetune:mean"
+    assert record.epochs == 20 and record.steps == 20 * 5 and 1 <= record.best_epoch <= 20
+    assert record.stopped_by == "max_epochs" and record.learning_rate == 1e-3
     from featx.records import checkpoint_path, record_dir
 
     best = checkpoint_path(record_dir(pipeline.runs_dir, record), record)
-    assert best.is_file() and not Path(record["checkpoint"]).is_absolute()
-    assert record["primary_metric"] == "accuracy" and record["metrics"]["accuracy"] >= 0.9  # separable
-    assert record["protocol"] == {"name": "finetune", "select_on": "dev", "report_on": "test"}
-    assert record["wall_seconds"] > 0 and len(record["curve"]["select"]) == 20
-    assert record["backbone_forward_passes"] == 3 * 20 * 38 + 20 * 5 + 5  # steps x rows, evaluations
-    assert record["converged"] in (True, False) and record["search"][0]["params"] == {"learning_rate": 1e-3}
+    assert best.is_file() and not Path(record.checkpoint).is_absolute()
+    assert record.primary_metric == "accuracy" and record.metrics["accuracy"] >= 0.9  # separable
+    assert record.protocol == {"name": "finetune", "select_on": "dev", "report_on": "test"}
+    assert record.wall_seconds > 0 and len(record.curve["select"]) == 20
+    assert record.backbone_forward_passes == 3 * 20 * 38 + 20 * 5 + 5  # steps x rows, evaluations
+    assert record.converged in (True, False) and record.search[0]["params"] == {"learning_rate": 1e-3}
     again = run_finetune(pipeline)  # same configuration: the finished run is reused
-    assert again["created"] == record["created"]
+    assert again.created == record.created
 
 
 def test_a_capped_run_continues_from_its_last_epoch_under_a_larger_cap(make_pipeline, tmp_path, caplog):
@@ -199,23 +199,23 @@ def test_a_capped_run_continues_from_its_last_epoch_under_a_larger_cap(make_pipe
     capped = dataclasses.replace(capped, source="p.toml", overrides=("finetune.max_epochs=2",))
     extract(capped)
     first = run_finetune(capped)
-    assert first["stopped_by"] == "max_epochs" and first["epochs"] == 2
-    assert first["budget"] == {"max_epochs": 2, "max_seconds": None, "machine_dependent": False}
-    if first["converged"]:
+    assert first.stopped_by == "max_epochs" and first.epochs == 2
+    assert first.budget == {"max_epochs": 2, "max_seconds": None, "machine_dependent": False}
+    if first.converged:
         pytest.skip("the tiny model's dev score flattened within 2 epochs: nothing to continue")
-    assert first["continue_with"] == command(capped, "finetune", "finetune.max_epochs=4")
-    assert first["continue_with"] == "featx finetune p.toml finetune.max_epochs=4"
-    assert run_finetune(capped)["created"] == first["created"]  # the same cap: nothing more to do
+    assert first.continue_with == command(capped, "finetune", "finetune.max_epochs=4")
+    assert first.continue_with == "featx finetune p.toml finetune.max_epochs=4"
+    assert run_finetune(capped).created == first.created  # the same cap: nothing more to do
     larger = dataclasses.replace(capped, finetune=dataclasses.replace(capped.finetune, max_epochs=4))
     with caplog.at_level(logging.INFO, logger="featx"):
         second = run_finetune(larger)
-    assert f"continuing lr-{first['learning_rate']:g} after epoch 2" in caplog.text
-    assert second["run_hash"] == first["run_hash"] and second["epochs"] > 2
-    assert second["steps"] == first["steps"] + (second["epochs"] - 2) * 5  # trained on, not again
-    assert second["curve"]["select"][:2] == first["curve"]["select"]
-    assert second["continued"] == [{"after_epoch": 2, "stopped_by": "max_epochs", "max_epochs": 4,
+    assert f"continuing lr-{first.learning_rate:g} after epoch 2" in caplog.text
+    assert second.run_hash == first.run_hash and second.epochs > 2
+    assert second.steps == first.steps + (second.epochs - 2) * 5  # trained on, not again
+    assert second.curve["select"][:2] == first.curve["select"]
+    assert second.continued == [{"after_epoch": 2, "stopped_by": "max_epochs", "max_epochs": 4,
                                     "max_seconds": 0.0}]
-    assert second["wall_seconds"] > first["wall_seconds"]
+    assert second.wall_seconds > first.wall_seconds
 
 
 def test_the_plan_and_an_estimate_are_said_before_training(make_pipeline, tmp_path, caplog):
@@ -243,8 +243,8 @@ def test_regression_on_a_raw_scale(make_pipeline, tmp_path):
                              finetune={"max_epochs": 1, "learning_rates": [1e-4], "head_input": "mean"})
     extract(pipeline)
     record = run_finetune(pipeline)
-    assert 100 < record["target_scaler"]["mean"][0] < 300 and record["target_scaler"]["std"][0] > 50
-    assert record["metrics"]["mae"] > 10  # reported in target units, not standardised ones
+    assert 100 < record.target_scaler["mean"][0] < 300 and record.target_scaler["std"][0] > 50
+    assert record.metrics["mae"] > 10  # reported in target units, not standardised ones
 
 
 def test_multilabel_uses_bce_and_a_threshold(make_pipeline, tmp_path):
@@ -268,8 +268,8 @@ def test_multilabel_uses_bce_and_a_threshold(make_pipeline, tmp_path):
                              finetune={"max_epochs": 1, "learning_rates": [1e-4], "head_input": "cls"})
     extract(pipeline)
     record = run_finetune(pipeline)
-    assert record["task"] == "multilabel" and record["threshold"] is not None
-    assert "micro_f1" in record["metrics"]
+    assert record.task == "multilabel" and record.threshold is not None
+    assert "micro_f1" in record.metrics
 
 
 @pytest.mark.parametrize("task, head_input", [("multiclass", "mean"), ("binary", "pooler")])
@@ -341,8 +341,8 @@ def test_interrupted_training_resumes_from_the_last_epoch(tmp_path, tiny_bert):
     clean.write_text(toml.read_text().replace(str(tmp_path / "data"), str(tmp_path / "clean")))
     assert run_featx("extract", str(clean)).returncode == 0
     reference = run_finetune(load_pipeline(clean))
-    assert record["best_epoch"] == reference["best_epoch"] and record["steps"] == reference["steps"]
-    for name, value in reference["metrics"].items():
-        assert record["metrics"][name] == pytest.approx(value, abs=1e-6), name
-    assert [p[1] for p in record["curve"]["select"]] == pytest.approx(
-        [p[1] for p in reference["curve"]["select"]], abs=1e-6)
+    assert record.best_epoch == reference.best_epoch and record.steps == reference.steps
+    for name, value in reference.metrics.items():
+        assert record.metrics[name] == pytest.approx(value, abs=1e-6), name
+    assert [p[1] for p in record.curve["select"]] == pytest.approx(
+        [p[1] for p in reference.curve["select"]], abs=1e-6)

@@ -70,9 +70,9 @@ def test_mteb_protocol_equals_mteb(tmp_path, pipeline_file, overrides):
         pytest.skip("../shared/data/sst2 is not here")
     record, cache = featx_mteb(tmp_path, ROOT / pipeline_file, *overrides)
     with cache:
-        assert record["features"].startswith("sentence@") and record["hyperparameters"]["normalized"]
+        assert record.features.startswith("sentence@") and record.hyperparameters["normalized"]
         theirs = mteb_accuracy(cache, seed=42, samples_per_label=8, experiments=10)
-    ours = record["metrics"]["accuracy"]
+    ours = record.metrics["accuracy"]
     assert abs(ours - theirs) < 0.001, (ours, theirs)
 
 
@@ -123,9 +123,9 @@ def test_the_zero_training_cosine_equals_mteb_sts(tmp_path):
         'extract.poolings=["sentence"]', 'probe.pair_features=["cos"]', 'probe.baselines=[]',
         "probe.sweep=false", 'probe.heads=["logistic"]'])
     path = extract(pipeline).path
-    [record] = [r for r in run_probe(pipeline) if r["head"] == "identity"]
-    assert record["features"] == "cos:sentence@6"
+    [record] = [r for r in run_probe(pipeline) if r.head == "identity"]
+    assert record.features == "cos:sentence@6"
     with featx.open_cache(path) as cache:
         theirs = mteb_sts_spearman(cache)
-    ours = record["metrics"]["spearman"]
+    ours = record.metrics["spearman"]
     assert abs(ours - theirs) < 0.001, (ours, theirs)

@@ -227,24 +227,24 @@ def test_long_tail_extract_probe_finetune_report_predict(make_pipeline, tmp_path
                                     "layers": ["last"], "sweep": False, "n_jobs": 2},
                              finetune={"max_epochs": 1, "learning_rates": [1e-4], "head_input": "cls"})
     extract(pipeline)
-    records = {r["head"]: r for r in run_probe(pipeline)}
+    records = {r.head: r for r in run_probe(pipeline)}
     assert set(records) == {"logistic", "mlp", "lightgbm", "majority", "tfidf"}
     names = ["bird", "cat", "dog", "fish-two", "pond-one", "tree-test-only"]
     for head, record in records.items():
-        assert record["protocol"]["name"] == "cv" and record["task"] == "multilabel"
-        assert record["labels"] == {"total": 6, "constant_in_train": ["tree-test-only"],
+        assert record.protocol["name"] == "cv" and record.task == "multilabel"
+        assert record.labels == {"total": 6, "constant_in_train": ["tree-test-only"],
                                     "macro_f1": 5, "macro_roc_auc": 5}, head
-        folds = record["selection_labels"]
+        folds = record.selection_labels
         assert len(folds) == 5 and sum(f["rows_held"] for f in folds) == 150
         # the one-row label is fitted in the 4 folds that train on its row, never in the fifth
         assert sorted(f["labels_fitted"] for f in folds) == [4, 5, 5, 5, 5], head
         # the 2-row label is scored in two folds, the 1-row label in a third: none scores all
         assert sorted(f["labels_scored"] for f in folds) == [3, 3, 4, 4, 4], head
-        assert 0 <= record["metrics"]["micro_f1"] <= 1
-    assert records["tfidf"]["metrics"]["micro_f1"] > 0.9  # the label words give the common labels away
+        assert 0 <= record.metrics["micro_f1"] <= 1
+    assert records["tfidf"].metrics["micro_f1"] > 0.9  # the label words give the common labels away
     tune = run_finetune(pipeline)
-    assert tune["labels"]["constant_in_train"] == ["tree-test-only"] and tune["threshold"] is not None
-    assert tune["truncated"] == {"max_length": 256, "train": 0, "select": 0, "report": 0}
+    assert tune.labels["constant_in_train"] == ["tree-test-only"] and tune.threshold is not None
+    assert tune.truncated == {"max_length": 256, "train": 0, "select": 0, "report": 0}
     report = write_report(pipeline.runs_dir, pipeline.reports_dir, pipeline.name, pipeline)
     text = report["md"].read_text()
     assert "macro_f1 averages over the 5 of 6 labels with a positive test row" in text

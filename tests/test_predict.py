@@ -73,9 +73,9 @@ def test_default_head_is_the_verdicts_and_labels_are_scored(trained, tmp_path):
     labeled = write_texts(tmp_path / "labeled.csv", ids, texts, [names[i] for i in labels])
     result = predict_file(pipeline, str(labeled), out=tmp_path / "scored.jsonl")
     chosen = best_frozen(records, pipeline.runs_dir)  # as predict and the report choose: paired
-    assert f"{chosen['features']}/{chosen['head']}" in result["predictor"]
+    assert f"{chosen.features}/{chosen.head}" in result["predictor"]
     # the same rows the record was scored on: the same numbers
-    for name, value in chosen["metrics"].items():
+    for name, value in chosen.metrics.items():
         assert result["metrics"][name]["value"] == pytest.approx(value, abs=1e-9), name
     first = json.loads(result["out"].read_text().splitlines()[0])
     assert first["label"] in names and first["prediction"] in names

@@ -1,6 +1,7 @@
 """Heads and the probe protocol on synthetic features with a known answer, and end to end."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -69,11 +70,11 @@ def test_separable_is_near_perfect_and_noise_is_chance(tmp_path, task, head):
     features = Features("mean", (0,))
     good, _ = probe_one(synthetic(tmp_path, task, True), features, head, cfg)
     noise, _ = probe_one(synthetic(tmp_path, task, False), features, head, cfg)
-    primary = good["primary_metric"]
-    assert good["metrics"][primary] >= 0.9, (primary, good["metrics"])
+    primary = good.primary_metric
+    assert good.metrics[primary] >= 0.9, (primary, good.metrics)
     metric, chance, tolerance = CHANCE[task]
-    assert abs(noise["metrics"][metric] - chance) <= tolerance, (metric, noise["metrics"])
-    assert good["protocol"]["name"] == "dev" and good["hyperparameters"] in [c["params"] for c in good["search"]]
+    assert abs(noise.metrics[metric] - chance) <= tolerance, (metric, noise.metrics)
+    assert good.protocol["name"] == "dev" and good.hyperparameters in [c["params"] for c in good.search]
 
 
 def test_metrics_agree_with_scikit_learn():
@@ -116,8 +117,8 @@ def test_regression_metrics_are_on_the_original_scale(tmp_path):
     labels = {k: v * 100 + 400 for k, v in labels.items()}  # raw scale: around 400
     path = write_synthetic_cache(tmp_path / "raw", "regression", features, labels, names)
     record, _ = probe_one(path, Features("mean", (0,)), "mlp", ProbeConfig())
-    assert record["metrics"]["mae"] > 1  # errors in target units, not standardised ones
-    assert record["metrics"]["r2"] > 0.9
+    assert record.metrics["mae"] > 1  # errors in target units, not standardised ones
+    assert record.metrics["r2"] > 0.9
 
 
 def test_cv_protocol_without_dev(tmp_path):
@@ -125,9 +126,9 @@ def test_cv_protocol_without_dev(tmp_path):
     del features["dev"], labels["dev"]
     path = write_synthetic_cache(tmp_path / "nodev", "multiclass", features, labels, names)
     record, _ = probe_one(path, Features("mean", (0,)), "logistic", ProbeConfig(folds=3))
-    assert record["protocol"] == {"name": "cv", "select_on": "3-fold cv on train",
+    assert record.protocol == {"name": "cv", "select_on": "3-fold cv on train",
                                   "report_on": "test", "folds": 3}
-    assert record["metrics"]["accuracy"] > 0.9
+    assert record.metrics["accuracy"] > 0.9
 
 
 def test_choose_protocol():
@@ -142,16 +143,16 @@ def test_choose_protocol():
 def test_seeds_give_mean_and_std(tmp_path):
     path = synthetic(tmp_path, "multiclass", False)
     record, _ = probe_one(path, Features("mean", (0,)), "mlp", ProbeConfig(seeds=(0, 1, 2)))
-    assert len(record["per_seed"]) == 3 and record["seeds"] == [0, 1, 2]
-    values = [s["accuracy"] for s in record["per_seed"]]
-    assert np.isclose(record["metrics"]["accuracy"], np.mean(values))
-    assert np.isclose(record["metrics_std"]["accuracy"], np.std(values))
+    assert len(record.per_seed) == 3 and record.seeds == [0, 1, 2]
+    values = [s["accuracy"] for s in record.per_seed]
+    assert np.isclose(record.metrics["accuracy"], np.mean(values))
+    assert np.isclose(record.metrics_std["accuracy"], np.std(values))
 
 
 def test_multilabel_threshold_is_chosen_on_dev(tmp_path):
     record, _ = probe_one(synthetic(tmp_path, "multilabel", True), Features("mean", (0,)), "logistic",
                        ProbeConfig())
-    assert record["threshold"] in M.THRESHOLDS
+    assert record.threshold in M.THRESHOLDS
 
 
 def test_mteb_draws_the_stated_number_per_label(tmp_path):
@@ -162,8 +163,8 @@ def test_mteb_draws_the_stated_number_per_label(tmp_path):
     path = synthetic(tmp_path, "multiclass", True)
     cfg = ProbeConfig(protocol="mteb", mteb_experiments=4, mteb_samples_per_label=6)
     record, _ = probe_one(path, Features("mean", (0,)), "logistic", cfg)
-    assert record["n_train_sampled"] == 4 * 6 and len(record["per_seed"]) == 4
-    assert record["primary_metric"] == "accuracy" and record["protocol"]["name"] == "mteb"
+    assert record.n_train_sampled == 4 * 6 and len(record.per_seed) == 4
+    assert record.primary_metric == "accuracy" and record.protocol["name"] == "mteb"
     with pytest.raises(FeatxError, match="binary or multiclass"):
         probe_one(synthetic(tmp_path, "regression", True), Features("mean", (0,)), "logistic", cfg)
 
@@ -191,15 +192,17 @@ def test_non_finite_vectors_in_a_split_other_than_train_are_a_clear_error(tmp_pa
 def test_saved_heads_are_tied_to_their_record(tmp_path):
     features, labels, names = make_task("binary", True)
     estimator = H.fit(H.build("logistic", "binary", {"C": 1.0}), features["train"][:, 0], labels["train"])
-    record = {"pipeline": "p", "cache_key": "k" * 64, "config_hash": "c" * 16, "created": "2026-01-01T00:00:00+00:00",
-              "features": "mean@0", "head": "logistic", "task": "binary"}
+    from tests.test_report import fake
+
+    record = dataclasses.replace(fake("probe", "binary", "mean@0", "logistic", 0.9), pipeline="p", cache_key="k" * 64,
+                                 created="2026-01-01T00:00:00+00:00")
     [entry] = save_heads(tmp_path / "heads", record, [(0, estimator)])
     path = tmp_path / "heads" / entry["file"]
     assert path.name == "mean@0__logistic__seed0.safetensors"
     loaded = load_head(path, sha256=entry["sha256"], binding=head_binding(record, 0))
     assert (loaded.predict(features["test"][:, 0]) == estimator.predict(features["test"][:, 0])).all()
     with pytest.raises(FeatxError, match="fitted for another record"):  # another run's record
-        load_head(path, binding=head_binding(record | {"created": "2026-01-02T00:00:00+00:00"}, 0))
+        load_head(path, binding=head_binding(dataclasses.replace(record, created="2026-01-02T00:00:00+00:00"), 0))
     path.write_bytes(path.read_bytes() + b"\0")
     with pytest.raises(FeatxError, match="sha256"):
         load_head(path, sha256=entry["sha256"])
@@ -224,7 +227,7 @@ def test_featx_probe_end_to_end(make_pipeline, csv_dataset, tmp_path):
     records = run_probe(pipeline)
     with Cache(cache_path) as cache:
         key, stored = cache.key, cache.layers("mean")
-    names = {(r["features"], r["head"]) for r in records}
+    names = {(r.features, r.head) for r in records}
     # grid: 2 poolings x 2 layer specs x 2 heads; sweep: every stored layer of mean
     assert {("mean@2", "logistic"), ("cls@0+1+2", "lightgbm")} <= names
     assert {f"mean@{i}" for i in stored} <= {f for f, h in names if h == "ridge"}  # the sweep's head
@@ -232,27 +235,27 @@ def test_featx_probe_end_to_end(make_pipeline, csv_dataset, tmp_path):
     run = probe_dir(tmp_path / "data" / "runs", "test", key, probe_config_hash(pipeline.probe))
     on_disk = read_records(run)
     assert len(on_disk) == len(records)
-    record = next(r for r in on_disk if r["features"] == "mean@2" and r["head"] == "logistic")
-    assert record["cache_key"] == key and record["pipeline"] == "test" and record["seeds"] == [0]
-    assert record["protocol"] == {"name": "dev", "select_on": "dev", "report_on": "test"}
-    assert record["hyperparameters"] in [c["params"] for c in record["search"]] and len(record["search"]) >= 5
-    assert record["primary_metric"] == "accuracy" and 0 <= record["metrics"]["accuracy"] <= 1
-    assert record["n_train"] == 96 and record["n_eval"] == 12 and record["fit_seconds"] > 0
+    record = next(r for r in on_disk if r.features == "mean@2" and r.head == "logistic")
+    assert record.cache_key == key and record.pipeline == "test" and record.seeds == [0]
+    assert record.protocol == {"name": "dev", "select_on": "dev", "report_on": "test"}
+    assert record.hyperparameters in [c["params"] for c in record.search] and len(record.search) >= 5
+    assert record.primary_metric == "accuracy" and 0 <= record.metrics["accuracy"] <= 1
+    assert record.n_train == 96 and record.n_eval == 12 and record.fit_seconds > 0
     sweep = json.loads((run / "sweep-mean-ridge.json").read_text())
     assert [p["layer"] for p in sweep["curve"]] == list(stored)
     saved = sorted((run / "heads").glob("*.safetensors"))
     assert len(saved) == len(records) and not list((run / "heads").glob("*.joblib"))
-    entry = records[0]["heads"][0]
+    entry = records[0].heads[0]
     load_head(run / "heads" / entry["file"], sha256=entry["sha256"], binding=head_binding(records[0], 0))
     # a second run of the same configuration on the same cache reuses the finished one ...
-    reused = {(r["features"], r["head"]): r["created"] for r in run_probe(pipeline)}
-    assert all(reused[(r["features"], r["head"])] == r["created"] for r in records)
+    reused = {(r.features, r.head): r.created for r in run_probe(pipeline)}
+    assert all(reused[(r.features, r.head)] == r.created for r in records)
     # ... and a run from scratch gives the same numbers (probe runs are idempotent)
     import shutil
 
     shutil.rmtree(run)
-    again = {(r["features"], r["head"]): r["metrics"] for r in run_probe(pipeline)}
-    assert all(again[(r["features"], r["head"])] == r["metrics"] for r in records)
+    again = {(r.features, r.head): r.metrics for r in run_probe(pipeline)}
+    assert all(again[(r.features, r.head)] == r.metrics for r in records)
 
 
 def similarity_rows(n: int, seed: int = 0) -> list[dict]:
@@ -282,26 +285,26 @@ def test_pairs_are_probed_jointly_and_as_two_texts_alone(make_pipeline, tmp_path
                              probe={"heads": ["logistic", "mlp"], "baselines": ["tfidf"], "sweep": False})
     extract(pipeline)
     records = run_probe(pipeline)
-    names = {(r["features"], r["head"]) for r in records}
+    names = {(r.features, r.head) for r in records}
     for pooling in ("mean", "cls"):
         assert {(f"{pooling}@2", "logistic"), (f"bi:{pooling}@2", "logistic"),
                 (f"cos:{pooling}@2", "logistic")} <= names
-    zero = next(r for r in records if r["head"] == "identity")
-    assert zero["features"] == "cos:mean@2" and zero["combine"] == "cos" and not zero["baseline"]
+    zero = next(r for r in records if r.head == "identity")
+    assert zero.features == "cos:mean@2" and zero.combine == "cos" and not zero.baseline
     with featx.open_cache(pipeline=pipeline) as cache:
         u, v = cache.pair_features("test", "mean")
         y = cache.labels("test")[:, 0]
     cosine = combine("cos", u, v)[:, 0]
     # No training: its correlations are the cosine's own.
-    assert zero["metrics"]["spearman"] == pytest.approx(M.evaluate("regression", y[:, None], cosine[:, None])["spearman"])
-    assert zero["metrics"]["pearson"] == pytest.approx(np.corrcoef(y, cosine)[0, 1])
-    bi = next(r for r in records if r["features"] == "bi:mean@2" and r["head"] == "logistic")
+    assert zero.metrics["spearman"] == pytest.approx(M.evaluate("regression", y[:, None], cosine[:, None])["spearman"])
+    assert zero.metrics["pearson"] == pytest.approx(np.corrcoef(y, cosine)[0, 1])
+    bi = next(r for r in records if r.features == "bi:mean@2" and r.head == "logistic")
     # A predictor on a bi-encoder feature set encodes each text alone, as the cache did.
     predictor = load_predictor(pipeline, head="bi:mean@2/logistic")
     with featx.open_cache(pipeline=pipeline) as cache:
         texts, pairs = list(cache.texts("test")), list(cache.text_pairs("test"))
     scores = predictor.scores(texts, pairs)
-    assert M.evaluate("regression", y[:, None], scores)["pearson"] == pytest.approx(bi["metrics"]["pearson"], abs=1e-6)
+    assert M.evaluate("regression", y[:, None], scores)["pearson"] == pytest.approx(bi.metrics["pearson"], abs=1e-6)
     zero_predictor = load_predictor(pipeline, head="cos:mean@2/identity")
     assert np.corrcoef(zero_predictor.predict(texts, pairs), cosine)[0, 1] == pytest.approx(1.0)
     from featx.export import export
@@ -318,19 +321,19 @@ def test_staged_grid_runs_the_other_heads_on_the_best_features(make_pipeline, cs
                              probe={"heads": ["logistic", "mlp", "lightgbm"], "baselines": ["majority"]})
     extract(pipeline)
     records = run_probe(pipeline)
-    scouts = [r for r in records if r["head"] == "logistic"]
-    later = [r for r in records if r["head"] in ("mlp", "lightgbm")]
-    assert {r["pooling"] for r in scouts} == {"cls", "mean", "max", "pooler"}  # every cached pooling
-    chosen = {r["features"] for r in later}
+    scouts = [r for r in records if r.head == "logistic"]
+    later = [r for r in records if r.head in ("mlp", "lightgbm")]
+    assert {r.pooling for r in scouts} == {"cls", "mean", "max", "pooler"}  # every cached pooling
+    chosen = {r.features for r in later}
     # the scout's best feature set, and its runner-up when the two are within the best's
     # standard error: mlp and lightgbm on each
     ranked = sorted(scouts, key=lambda r: -selection_score(r))
-    near_tie = selection_score(ranked[0]) - selection_score(ranked[1]) <= ranked[0]["selection_se"]
+    near_tie = selection_score(ranked[0]) - selection_score(ranked[1]) <= ranked[0].selection_se
     assert len(later) == 2 * len(chosen) and len(chosen) == 1 + near_tie
-    assert ranked[0]["features"] in chosen
-    assert [r["head"] for r in records if r.get("baseline")] == ["majority"]
+    assert ranked[0].features in chosen
+    assert [r.head for r in records if r.baseline] == ["majority"]
     # the baselines run beside the second stage, not before it: the scouts finish first
-    heads = [r["head"] for r in records]
+    heads = [r.head for r in records]
     assert heads.index("majority") > max(i for i, h in enumerate(heads) if h == "logistic")
 
 
@@ -493,22 +496,22 @@ def test_majority_and_tfidf_baselines(tmp_path, make_pipeline):
     pipeline = make_pipeline({"path": str(data)}, probe={"heads": ["logistic"], "poolings": ["mean"],
                                                          "sweep": False})
     path = extract(pipeline).path
-    records = {r["head"]: r for r in run_probe(pipeline)}
+    records = {r.head: r for r in run_probe(pipeline)}
     assert set(records) == {"logistic", "majority", "tfidf"}
     majority, tfidf = records["majority"], records["tfidf"]
-    assert majority["baseline"] == "majority" and tfidf["baseline"] == "lexical"
-    assert majority["features"] == tfidf["features"] == "text" and majority["backbone_forward_passes"] == 0
+    assert majority.baseline == "majority" and tfidf.baseline == "lexical"
+    assert majority.features == tfidf.features == "text" and majority.backbone_forward_passes == 0
     with Cache(path) as cache:
         test_labels = cache.labels("test")
         commonest = np.bincount(cache.labels("train")).argmax()
-    assert majority["metrics"]["accuracy"] == pytest.approx(np.mean(test_labels == commonest))
-    assert tfidf["metrics"]["accuracy"] > 0.95  # the words give the class away
-    run = probe_dir(tmp_path / "data" / "runs", "test", tfidf["cache_key"], tfidf["config_hash"])
+    assert majority.metrics["accuracy"] == pytest.approx(np.mean(test_labels == commonest))
+    assert tfidf.metrics["accuracy"] > 0.95  # the words give the class away
+    run = probe_dir(tmp_path / "data" / "runs", "test", tfidf.cache_key, tfidf.config_hash)
     stored = read_predictions(run, tfidf)
     assert stored.scores.shape == (1, len(test_labels), 3) and np.array_equal(stored.labels, test_labels)
     for record in records.values():  # every metric has an interval around its value
-        for name, (low, high) in record["metrics_ci"].items():
-            assert low <= record["metrics"][name] + 1e-12 and record["metrics"][name] <= high + 1e-12, name
+        for name, (low, high) in record.metrics_ci.items():
+            assert low <= record.metrics[name] + 1e-12 and record.metrics[name] <= high + 1e-12, name
     head = load_head(run / "heads" / "text__tfidf__seed0.safetensors")  # predicts from raw texts
     assert (head.predict(np.array(["dog dog dog"], dtype=object)).shape == (1,))
 
@@ -534,7 +537,7 @@ def test_mteb_sampling_reseeds_every_experiment_as_mteb_does(tmp_path):
     for _ in range(3):
         np.random.RandomState(42).shuffle(order)
     expected = undersample(y, order, 5)
-    assert record["n_train_sampled"] == len(expected)
+    assert record.n_train_sampled == len(expected)
 
 
 @parametrize_with_checks([LightGBMClassifierHead(n_estimators=20), LightGBMRegressorHead(n_estimators=20)])

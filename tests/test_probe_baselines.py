@@ -10,7 +10,7 @@ from featx.records import read_predictions, record_dir
 
 
 def _baselines(records):
-    return {r["head"]: r for r in records if r["baseline"]}
+    return {r.head: r for r in records if r.baseline}
 
 
 def _folder(pipeline, record):
@@ -24,7 +24,7 @@ def test_a_second_probe_of_the_same_data_reuses_the_baselines(make_pipeline, csv
                           probe={"heads": ["logistic"], "sweep": False})
     extract(first)
     before = _baselines(run_probe(first))
-    assert before["tfidf"]["reused"] is None and before["majority"]["reused"] is None
+    assert before["tfidf"].reused is None and before["majority"].reused is None
     # Another head grid: another probe configuration, the same baselines.
     second = make_pipeline({"path": str(csv_dataset)}, extract={"poolings": ["mean"]},
                            probe={"heads": ["logistic-torch"], "sweep": False}, name="second")
@@ -33,10 +33,10 @@ def test_a_second_probe_of_the_same_data_reuses_the_baselines(make_pipeline, csv
     after = _baselines(records)
     for head in ("tfidf", "majority"):
         old, new = before[head], after[head]
-        assert new["reused"] == {"created": old["created"], "pipeline": old["pipeline"], "cache_key": old["cache_key"]}
-        assert new["metrics"] == old["metrics"] and new["search"] == old["search"]
-        assert new["config_hash"] != old["config_hash"] and new["fit_seconds"] == old["fit_seconds"]
-        assert new["pipeline"] == "second" and old["pipeline"] == "test"
+        assert new.reused == {"created": old.created, "pipeline": old.pipeline, "cache_key": old.cache_key}
+        assert new.metrics == old.metrics and new.search == old.search
+        assert new.config_hash != old.config_hash and new.fit_seconds == old.fit_seconds
+        assert new.pipeline == "second" and old.pipeline == "test"
         directory, earlier = _folder(second, new), _folder(first, old)
         np.testing.assert_array_equal(read_predictions(directory, new).scores, read_predictions(earlier, old).scores)
         # The heads are rebound to the new record, and predict as the old ones do.
@@ -54,14 +54,14 @@ def test_other_settings_or_a_damaged_store_fit_the_baselines_again(make_pipeline
     headless = make_pipeline({"path": str(csv_dataset)}, extract={"poolings": ["mean"]},
                              probe={"heads": ["logistic"], "sweep": False, "save_heads": False})
     extract(headless)
-    assert all(r["heads"] is None for r in _baselines(run_probe(headless)).values())
+    assert all(r.heads is None for r in _baselines(run_probe(headless)).values())
     pipeline = make_pipeline({"path": str(csv_dataset)}, extract={"poolings": ["mean"]},
                              probe={"heads": ["logistic"], "sweep": False})
     # Stored without heads: a probe that saves heads fits them again (and stores them).
-    assert all(r["reused"] is None and r["heads"] for r in _baselines(run_probe(pipeline)).values())
+    assert all(r.reused is None and r.heads for r in _baselines(run_probe(pipeline)).values())
     other = make_pipeline({"path": str(csv_dataset)}, extract={"poolings": ["mean"]},
                           probe={"heads": ["logistic"], "sweep": False, "seeds": [1]})
-    assert all(r["reused"] is None for r in _baselines(run_probe(other)).values())
+    assert all(r.reused is None for r in _baselines(run_probe(other)).values())
     damaged = list(pipeline.baselines_dir.glob("*/*.scores.npz"))
     assert damaged
     for stored in damaged:
@@ -71,5 +71,5 @@ def test_other_settings_or_a_damaged_store_fit_the_baselines_again(make_pipeline
     def heads(*names):
         return make_pipeline({"path": str(csv_dataset)}, extract={"poolings": ["mean"]},
                              probe={"heads": list(names), "sweep": False})
-    assert all(r["reused"] is None for r in _baselines(run_probe(heads("logistic", "mlp"))).values())
-    assert all(r["reused"] is not None for r in _baselines(run_probe(heads("mlp"))).values())
+    assert all(r.reused is None for r in _baselines(run_probe(heads("logistic", "mlp"))).values())
+    assert all(r.reused is not None for r in _baselines(run_probe(heads("mlp"))).values())

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import dataclasses
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
@@ -11,7 +12,8 @@ import pytest
 
 from featx import metrics as M
 from featx.errors import FeatxError
-from featx.records import new_record, record_dir, run_dir, write_record
+from featx.recordschema import Record, new_record
+from featx.records import record_dir, run_dir, write_record
 from featx.report import write_report
 from featx.verdict import collect, verdict
 
@@ -50,16 +52,15 @@ def test_a_lead_is_judged_by_its_paired_difference_on_the_selection_rows(tmp_pat
     y = labels(300)
     made = []
     for head, wrong, dev in (("lightgbm", top_wrong, 0.90), ("logistic", other_wrong, 0.89)):
-        record = fake("probe", "multiclass", "mean@5", head, 0, selection=dev) | {
-            "selection_se": 0.012, "n_features": 384}
+        record = fake("probe", "multiclass", "mean@5", head, 0, selection=dev, selection_se=0.012, n_features=384)
         record, predictions = with_predictions(record, predictions_for(y, 0.8, len(made)))
         made.append((record, dataclasses.replace(predictions, selection_truth=truth,
                                                  selection_scores=scores(wrong))))
     write_pairs(tmp_path / "runs", made)
     inputs = collect(tmp_path / "runs", "fx")
-    assert frozen_choice(inputs.main).record["head"] == "logistic"  # one SE of the top score: 0.012
+    assert frozen_choice(inputs.main).record.head == "logistic"  # one SE of the top score: 0.012
     choice = frozen_choice(inputs.main, tmp_path / "runs")
-    assert choice.record["head"] == expected and choice.top["head"] == "lightgbm"
+    assert choice.record.head == expected and choice.top.head == "lightgbm"
     text = verdict(inputs, tmp_path / "runs").text
     if expected == "logistic":
         assert choice.paired and "within one standard error of the paired difference" in text, text
@@ -67,7 +68,9 @@ def test_a_lead_is_judged_by_its_paired_difference_on_the_selection_rows(tmp_pat
 
 
 def fake(stage: str, task: str, features: str, head: str, primary_value: float, *,
-         selection: float | None = None, init: str = "pretrained", key: str = KEY, seed_std: float = 0.0):
+         selection: float | None = None, init: str = "pretrained", key: str = KEY, seed_std: float = 0.0,
+         **fields) -> Record:
+    """A record as a probe or a fine-tune writes it, with these numbers (and any other `fields`)."""
     names = M.NAMES[task]
     primary = M.PRIMARY[task]
     metrics = {k: (primary_value if k == primary else round(primary_value * 0.9, 4)) for k in names}
@@ -83,16 +86,15 @@ def fake(stage: str, task: str, features: str, head: str, primary_value: float, 
         n_train=100, n_eval=50, fit_seconds=1.5, predict_seconds=0.01,
         backbone_forward_passes=1000 if stage == "probe" else 40000,
         extract_seconds=10.0 if stage == "probe" else None, cache_bytes=5_000_000,
-        **({"config_hash": "c" * 16} if stage == "probe" else {"run_hash": "f" * 64}))
-    if stage == "finetune":
-        record |= {"wall_seconds": 120.0, "epochs": 3, "steps": 30, "best_epoch": 3,
-                   "learning_rate": 2e-5,
-                   "curve": {"loss": [[10, 1.0], [20, 0.6], [30, 0.4]],
-                             "select": [[1, selection or primary_value], [2, primary_value], [3, primary_value]]}}
-    return record
+        **({"config_hash": "c" * 16} if stage == "probe" else {"run_hash": "f" * 64}),
+        **({} if stage == "probe" else {
+            "wall_seconds": 120.0, "epochs": 3, "steps": 30, "best_epoch": 3, "learning_rate": 2e-5,
+            "curve": {"loss": [[10, 1.0], [20, 0.6], [30, 0.4]],
+                      "select": [[1, selection or primary_value], [2, primary_value], [3, primary_value]]}}))
+    return dataclasses.replace(record, **fields)
 
 
-def write_all(runs: Path, records: list[dict]) -> None:
+def write_all(runs: Path, records: list[Record]) -> None:
     for record in records:
         write_record(record_dir(runs, record), record)
 
@@ -122,16 +124,16 @@ def test_report_of_every_task_type(tmp_path, task):
         table = list(csv.DictReader(f))
     assert len(table) == len(records)
     for record in records:
-        row = next(r for r in table if r["features"] == record["features"] and r["head"] == record["head"]
-                   and r["init"] == record["init"])
-        for name, value in record["metrics"].items():
+        row = next(r for r in table if r["features"] == record.features and r["head"] == record.head
+                   and r["init"] == record.init)
+        for name, value in record.metrics.items():
             assert float(row[f"metric:{name}"]) == pytest.approx(value)
     control = next(r for r in table if r["init"] == "random")
     assert control["features"] == "mean@3"
 
     judged = verdict(collect(tmp_path / "runs", "fx"))
     # the frozen side is picked by its dev score (mean@3 logistic: 0.76), not its test score
-    assert judged.frozen["features"] == "mean@3" and judged.frozen["head"] == "logistic"
+    assert judged.frozen.features == "mean@3" and judged.frozen.head == "logistic"
     assert judged.quality_ratio == pytest.approx(0.76 / 0.80)
     assert judged.compute_ratio == pytest.approx(1000 / 40000)
     assert "95.0% of the fine-tuned" in judged.text and "1/40 of the compute" in judged.text
@@ -204,11 +206,11 @@ def predictions_for(y, correct: float, seed: int, k: int = 4):
     return Predictions(np.array([f"t{i}" for i in range(len(y))]), y, scores[None], 0.5)
 
 
-def with_predictions(record: dict, predictions) -> tuple[dict, object]:
+def with_predictions(record: Record, predictions) -> tuple[Record, object]:
     from featx import metrics as M
 
     values = M.evaluate("multiclass", predictions.labels, predictions.scores[0])
-    return record | {"metrics": values, "metrics_std": {k: 0.0 for k in values}}, predictions
+    return dataclasses.replace(record, metrics=values, metrics_std={k: 0.0 for k in values}), predictions
 
 
 def write_pairs(runs: Path, pairs) -> None:
@@ -230,7 +232,7 @@ def labels(n: int, seed: int = 0):
 def test_verdict_rests_on_a_paired_bootstrap(tmp_path, n, tuned_correct, expected):
     y = labels(n)
     frozen = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0), predictions_for(y, 0.80, 1))
-    tuned = with_predictions(fake("finetune", "multiclass", "finetune:pooler", "linear", 0) | {"converged": True},
+    tuned = with_predictions(fake("finetune", "multiclass", "finetune:pooler", "linear", 0, converged=True),
                              predictions_for(y, tuned_correct, 2))
     write_pairs(tmp_path / "runs", [frozen, tuned])
     judged = verdict(collect(tmp_path / "runs", "fx"), tmp_path / "runs")
@@ -238,17 +240,17 @@ def test_verdict_rests_on_a_paired_bootstrap(tmp_path, n, tuned_correct, expecte
     assert f"same {n:,} test rows" in judged.text
     comparison = judged.comparison
     assert comparison["n"] == n and comparison["difference_ci"][0] <= comparison["difference"] <= comparison["difference_ci"][1]
-    assert comparison["difference"] == pytest.approx(frozen[0]["metrics"]["accuracy"] - tuned[0]["metrics"]["accuracy"])
+    assert comparison["difference"] == pytest.approx(frozen[0].metrics["accuracy"] - tuned[0].metrics["accuracy"])
 
 
 @pytest.mark.parametrize("converged", [True, False])
 def test_too_few_test_rows_give_no_verdict_and_no_nan(tmp_path, converged):
     y = labels(4)
     frozen = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0), predictions_for(y, 0.25, 1))
-    lexical = with_predictions(fake("probe", "multiclass", "text", "tfidf", 0) | {"baseline": "lexical"},
+    lexical = with_predictions(fake("probe", "multiclass", "text", "tfidf", 0, baseline="lexical"),
                                predictions_for(y, 1.0, 3))
-    tuned = with_predictions(fake("finetune", "multiclass", "finetune:pooler", "linear", 0)
-                             | {"converged": converged, "stopped_by": None if converged else "max_epochs"},
+    tuned = with_predictions(fake("finetune", "multiclass", "finetune:pooler", "linear", 0, converged=converged,
+                                  stopped_by=None if converged else "max_epochs"),
                              predictions_for(y, 1.0, 2))
     write_pairs(tmp_path / "runs", [frozen, lexical, tuned])
     text = verdict(collect(tmp_path / "runs", "fx"), tmp_path / "runs").text
@@ -259,8 +261,8 @@ def test_too_few_test_rows_give_no_verdict_and_no_nan(tmp_path, converged):
 def test_a_fine_tune_that_did_not_converge_is_a_lower_bound(tmp_path):
     y = labels(800)
     frozen = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0), predictions_for(y, 0.92, 1))
-    tuned = with_predictions(fake("finetune", "multiclass", "finetune:pooler", "linear", 0)
-                             | {"converged": False, "stopped_by": "budget"}, predictions_for(y, 0.50, 2))
+    tuned = with_predictions(fake("finetune", "multiclass", "finetune:pooler", "linear", 0, converged=False,
+                                  stopped_by="budget"), predictions_for(y, 0.50, 2))
     write_pairs(tmp_path / "runs", [frozen, tuned])
     text = verdict(collect(tmp_path / "runs", "fx"), tmp_path / "runs").text
     # It leads with the fine-tune being unfinished and the command that continues it; no ratio.
@@ -273,13 +275,13 @@ def test_a_fine_tune_that_did_not_converge_is_a_lower_bound(tmp_path):
 def test_lexical_baseline_within_the_interval_is_said(tmp_path):
     y = labels(500)
     frozen = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0), predictions_for(y, 0.85, 1))
-    lexical = with_predictions(fake("probe", "multiclass", "text", "tfidf", 0) | {"baseline": "lexical"},
+    lexical = with_predictions(fake("probe", "multiclass", "text", "tfidf", 0, baseline="lexical"),
                                predictions_for(y, 0.86, 3))
-    majority = with_predictions(fake("probe", "multiclass", "text", "majority", 0) | {"baseline": "majority"},
+    majority = with_predictions(fake("probe", "multiclass", "text", "majority", 0, baseline="majority"),
                                 predictions_for(y, 0.25, 4))
     write_pairs(tmp_path / "runs", [frozen, lexical, majority])
     judged = verdict(collect(tmp_path / "runs", "fx"), tmp_path / "runs")
-    assert judged.frozen["head"] == "logistic"  # baselines are never the frozen side
+    assert judged.frozen.head == "logistic"  # baselines are never the frozen side
     assert "adds nothing measurable" in judged.text
     table = write_report(tmp_path / "runs", tmp_path / "reports", "fx")["md"].read_text()
     assert "baseline: TF-IDF" in table and "baseline: majority" in table
@@ -300,10 +302,9 @@ def test_tampered_predictions_are_refused(tmp_path):
     y = labels(50)
     record, predictions = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0),
                                            predictions_for(y, 0.8, 1))
-    path = write_record(run_dir(tmp_path, "fx", KEY), record, predictions)
-    saved = next(path.parent.glob("*.scores.npz"))
+    stored = write_record(run_dir(tmp_path, "fx", KEY), record, predictions)
+    saved = run_dir(tmp_path, "fx", KEY) / stored.predictions["file"]
     saved.write_bytes(saved.read_bytes()[:-8])
-    stored = __import__("json").loads(path.read_text())
     with pytest.raises(FeatxError, match="does not match the hash"):
         read_predictions(run_dir(tmp_path, "fx", KEY), stored)
 
@@ -311,7 +312,7 @@ def test_tampered_predictions_are_refused(tmp_path):
 def test_lexical_baseline_measurably_better_is_said(tmp_path):
     y = labels(800)
     frozen = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0), predictions_for(y, 0.60, 1))
-    lexical = with_predictions(fake("probe", "multiclass", "text", "tfidf", 0) | {"baseline": "lexical"},
+    lexical = with_predictions(fake("probe", "multiclass", "text", "tfidf", 0, baseline="lexical"),
                                predictions_for(y, 0.90, 3))
     write_pairs(tmp_path / "runs", [frozen, lexical])
     judged = verdict(collect(tmp_path / "runs", "fx"), tmp_path / "runs")
@@ -324,27 +325,27 @@ def test_the_frozen_side_is_the_simplest_within_one_standard_error(tmp_path):
     from featx.choice import frozen_choice
 
     y = labels(300)
-    logistic = fake("probe", "multiclass", "mean@4", "logistic", 0, selection=0.428) | {"selection_se": 0.015,
-                                                                                      "n_features": 384}
-    lightgbm = fake("probe", "multiclass", "sentence@6", "lightgbm", 0, selection=0.433) | {"selection_se": 0.015,
-                                                                                          "n_features": 384}
-    wide = fake("probe", "multiclass", "mean@3+4+5+6", "logistic", 0, selection=0.431) | {"selection_se": 0.015,
-                                                                                        "n_features": 1536}
-    far = fake("probe", "multiclass", "mean@1", "logistic", 0, selection=0.40) | {"selection_se": 0.015,
-                                                                                "n_features": 384}
+    logistic = fake("probe", "multiclass", "mean@4", "logistic", 0, selection=0.428,
+                    selection_se=0.015, n_features=384)
+    lightgbm = fake("probe", "multiclass", "sentence@6", "lightgbm", 0, selection=0.433,
+                    selection_se=0.015, n_features=384)
+    wide = fake("probe", "multiclass", "mean@3+4+5+6", "logistic", 0, selection=0.431,
+                selection_se=0.015, n_features=1536)
+    far = fake("probe", "multiclass", "mean@1", "logistic", 0, selection=0.40,
+               selection_se=0.015, n_features=384)
     pairs = [with_predictions(r, predictions_for(y, 0.8, i)) for i, r in enumerate([logistic, lightgbm, wide, far])]
     write_pairs(tmp_path / "runs", pairs)
     inputs = collect(tmp_path / "runs", "fx")
     choice = frozen_choice(inputs.main)
     # lightgbm has the top score, but three are within 0.015 of it: the simplest head, then the
     # fewest features
-    assert choice.top["head"] == "lightgbm" and choice.within == 3
-    assert (choice.record["features"], choice.record["head"]) == ("mean@4", "logistic")
+    assert choice.top.head == "lightgbm" and choice.within == 3
+    assert (choice.record.features, choice.record.head) == ("mean@4", "logistic")
     text = verdict(inputs, tmp_path / "runs").text
     assert "the simplest of the 3 configurations within one standard error (0.0150)" in text
     assert "0.4330 (sentence@6 lightgbm)" in text
     # without a standard error (older records) the top score wins, as before
-    assert frozen_choice([r | {"selection_se": None} for r in inputs.main]).record["head"] == "lightgbm"
+    assert frozen_choice([dataclasses.replace(r, selection_se=None) for r in inputs.main]).record.head == "lightgbm"
 
 
 def test_each_verdict_ends_with_the_command_that_acts_on_it(tmp_path):
@@ -356,7 +357,7 @@ def test_each_verdict_ends_with_the_command_that_acts_on_it(tmp_path):
                                    source="pipelines/fx.toml", overrides=("model.name=./m",))
     y = labels(600)
     frozen = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0), predictions_for(y, 0.60, 1))
-    tuned = with_predictions(fake("finetune", "multiclass", "finetune:pooler", "linear", 0) | {"converged": True},
+    tuned = with_predictions(fake("finetune", "multiclass", "finetune:pooler", "linear", 0, converged=True),
                              predictions_for(y, 0.95, 2))
     write_pairs(tmp_path / "runs", [frozen, tuned])
     text = verdict(collect(tmp_path / "runs", "fx"), tmp_path / "runs", pipeline).text

@@ -11,6 +11,7 @@ from featx.config import ProbeConfig
 from featx.probe import heads_for
 from featx.ridge import RidgeClassifierHead
 from featx.search import choose_protocol
+from tests.test_report import fake
 
 
 def _problem(seed=0, n=300, d=10, k=4):
@@ -109,8 +110,7 @@ def test_the_second_stage_takes_the_runner_up_in_a_near_tie():
     first = [(Features("mean", (i,)), "ridge") for i in range(4)]
 
     def scout(layer, score, se=0.01):
-        return {"features": f"mean@{layer}", "pooling": "mean", "layers": [layer], "combine": "joint",
-                "selection_score": score, "selection_se": se, "search": [], "stage": "probe"}
+        return fake("probe", "multiclass", f"mean@{layer}", "ridge", 0.5, selection_score=score, selection_se=se)
 
     near = _second_stage_features([scout(0, 0.70), scout(1, 0.795), scout(2, 0.80)], first)
     assert [f.name for f in near] == ["mean@2", "mean@1"]
@@ -151,8 +151,7 @@ def test_a_scout_scoring_nan_ranks_last_and_never_hides_the_best():
     first = [(Features("mean", (i,)), "ridge") for i in range(3)]
 
     def scout(layer, score):
-        return {"features": f"mean@{layer}", "pooling": "mean", "layers": [layer], "combine": "joint",
-                "selection_score": score, "selection_se": 0.01, "search": [], "stage": "probe"}
+        return fake("probe", "multiclass", f"mean@{layer}", "ridge", 0.5, selection_score=score, selection_se=0.01)
 
     nan = float("nan")
     assert [f.name for f in _second_stage_features([scout(1, 0.70), scout(0, nan), scout(2, 0.80)], first)] \
@@ -165,14 +164,14 @@ def test_the_verdict_chooses_among_the_second_stage_not_the_scout():
     from featx.choice import frozen_choice
 
     def record(features, head, score, scout=False):
-        return {"stage": "probe", "protocol": {"name": "cv"}, "baseline": None, "primary_metric": "accuracy",
-                "created": "2026-12-01T00:00:00+00:00", "selection_score": score, "selection_se": 0.01,
-                "search": [], "features": features, "head": head, "n_features": 384, "scout": scout}
+        return fake("probe", "multiclass", features, head, 0.5, created="2026-12-01T00:00:00+00:00",
+                    protocol={"name": "cv", "select_on": "cv", "report_on": "test"}, selection_score=score,
+                    selection_se=0.01, n_features=384, scout=scout)
 
     records = [record("mean@4", "ridge", 0.80, scout=True), record("mean@5", "ridge", 0.79, scout=True),
                record("mean@4", "logistic", 0.77), record("mean@4", "mlp", 0.78)]
     chosen = frozen_choice(records)
-    assert (chosen.record["features"], chosen.record["head"]) == ("mean@4", "mlp")
+    assert (chosen.record.features, chosen.record.head) == ("mean@4", "mlp")
     # a grid of scouts only (nothing else ran): the scouts are what there is
     only = frozen_choice(records[:2])
-    assert only.record["head"] == "ridge"
+    assert only.record.head == "ridge"

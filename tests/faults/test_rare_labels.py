@@ -73,23 +73,23 @@ def test_rare_labels_under_every_head_and_protocol(tmp_path_factory, counts, n_t
         silent(category, f"{head}: scores of shape {scores.shape} or outside [0, 1]")
     if not (scores[:, :, ~varying] == constant[~varying]).all():
         silent(category, f"{head}: a label constant in train predicted as something else")
-    if record["labels"] != M.label_summary(labels["train"], report, names):
-        silent(category, f"{head}: the record's label counts {record['labels']} disagree with the data")
+    if record.labels != M.label_summary(labels["train"], report, names):
+        silent(category, f"{head}: the record's label counts {record.labels} disagree with the data")
     splits = selection_splits("multilabel", labels["train"], record_protocol(record), cfg.folds, cfg.seeds[0])
     fitted = [int(constant_labels(labels["train"] if rows is None else labels["train"][rows])[0].sum())
               for rows, _ in splits]
-    if [s["labels_fitted"] for s in record["selection_labels"]] != fitted:
-        silent(category, f"{head}: selection_labels {record['selection_labels']} disagree with its splits")
+    if [s["labels_fitted"] for s in record.selection_labels] != fitted:
+        silent(category, f"{head}: selection_labels {record.selection_labels} disagree with its splits")
     expected = M.evaluate("multilabel", report, scores[0], predictions.threshold)["micro_f1"]
-    if not np.isclose(record["metrics"]["micro_f1"], expected):
-        silent(category, f"{head}: micro_f1 {record['metrics']['micro_f1']} is not its predictions' {expected}")
+    if not np.isclose(record.metrics["micro_f1"], expected):
+        silent(category, f"{head}: micro_f1 {record.metrics['micro_f1']} is not its predictions' {expected}")
     FIGURES["checks"]["rare-label probes checked"] += 1
 
 
 def record_protocol(record):
     from featx.search import Protocol
 
-    return Protocol(record["protocol"]["name"], record["protocol"]["select_on"], record["protocol"]["report_on"])
+    return Protocol(record.protocol["name"], record.protocol["select_on"], record.protocol["report_on"])
 
 
 @SETTINGS

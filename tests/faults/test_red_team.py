@@ -82,8 +82,8 @@ def test_a_diverged_fine_tune_is_an_error_and_writes_no_record(tmp_path, make_pi
     two = make_pipeline({"path": str(data)}, extract={"poolings": ["mean"]},
                         finetune={"learning_rates": [1e-4, 3e-5], "max_epochs": 1, "head_input": "mean"})
     record = run_finetune(two)
-    assert record["learning_rate"] == 3e-5 and math.isfinite(record["metrics"]["accuracy"])
-    assert {c["params"]["learning_rate"]: c["stopped_by"] for c in record["search"]}[1e-4] == "diverged"
+    assert record.learning_rate == 3e-5 and math.isfinite(record.metrics["accuracy"])
+    assert {c["params"]["learning_rate"]: c["stopped_by"] for c in record.search}[1e-4] == "diverged"
 
 
 def test_two_pipelines_over_the_same_data_keep_their_own_records(tmp_path, make_pipeline, csv_dataset):
@@ -93,8 +93,8 @@ def test_two_pipelines_over_the_same_data_keep_their_own_records(tmp_path, make_
     assert extract(a).path == extract(b).path  # one cache ...
     run_probe(a)
     run_probe(b)
-    assert {r["pipeline"] for r in collect(a.runs_dir, "a", a).main} == {"a"}  # ... two record sets
-    assert {r["primary_metric"] for r in collect(b.runs_dir, "b", b).main} == {"macro_f1"}
+    assert {r.pipeline for r in collect(a.runs_dir, "a", a).main} == {"a"}  # ... two record sets
+    assert {r.primary_metric for r in collect(b.runs_dir, "b", b).main} == {"macro_f1"}
 
 
 def test_records_of_an_earlier_configuration_are_left_out(tmp_path, make_pipeline, csv_dataset):
@@ -106,8 +106,8 @@ def test_records_of_an_earlier_configuration_are_left_out(tmp_path, make_pipelin
                                                            "sweep": False, "baselines": [], "metric": "mcc"})
     run_probe(new)
     inputs = collect(new.runs_dir, new.name, new)
-    assert {r["features"] for r in inputs.main} == {"mean@2"}  # cls@2 was the earlier configuration
-    assert {r["primary_metric"] for r in inputs.main} == {"mcc"}
+    assert {r.features for r in inputs.main} == {"mean@2"}  # cls@2 was the earlier configuration
+    assert {r.primary_metric for r in inputs.main} == {"mcc"}
     # the earlier configuration is named, with the overrides that report it, never mixed in
     assert any('probe.poolings=["cls"]' in line and "featx report" in line for line in inputs.others)
 
@@ -230,15 +230,19 @@ def test_fine_tune_without_a_selection_split(tmp_path, make_pipeline):
 
 @pytest.mark.parametrize("damage", [{"init": None}, {"metrics": "0.9"}, {"protocol": {"name": "dev"}}])
 def test_a_record_with_missing_keys_is_named(tmp_path, damage):
+    from featx.records import write_json
     from tests.test_report import fake, write_all
 
     record = fake("probe", "binary", "mean@6", "logistic", 0.7)
+    write_all(tmp_path / "runs", [record])
+    [path] = (tmp_path / "runs").rglob("*.json")
+    raw = json.loads(path.read_text())
     for key, value in damage.items():
         if value is None:
-            del record[key]
+            del raw[key]
         else:
-            record[key] = value
-    write_all(tmp_path / "runs", [record])
+            raw[key] = value
+    write_json(path, raw)
     refused("malformed", write_report, tmp_path / "runs", tmp_path / "reports", "fx")
 
 

@@ -501,7 +501,7 @@ def test_a_probe_killed_between_saving_heads_and_writing_records(project, monkey
     real = probe.write_record
 
     def killed(directory, record, predictions=None):
-        if record["head"] == "logistic":
+        if record.head == "logistic":
             raise KeyboardInterrupt  # the moment after the logistic head was saved, before its record
         return real(directory, record, predictions)
     monkeypatch.setattr(probe, "write_record", killed)
@@ -852,7 +852,7 @@ def test_a_regression_probe_with_more_folds_than_rows(built, tmp_path):
 
 
 def test_predictions_holding_an_object_array(project, tmp_path):
-    from featx.records import read_predictions
+    from featx.records import read_predictions, read_record
 
     record_path, record = probe_record(project)
     scores = runs(project) / record["predictions"]["file"]
@@ -861,7 +861,7 @@ def test_predictions_holding_an_object_array(project, tmp_path):
                  threshold=np.float64(0.5))
     record["predictions"]["sha256"] = sha(scores.read_bytes())  # crafted with its hash
     record_path.write_text(json.dumps(record))
-    refused("not a featx predictions file", read_predictions, runs(project), record)
+    refused("not a featx predictions file", read_predictions, runs(project), read_record(record_path))
     paths = write_report(project.runs_dir, project.reports_dir, project.name, project)  # no traceback
     assert paths["md"].is_file()
 
@@ -873,6 +873,7 @@ def test_crafted_predictions_files(tmp_path, arrays):
     """Generated: a predictions file of any arrays (object arrays, wrong types and shapes,
     missing ones) with a matching hash in its record: read back correctly or refused."""
     from featx.records import read_predictions
+    from tests.test_report import fake
 
     made = {"object": np.array([{"a": 1}], dtype=object), "strings": np.array(["a", "b"]),
             "ints": np.arange(2), "floats3": np.zeros((1, 2, 3)), "floats2": np.zeros((2, 3)),
@@ -881,8 +882,8 @@ def test_crafted_predictions_files(tmp_path, arrays):
     folder.mkdir(parents=True)
     with open(folder / "x.scores.npz", "wb") as f:
         np.savez(f, **{k: made[v] for k, v in arrays.items()})
-    record = {"stage": "probe", "features": "f", "head": "h",
-              "predictions": {"file": "x.scores.npz", "sha256": sha((folder / "x.scores.npz").read_bytes())}}
+    record = fake("probe", "binary", "mean@2", "logistic", 0.7,
+                  predictions={"file": "x.scores.npz", "sha256": sha((folder / "x.scores.npz").read_bytes())})
     featx_only("crafted predictions files", read_predictions, folder, record)
 
 
