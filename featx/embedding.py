@@ -103,19 +103,17 @@ class Backbone:
         from featx import backbone as B
         from featx import resolve as R
 
-        self.device = B.pick_device(device)
         hidden = None  # auto picks bf16 on a CPU only for a model of known, large enough width
         if dtype == "auto":
             try:
                 hidden = R.hidden_size(R.model_config(resolved.path))
             except FeatxError:
                 pass
-        self.compute_dtype = B.pick_dtype(dtype, self.device, hidden=hidden)
-        model = B.load_model(resolved, init=init, seed=seed, allow_pickle=allow_pickle, pooler=needs_pooler,
-                             trust_remote_code=trust_remote_code, attention=attention)
-        self.model = B.freeze(model).to(self.device)
-        self.tokenizer = B.load_tokenizer(resolved.path, trust_remote_code)
-        B.check_vocabulary(self.tokenizer, model, resolved.path)
+        loaded = B.load(resolved, init=init, seed=seed, allow_pickle=allow_pickle, pooler=needs_pooler,
+                        trust_remote_code=trust_remote_code, attention=attention, device=device,
+                        dtype=dtype, hidden=hidden)
+        self.model, self.tokenizer = loaded.model, loaded.tokenizer
+        self.device, self.compute_dtype = loaded.device, loaded.compute_dtype
         self.sentence = R.sentence_spec(resolved.path) if sentence else None
         self.max_length = max_length
         self.prompt = prompt

@@ -20,7 +20,7 @@ from featx.batching import Encoder
 from featx.configfile import load_pipeline
 from featx.errors import FeatxError
 from featx.extract import extract
-from featx.finetune import _probe_head, encode_split, run_finetune
+from featx.finetune import encode_split, run_finetune
 from featx.modeling import (
     LOSSES,
     SequenceClassifier,
@@ -28,6 +28,7 @@ from featx.modeling import (
     fold_probe,
     loss,
     predict_logits,
+    probe_head,
     scores_from_logits,
 )
 from featx.training import length_grouped_batches, parameter_groups
@@ -277,13 +278,14 @@ def test_lp_ft_head_starts_at_the_probe(make_pipeline, tmp_path, task, head_inpu
     plan = make_plan(pipeline)
     model = SequenceClassifier(B.load_model(plan.model, init="pretrained"), 3 if task == "multiclass" else 2,
                                head_input)
-    weight, bias = _probe_head(pipeline, cache_path, head_input, plan.n_layers, task, None)
+    weight, bias = probe_head(pipeline.probe, cache_path, head_input=head_input, n_layers=plan.n_layers, task=task,
+                              scaler=None)
     with torch.no_grad():
         model.classifier.weight.copy_(torch.as_tensor(weight, dtype=torch.float32))
         model.classifier.bias.copy_(torch.as_tensor(bias, dtype=torch.float32))
     encoder = Encoder(B.load_tokenizer(plan.model.path), pipeline.extract.max_length)
     test = encode_split(encoder, plan.dataset.splits["test"], np.arange(len(plan.dataset.splits["test"])))
-    logits = predict_logits(model, encoder, test, torch.device("cpu"), torch.float32, 4096)
+    logits = predict_logits(model, encoder, test, device=torch.device("cpu"), dtype=torch.float32, token_budget=4096)
     probe = fit_selected(cache_path, Features(head_input, (plan.n_layers,)), "logistic", pipeline.probe)
     with Cache(cache_path) as cache:
         decision = probe.decision_function(cache.features("test", head_input, -1))
