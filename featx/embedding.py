@@ -43,8 +43,8 @@ def embed(texts, text_pairs=None, *, model: str = DEFAULT_MODEL, pooling: str = 
                          max_length=max_length, device=device, dtype=dtype,
                          needs_pooler=pooling == "pooler", sentence=pooling == "sentence",
                          prompt=R.default_prompt(resolved.path) if prompt is None else prompt)
-    vectors, _ = backbone.vectors(texts, pairs, {pooling: layers}, progress=progress)
-    return vectors[pooling].reshape(len(texts), -1)
+    vectors, _ = backbone.vectors(texts, pairs, {pooling: layers}, progress=progress)  # {pooling: (n, len(layers), H)}
+    return vectors[pooling].reshape(len(texts), -1)  # (n, len(layers) * H)
 
 
 def _check_options(*, model, layer, max_length, device, dtype, allow_pickle, progress) -> None:

@@ -392,8 +392,8 @@ def embed_rows(model, tokenizer, texts: list[str], pairs: list[str] | None,
                                     prompt_length=batch.prompt_length)  # {pooling: (B, len(layers), H)}
             for name, values in pooled.items():
                 if name not in out:
-                    out[name] = np.zeros((len(texts),) + tuple(values.shape[1:]), dtype=np.float32)
-                out[name][batch.rows] = values.cpu().numpy()
+                    out[name] = np.zeros((len(texts),) + tuple(values.shape[1:]), dtype=np.float32)  # (n, L, H)
+                out[name][batch.rows] = values.cpu().numpy()  # the batch's rows back at their positions
             truncated += int(batch.truncated.sum())
             bar.update(len(batch.rows))
     return out, truncated

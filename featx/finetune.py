@@ -65,8 +65,8 @@ from featx.records import (
 from featx.plan import CachedPlan, cached_plan
 from featx.splits import label_assignment
 from featx.tasks import TASKS
-from featx.training import (Candidate, Setup, auto_max_epochs, check_learning_rate, json_or_none, load_state, save_state, train,
-                            worst_case_epochs)
+from featx.training import (Candidate, Setup, auto_max_epochs, check_learning_rate, json_or_none, load_state,
+                            save_state, train, worst_case_epochs)
 
 log = logging.getLogger("featx")
 
@@ -347,7 +347,7 @@ def _report_scores(setup: Setup, chosen: Candidate) -> tuple[np.ndarray, float]:
     logits = predict_logits(model, setup.encoder, setup.report, device=setup.device, dtype=setup.eval_dtype,
                             token_budget=setup.budget_tokens)  # (n_report, outputs)
     predict_seconds = time.perf_counter() - t
-    return scores_from_logits(setup.task, logits, setup.scaler), predict_seconds
+    return scores_from_logits(setup.task, logits, setup.scaler), predict_seconds  # (n_report,) or (n_report, outputs)
 
 
 def _hyperparameters(setup: Setup, plan: Prepared, chosen: Candidate) -> dict:

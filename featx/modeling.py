@@ -208,7 +208,7 @@ LOSSES = {"cross_entropy": F.cross_entropy, "binary_cross_entropy": F.binary_cro
 
 def targets(task: str, labels: np.ndarray, scaler: TargetScaler | None) -> torch.Tensor:
     kind = TASKS[task].loss
-    return torch.tensor(scaler.transform(labels) if scaler else labels, dtype=TARGETS[kind])
+    return torch.tensor(scaler.transform(labels) if scaler else labels, dtype=TARGETS[kind])  # (n,) or (n, L | T)
 
 
 def loss(task: str, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -260,16 +260,16 @@ def predict_logits(model: nn.Module, encoder: Encoder, data: Encoded, *, device,
     """Logits (n, outputs) in the rows' order; batches sorted by length, cut by a token budget."""
     was_training = model.training
     model.eval()
-    order = np.argsort(-data.lengths, kind="stable")
+    order = np.argsort(-data.lengths, kind="stable")  # (n,) row positions, longest first
     out = None
     for cut in plan_batches(data.lengths[order], token_budget, 1024):
-        rows = order[cut]
+        rows = order[cut]  # (B,) positions in the rows' order
         with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
             logits = model(**to_device(encoder.collate([data.encodings[i] for i in rows]), device))  # (B, outputs)
-        logits = logits.float().cpu().numpy()
+        logits = logits.float().cpu().numpy()  # (B, outputs)
         if out is None:
-            out = np.zeros((len(data.lengths), logits.shape[1]), dtype=np.float32)
-        out[rows] = logits
+            out = np.zeros((len(data.lengths), logits.shape[1]), dtype=np.float32)  # (n, outputs)
+        out[rows] = logits  # back in the rows' order
     model.train(was_training)
     return out
 

@@ -81,15 +81,17 @@ class Predictor:
         head = self._load_head()
         if m.pooling == "text":  # a baseline on the texts (TF-IDF, majority)
             X = np.array(texts, dtype=object) if pairs is None else np.stack(
-                [np.array(texts, dtype=object), np.array(pairs, dtype=object)], axis=1)
+                [np.array(texts, dtype=object), np.array(pairs, dtype=object)], axis=1)  # (n,) or (n, 2) texts
         elif m.combine != "joint":  # each text alone, as the cache's singles: one pass over both
             vectors, self.truncated_ = self._load_backbone().vectors(texts + pairs, None, {m.pooling: m.layers})
-            both = vectors[m.pooling].astype(m.store_dtype).astype(np.float32).reshape(2 * len(texts), -1)
-            X = combine(m.combine, both[:len(texts)], both[len(texts):])
+            # {pooling: (2n, len(layers), H)}: the first texts, then the second ones
+            both = vectors[m.pooling].astype(m.store_dtype).astype(np.float32).reshape(2 * len(texts), -1)  # (2n, L*H)
+            X = combine(m.combine, both[:len(texts)], both[len(texts):])  # (n, the pair's features)
         else:
             vectors, self.truncated_ = self._load_backbone().vectors(texts, pairs, {m.pooling: m.layers},
                                                                      progress=progress)
             # Rounded to the stored dtype: the head sees what it was fitted on.
+            # {pooling: (n, len(layers), H)} -> (n, len(layers) * H), the layers side by side as in the cache
             X = vectors[m.pooling].astype(m.store_dtype).astype(np.float32).reshape(len(texts), -1)
         return H.predict_scores(head, X, m.task, len(m.label_names))
 
@@ -172,9 +174,10 @@ class Predictor:
             self._finetuned = (loaded.model.eval(), encoder, loaded.device, TORCH_DTYPES[loaded.compute_dtype],
                                default_token_budget(loaded.device, loaded.compute_dtype))
         model, encoder, device, dtype, budget = self._finetuned
-        data = ML.encode_rows(encoder, texts, pairs, range(len(texts)), np.zeros(len(texts)))
+        data = ML.encode_rows(encoder, texts, pairs, range(len(texts)), np.zeros(len(texts)))  # n encodings, no labels
         self.truncated_ = sum(bool(e.overflowing) for e in data.encodings)
-        logits = ML.predict_logits(model, encoder, data, device=device, dtype=dtype, token_budget=budget)
+        logits = ML.predict_logits(model, encoder, data, device=device, dtype=dtype,
+                                   token_budget=budget)  # (n, outputs)
         scaler = None
         if m.target_scaler:
             scaler = ML.TargetScaler(np.array(m.target_scaler["mean"]), np.array(m.target_scaler["std"]))

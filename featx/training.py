@@ -192,7 +192,7 @@ def train(setup: Setup, candidate: Candidate, everyone: list[Candidate], until: 
     if candidate.stopped_by or candidate.epoch >= until:
         return
     model, optimizer, scheduler, scaler_fp16 = _start(setup, candidate)
-    y = targets(setup.task, setup.train.labels, setup.scaler)
+    y = targets(setup.task, setup.train.labels, setup.scaler)  # (n_train,) classes, or (n_train, L | T)
     model.train()
     while candidate.epoch < until:
         if _over_budget(setup, candidate, everyone):
@@ -262,10 +262,10 @@ def _steps(setup: Setup, candidate: Candidate, everyone: list[Candidate], *, epo
     bar = progress(batches, desc=f"finetune {candidate.name} epoch {epoch}/{setup.max_epochs}",
                    unit="step", enabled=setup.progress)
     for position, rows in enumerate(bar, 1):
-        inputs = to_device(setup.encoder.collate([setup.train.encodings[i] for i in rows]), setup.device)
+        inputs = to_device(setup.encoder.collate([setup.train.encodings[i] for i in rows]), setup.device)  # (B, T) each
         with torch.autocast(setup.device.type, dtype=setup.dtype, enabled=setup.dtype != torch.float32):
             logits = model(**inputs)  # (B, outputs)
-        value = loss(setup.task, logits.float(), y[rows].to(setup.device))
+        value = loss(setup.task, logits.float(), y[rows].to(setup.device))  # against (B,) or (B, L | T): a scalar
         if not torch.isfinite(value):
             _diverged(setup, candidate, epoch, len(candidate.loss), everyone)
             return False
@@ -318,7 +318,7 @@ def _evaluate(setup: Setup, model, candidate: Candidate, epoch: int) -> None:
     logits = predict_logits(model, setup.encoder, setup.select, device=setup.device, dtype=setup.eval_dtype,
                             token_budget=setup.budget_tokens)  # (n_select, outputs)
     candidate.eval_rows += len(setup.select.labels)
-    scores = scores_from_logits(setup.task, logits, setup.scaler)
+    scores = scores_from_logits(setup.task, logits, setup.scaler)  # (n_select,) P(positive), else (n_select, outputs)
     threshold = M.choose_threshold(setup.select.labels, scores) if TASKS[setup.task].thresholded else 0.5
     score = M.evaluate(setup.task, setup.select.labels, scores, threshold)[setup.metric]
     candidate.select.append([epoch, score])
