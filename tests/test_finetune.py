@@ -337,3 +337,34 @@ def test_interrupted_training_resumes_from_the_last_epoch(tmp_path, tiny_bert):
         assert record["metrics"][name] == pytest.approx(value, abs=1e-6), name
     assert [p[1] for p in record["curve"]["select"]] == pytest.approx(
         [p[1] for p in reference["curve"]["select"]], abs=1e-6)
+
+
+def test_finetune_and_predict_read_the_cache_instead_of_planning_again(make_pipeline, tmp_path, monkeypatch):
+    """After extract, the fine-tune and the predictor's manifest read what the cache says of
+    itself (its texts, labels, lengths, model fingerprint): no data parsed, no weight hashed."""
+    from featx import plan as P
+    from featx import resolve as R
+    from featx.data import load_dataset
+    from featx.manifest import manifest_for
+
+    data = write_rows(tmp_path / "c.csv", separable_rows(60))
+    pipeline = make_pipeline({"path": str(data)},
+                             finetune={"max_epochs": 1, "learning_rates": [1e-4], "head_input": "cls"})
+    path = extract(pipeline).path
+    expected = load_dataset(pipeline.data, pipeline.name)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("planned again")
+    monkeypatch.setattr(P, "make_plan", refuse)
+    monkeypatch.setattr(P, "load_dataset", refuse)
+    monkeypatch.setattr(R, "fingerprint", refuse)
+    cached = P.cached_plan(pipeline)
+    assert cached.path == path and cached.max_length == pipeline.extract.max_length
+    dataset = cached.dataset()
+    for name, split in expected.splits.items():  # the rows as the data gives them
+        assert dataset.splits[name].texts == list(split.texts) and dataset.splits[name].ids == list(split.ids)
+        np.testing.assert_array_equal(dataset.splits[name].labels, split.labels)
+    record = run_finetune(pipeline)
+    manifest = manifest_for(pipeline, None, True)
+    assert manifest.kind == "finetuned" and manifest.checkpoint_sha256 == record["checkpoint_sha256"]
+    assert manifest.model_fingerprint == cached.fingerprint and manifest.max_length == cached.max_length
