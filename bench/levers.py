@@ -27,8 +27,8 @@ def _setup():
     from featx.data import load_dataset
 
     resolved = R.resolve(MODEL)
-    model = B.freeze(B.load_model(resolved, init="pretrained"))
-    tokenizer = B.load_tokenizer(resolved.path)
+    loaded = B.load(resolved)  # frozen, on the CPU, its tokenizer checked against it
+    model, tokenizer = loaded.model, loaded.tokenizer
     texts = [t for s in load_dataset(DataConfig(builtin="trec")).splits.values() for t in s.texts]
     return torch, model, tokenizer, texts
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from featx.errors import FeatxError
 from featx.resolve import Resolved, weight_files
@@ -135,6 +136,42 @@ def _check_loaded(resolved: Resolved, model, base, prefix: str, info: dict, *, p
             f"{resolved.path}: {len(keys)} backbone weight(s) were newly initialised, not loaded: "
             f"{', '.join(keys[:12])}{' ...' if len(keys) > 12 else ''}{hint}. A random backbone "
             "is only allowed as the explicit control (model.init = \"random\")")
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A model and its tokenizer, loaded and checked (`load`), on the device they compute on."""
+    model: Any
+    tokenizer: Any
+    device: Any
+    """The torch.device the model is on."""
+    compute_dtype: str
+    """The autocast dtype's name (float32, bfloat16, float16) chosen for this device."""
+
+
+def load(resolved: Resolved, *, init: str = "pretrained", seed: int = 0, allow_pickle: bool = False,
+         pooler: bool = True, trust_remote_code: bool = False, attention: str = "auto",
+         head: Head | None = None, device="cpu", dtype: str = "float32", training: bool = False,
+         hidden: int | None = None, tokenizer=None) -> Loaded:
+    """The one way featx loads a model (extract, embed, predict, the fine-tune): the device and
+    compute dtype chosen (`pick_device`, `pick_dtype`: refused before any weight is read), the
+    weights loaded with every check of `load_model` (no newly initialised backbone weight, no
+    pickle unless allowed), the tokenizer loaded and checked against the embedding table, then
+    frozen (or, `training`, left trainable in eval mode) and moved to the device.
+
+    `hidden`: the model's width, for extraction's "auto" dtype; `training` picks the training
+    dtype instead. `tokenizer`: one already loaded from these files (the fine-tune tokenises
+    before it builds each candidate's model): checked, not loaded again.
+    """
+    device = pick_device(device) if isinstance(device, str) else device
+    compute_dtype = pick_dtype(dtype, device, training=training, hidden=hidden)
+    model = load_model(resolved, init=init, seed=seed, allow_pickle=allow_pickle, pooler=pooler,
+                       trust_remote_code=trust_remote_code, attention=attention, head=head)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(resolved.path, trust_remote_code)
+    check_vocabulary(tokenizer, model, resolved.path)
+    model = model if training else freeze(model)
+    return Loaded(model.to(device), tokenizer, device, compute_dtype)
 
 
 def check_vocabulary(tokenizer, model, path: Path) -> None:

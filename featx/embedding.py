@@ -43,8 +43,8 @@ def embed(texts, text_pairs=None, *, model: str = DEFAULT_MODEL, pooling: str = 
                          max_length=max_length, device=device, dtype=dtype,
                          needs_pooler=pooling == "pooler", sentence=pooling == "sentence",
                          prompt=R.default_prompt(resolved.path) if prompt is None else prompt)
-    vectors, _ = backbone.vectors(texts, pairs, {pooling: layers}, progress=progress)
-    return vectors[pooling].reshape(len(texts), -1)
+    vectors, _ = backbone.vectors(texts, pairs, {pooling: layers}, progress=progress)  # {pooling: (n, len(layers), H)}
+    return vectors[pooling].reshape(len(texts), -1)  # (n, len(layers) * H)
 
 
 def _check_options(*, model, layer, max_length, device, dtype, allow_pickle, progress) -> None:
@@ -103,19 +103,17 @@ class Backbone:
         from featx import backbone as B
         from featx import resolve as R
 
-        self.device = B.pick_device(device)
         hidden = None  # auto picks bf16 on a CPU only for a model of known, large enough width
         if dtype == "auto":
             try:
                 hidden = R.hidden_size(R.model_config(resolved.path))
             except FeatxError:
                 pass
-        self.compute_dtype = B.pick_dtype(dtype, self.device, hidden=hidden)
-        model = B.load_model(resolved, init=init, seed=seed, allow_pickle=allow_pickle, pooler=needs_pooler,
-                             trust_remote_code=trust_remote_code, attention=attention)
-        self.model = B.freeze(model).to(self.device)
-        self.tokenizer = B.load_tokenizer(resolved.path, trust_remote_code)
-        B.check_vocabulary(self.tokenizer, model, resolved.path)
+        loaded = B.load(resolved, init=init, seed=seed, allow_pickle=allow_pickle, pooler=needs_pooler,
+                        trust_remote_code=trust_remote_code, attention=attention, device=device,
+                        dtype=dtype, hidden=hidden)
+        self.model, self.tokenizer = loaded.model, loaded.tokenizer
+        self.device, self.compute_dtype = loaded.device, loaded.compute_dtype
         self.sentence = R.sentence_spec(resolved.path) if sentence else None
         self.max_length = max_length
         self.prompt = prompt

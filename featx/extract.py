@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -76,17 +77,18 @@ def extract(pipeline: Pipeline) -> ExtractResult:
     return ExtractResult(path, spec.key(), False, seconds, stats)
 
 
-def build(path: Path, plan: Plan, spec, device: torch.device, compute_dtype: str,
+def build(path: Path, plan: Plan, spec, device: torch.device, compute_dtype: str, *,
           rows: dict[str, np.ndarray] | None = None, info: dict | None = None) -> dict:
     """Create or resume the cache file `path` for `plan` and compute its missing rows.
 
     The caller holds the writer lock. `rows` (per split, global row indices) and `info` are
     for shards of a distributed run: stored beside the vectors so rank 0 can assemble them.
     """
-    model = writer = None
+    loaded = writer = None
     try:
         if not partial_finished(path, list(plan.groups)):
-            model, tokenizer = _load(plan, device)
+            loaded = _load(plan, device, compute_dtype)
+        model = None if loaded is None else loaded.model
         writer = CacheWriter.open(path, spec, writer_info(plan, model, device, compute_dtype) | (info or {}),
                                   list(plan.dataset.splits.values()), plan.hidden, rows=rows,
                                   singles=plan.singles, pair_rows=plan.pair_rows)
@@ -95,9 +97,9 @@ def build(path: Path, plan: Plan, spec, device: torch.device, compute_dtype: str
         stats = {"rows_total": sum(len(s) for s in plan.groups.values()),
                  "rows_computed": sum(todo.values())}
         if stats["rows_computed"]:
-            if model is None:
-                model, tokenizer = _load(plan, device)
-            stats |= run(model, tokenizer, plan, todo, writer, device, compute_dtype)
+            if loaded is None:
+                loaded = _load(plan, device, compute_dtype)
+            stats |= run(loaded, plan, todo, writer)
         stats["truncated_total"] = writer.count("truncated")
         writer.file.attrs["extract_stats"] = json.dumps(stats)
         writer.finalize()
@@ -116,25 +118,25 @@ def _hit(path: Path, key: str, start: float) -> ExtractResult:
     return ExtractResult(path, key, True, seconds)
 
 
-def _load(plan: Plan, device: torch.device):
+def _load(plan: Plan, device: torch.device, compute_dtype: str) -> backbone.Loaded:
+    """The plan's backbone, frozen on `device` (`backbone.load`), with extraction's own checks
+    of the pooler; compiled when asked."""
     cfg = plan.pipeline
     pooler = "pooler" in plan.layers
-    model = backbone.load_model(plan.model, init=cfg.model.init, seed=cfg.model.seed,
-                                allow_pickle=cfg.model.allow_pickle, pooler=pooler,
-                                trust_remote_code=cfg.model.trust_remote_code,
-                                attention=cfg.extract.attention)
+    loaded = backbone.load(plan.model, init=cfg.model.init, seed=cfg.model.seed,
+                           allow_pickle=cfg.model.allow_pickle, pooler=pooler,
+                           trust_remote_code=cfg.model.trust_remote_code,
+                           attention=cfg.extract.attention, device=device, dtype=compute_dtype)
+    model = loaded.model
     if pooler and getattr(model, "pooler", None) is None:
         raise FeatxError(f"{plan.model.name} has no pooler; drop 'pooler' from extract.poolings")
     if pooler and backbone.pooler_untrained(model):
         log.warning("the pooler of %s looks untrained (its dense bias is all zeros); 'pooler' "
                     "vectors are stored and reported separately, expect them to be poor",
                     plan.model.name)
-    tokenizer = backbone.load_tokenizer(plan.model.path, cfg.model.trust_remote_code)
-    backbone.check_vocabulary(tokenizer, model, plan.model.path)
-    model = backbone.freeze(model).to(device)
     if cfg.extract.compile:
-        model = torch.compile(model, dynamic=True)
-    return model, tokenizer
+        loaded = dataclasses.replace(loaded, model=torch.compile(model, dynamic=True))
+    return loaded
 
 
 def writer_info(plan: Plan, model, device: torch.device, compute_dtype: str) -> dict:
@@ -216,7 +218,7 @@ def _in_background(iterable, maxsize: int = 4):
 
 @torch.inference_mode()
 def forward_pooled(model, batch: Batch, layers: dict[str, tuple[int, ...]], device: torch.device,
-                   compute_dtype: str, sentence=None, prompt_length: int = 0) -> dict[str, torch.Tensor]:
+                   compute_dtype: str, *, sentence=None, prompt_length: int = 0) -> dict[str, torch.Tensor]:
     """One forward pass -> {pooling: (B, len(layers), H) float32} for every requested pooling.
     `prompt_length`: the prompt's leading tokens, which a `sentence` pooling whose Pooling
     module excludes the prompt leaves out."""
@@ -273,11 +275,10 @@ def _window_batches(encoder: Encoder, plan: Plan, todo, budget: int, max_rows: i
             yield window, batch
 
 
-def run(model, tokenizer, plan: Plan, todo: dict[str, int], writer: CacheWriter,
-        device: torch.device, compute_dtype: str) -> dict:
-    """Compute and store the rows not done yet (`todo`: their count per split); returns
-    throughput figures."""
-    cfg = plan.pipeline.extract
+def run(loaded: backbone.Loaded, plan: Plan, todo: dict[str, int], writer: CacheWriter) -> dict:
+    """Compute and store the rows not done yet (`todo`: their count per split) with the loaded
+    backbone; returns throughput figures."""
+    cfg, device = plan.pipeline.extract, loaded.device
     threads = torch.get_num_threads()
     try:
         if cfg.threads:
@@ -287,7 +288,7 @@ def run(model, tokenizer, plan: Plan, todo: dict[str, int], writer: CacheWriter,
             torch.set_num_threads(cfg.threads)
         elif device.type == "cpu" and plan.hidden < SMALL_HIDDEN and threads > 1:
             torch.set_num_threads(threads - 1)  # a core for the tokenizer thread
-        return _run(model, tokenizer, plan, todo, writer, device, compute_dtype)
+        return _run(loaded, plan, todo, writer)
     finally:
         torch.set_num_threads(threads)
 
@@ -299,9 +300,9 @@ def run(model, tokenizer, plan: Plan, todo: dict[str, int], writer: CacheWriter,
 SMALL_HIDDEN = 128
 
 
-def _run(model, tokenizer, plan: Plan, todo: dict[str, int], writer: CacheWriter,
-         device: torch.device, compute_dtype: str) -> dict:
+def _run(loaded: backbone.Loaded, plan: Plan, todo: dict[str, int], writer: CacheWriter) -> dict:
     cfg = plan.pipeline.extract
+    model, device, compute_dtype = loaded.model, loaded.device, loaded.compute_dtype
     budget = cfg.token_budget or default_token_budget(device, compute_dtype, plan.hidden)
     store = np.dtype(cfg.store_dtype)
     total = int(sum(todo.values()))
@@ -310,7 +311,7 @@ def _run(model, tokenizer, plan: Plan, todo: dict[str, int], writer: CacheWriter
              "padded_tokens": 0, "truncated": 0, "tokenizer_wait_s": 0.0}
     bar = progress(total=total, unit="text", enabled=plan.pipeline.progress,
                    desc=f"extract {plan.pipeline.name}")
-    encoder = Encoder(tokenizer, plan.max_length, plan.prompt)
+    encoder = Encoder(loaded.tokenizer, plan.max_length, plan.prompt)
     # A window is sorted by length on its own and its rows are gathered in memory until they
     # are written: its size bounds the memory, whatever the number of rows.
     # (A generator: the tokenizer thread finds each window's rows when it gets there.)
@@ -326,8 +327,8 @@ def _run(model, tokenizer, plan: Plan, todo: dict[str, int], writer: CacheWriter
             if window is not current:
                 writer.begin_block(window.split, window.lo, window.hi)  # flushes the one before
                 current = window
-            pooled = forward_pooled(model, batch, plan.layers, device, compute_dtype, plan.sentence,
-                                    batch.prompt_length)
+            pooled = forward_pooled(model, batch, plan.layers, device, compute_dtype, sentence=plan.sentence,
+                                    prompt_length=batch.prompt_length)  # {pooling: (B, len(layers), H)}
             arrays = {p: v.to(TORCH_DTYPES[cfg.store_dtype]).cpu().numpy().astype(store, copy=False)
                       for p, v in pooled.items()}
             _check_finite(arrays, batch, plan.groups[window.split], cfg.store_dtype)
@@ -387,11 +388,12 @@ def embed_rows(model, tokenizer, texts: list[str], pairs: list[str] | None,
                                 token_budget=budget, max_rows=max_rows, prompt=prompt)
     with progress(total=len(texts), unit="text", enabled=show_progress, desc="embed") as bar:
         for batch, _ in _in_background(batches):
-            pooled = forward_pooled(model, batch, layers, device, compute_dtype, sentence, batch.prompt_length)
+            pooled = forward_pooled(model, batch, layers, device, compute_dtype, sentence=sentence,
+                                    prompt_length=batch.prompt_length)  # {pooling: (B, len(layers), H)}
             for name, values in pooled.items():
                 if name not in out:
-                    out[name] = np.zeros((len(texts),) + tuple(values.shape[1:]), dtype=np.float32)
-                out[name][batch.rows] = values.cpu().numpy()
+                    out[name] = np.zeros((len(texts),) + tuple(values.shape[1:]), dtype=np.float32)  # (n, L, H)
+                out[name][batch.rows] = values.cpu().numpy()  # the batch's rows back at their positions
             truncated += int(batch.truncated.sum())
             bar.update(len(batch.rows))
     return out, truncated

@@ -19,6 +19,7 @@ import math
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,10 +30,9 @@ from featx import backbone as B
 from featx import bootstrap
 from featx import metrics as M
 from featx.batching import TORCH_DTYPES, Encoder, default_token_budget
-from featx.cache import Cache
-from featx.config import FinetuneConfig, MAX_LR, Pipeline, WARN_LR
+from featx.config import FinetuneConfig, Pipeline
 from featx.configfile import command
-from featx.data import Split
+from featx.data import Dataset, Split
 from featx.errors import FeatxError
 from featx.files import atomic_write, refuse_link, writable_dir
 from featx.modeling import (
@@ -40,11 +40,12 @@ from featx.modeling import (
     Encoded,
     ModelSpec,
     TargetScaler,
-    build_classifier,
     encode_rows,
-    fold_probe,
+    load_classifier,
     output_layer,
+    probe_head,
     predict_logits,
+    truncation,
     reference_class_name,
     scores_from_logits,
 )
@@ -61,21 +62,13 @@ from featx.records import (
     stop_reason,
     write_record,
 )
+from featx.plan import CachedPlan, cached_plan
 from featx.splits import label_assignment
 from featx.tasks import TASKS
-from featx.training import Candidate, Setup, load_state, save_state, train, worst_case_epochs
+from featx.training import (Candidate, Setup, auto_max_epochs, check_learning_rate, load_state,
+                            save_state, train, worst_case_epochs)
 
 log = logging.getLogger("featx")
-
-
-def check_learning_rate(lr: float) -> None:
-    if lr > MAX_LR:  # the config refuses this already; a library caller gets the same answer
-        raise FeatxError(f"learning rate {lr:g} is above {MAX_LR:g}: it destroys a pretrained "
-                         "backbone (use 2e-5..5e-5)")
-    if lr > WARN_LR:
-        log.warning("learning rate %g is high for fine-tuning a pretrained backbone: above %g the "
-                    "pretrained weights are quickly overwritten; 2e-5..5e-5 is the usual range",
-                    lr, WARN_LR)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -86,30 +79,41 @@ def encode_split(encoder: Encoder, split: Split, rows: np.ndarray) -> Encoded:
     return encode_rows(encoder, split.texts, split.text_pairs, rows, split.labels[rows])
 
 
-def truncation(max_length: int, **parts: Encoded) -> dict:
-    """How many texts (or pairs) of each part lost tokens to max_length: newswire and reviews
-    run past 256 tokens, and what the model never read is part of its result."""
-    counts = {name: sum(bool(e.overflowing) for e in part.encodings) for name, part in parts.items()}
-    if any(counts.values()):
-        log.warning("the fine-tune reads at most %d tokens per text: %s truncated", max_length,
-                    ", ".join(f"{n:,} of {len(parts[name].labels):,} {name}" for name, n in counts.items()))
-    return {"max_length": max_length} | counts
-
-
 # ---------------------------------------------------------------------------------------------
 # The fine-tune stage: a learning-rate search, each candidate trained until it stops improving
 
-# Auto max_epochs: enough epochs for this many optimizer steps, within these bounds.
-AUTO_STEPS, AUTO_MIN_EPOCHS, AUTO_MAX_EPOCHS = 1500, 4, 20
-
-
-def auto_max_epochs(n_train: int, batch_size: int) -> int:
-    steps = math.ceil(n_train / batch_size)
-    return int(min(AUTO_MAX_EPOCHS, max(AUTO_MIN_EPOCHS, math.ceil(AUTO_STEPS / steps))))
-
-
 # Stop reasons a larger budget lifts: running again with more epochs (or seconds) continues.
 CAPS = ("max_epochs", "budget")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What a fine-tune run is, decided before anything trains: the cache it pairs with and
+    its data, both read back from the cache (featx.plan.CachedPlan), the metric, the run's hash
+    and folder, the protocol's rows, the caps, and this configuration's finished run if any."""
+    pipeline: Pipeline
+    cached: CachedPlan
+    dataset: Dataset
+    """The splits as the cache stores them: the texts the frozen features were computed from."""
+    metric: str
+    run_hash: str
+    directory: Path
+    features: str
+    head: str
+    rows: tuple
+    """(select split, report split, train rows, select rows): `_protocol_rows`."""
+    max_epochs: int
+    max_seconds: float
+    previous: Record | None
+    facts: dict
+    """The cache's facts a record carries (featx.records.cache_facts)."""
+    # What a Plan offers the record and the model spec, from the cache's attributes.
+    key = property(lambda self: self.cached.key)
+    model = property(lambda self: self.cached.model)
+    n_layers = property(lambda self: self.cached.n_layers)
+    max_length = property(lambda self: self.cached.max_length)
+    prompt = property(lambda self: self.cached.prompt)
+    done = property(lambda self: self.directory / record_name(self.features, self.head), doc="Its record.")
 
 
 def run_finetune(pipeline: Pipeline) -> Record:
@@ -117,59 +121,68 @@ def run_finetune(pipeline: Pipeline) -> Record:
     the selection score stops improving, evaluate the best epoch; write the record and the best
     checkpoint; return the record. A run a cap stopped while it was still improving continues
     from its last epoch when run again with a larger cap."""
-    from featx.plan import make_plan
-
-    cfg = pipeline.finetune
-    for lr in cfg.learning_rates:
-        check_learning_rate(lr)
-    plan = make_plan(pipeline)
-    cache_path = plan.find_cache()
-    with Cache(cache_path) as cache:
-        key, facts = cache.key, cache_facts(cache.meta)
-        if cache.meta["model_fingerprint"] != plan.fingerprint:
-            raise FeatxError(f"{cache_path} was built from other model files; rerun featx extract")
-    task = plan.dataset.task
-    M.check_trainable(task, plan.dataset.splits["train"].labels, plan.dataset.label_names)
-    metric = M.primary(task, pipeline.probe.metric)  # chosen on and reported in the same metric
-    run_hash = finetune_run_hash(cfg, key, pipeline.extract.max_length, metric)  # the key covers the rest
-    # One folder per run (its budget aside): its record, its best weights, and while a cap may be
-    # raised, each learning rate's last epoch.
-    directory = writable_dir(finetune_dir(pipeline.runs_dir, pipeline.name, key, run_hash), root=pipeline.root)
-    features = f"finetune:{cfg.head_input}"
-    head = (reference_class_name(plan.model, pipeline.model.trust_remote_code) if cfg.head_input == MODEL_HEAD
-            else "lp-ft" if cfg.init_head_from_probe else "linear")
-    done = directory / record_name(features, head)
-    rows = _protocol_rows(plan.dataset, cfg)
-    select_split, report_split, _, select_rows = rows
-    M.check_defined(task, metric, {
-        ("dev" if select_split == "dev" else "held-out part of train"):
-            plan.dataset.splits[select_split].labels[select_rows],
-        report_split: plan.dataset.splits[report_split].labels}, plan.dataset.label_names)
-    max_epochs = cfg.max_epochs or auto_max_epochs(len(rows[2]), cfg.batch_size)
-    max_seconds = cfg.max_seconds or 0.0
-    previous = _previous(done, run_hash)
-    if previous is not None and not _continues(previous, max_epochs, max_seconds):
-        if previous.converged is False:
-            log.info("reused this configuration's fine-tune (%s); continue it with: %s",
-                     stop_reason(previous.converged, previous.stopped_by), previous.continue_with)
-        else:
-            log.info("reused the finished fine-tune of this configuration (%s): %s (delete its folder to "
-                     "train again)", stop_reason(previous.converged, previous.stopped_by), done)
-        return previous
+    run = prepare(pipeline)
+    if run.previous is not None and not _continues(run.previous, run.max_epochs, run.max_seconds):
+        return _reused(run)
     start = time.perf_counter()
-    setup = _prepare(pipeline, plan, cache_path, rows, metric=metric, run_hash=run_hash,
-                     directory=directory, max_epochs=max_epochs, max_seconds=max_seconds)
-    _announce(setup, plan)
+    setup = setup_training(run)
+    _announce(setup, run)
     candidates = search(setup)
-    record, predictions = _record(pipeline, plan, setup, candidates, key=key, features=features, head=head,
-                                  seconds=time.perf_counter() - start, previous=previous, facts=facts)
-    record = write_record(directory, record, predictions)
+    evaluation = evaluate(setup, candidates)
+    record, predictions = build_record(run, setup, candidates, evaluation, seconds=time.perf_counter() - start)
+    record = write_record(run.directory, record, predictions)
     log.info("fine-tuned in %.0f s: learning rate %g, best epoch %d of %d (%s), %s = %.4f on %s; "
              "record %s", record.wall_seconds, record.learning_rate, record.best_epoch,
              record.epochs, stop_reason(record.converged, record.stopped_by)
              + (f"; continue it with: {record.continue_with}" if record.continue_with else ""),
-             metric, record.metrics[metric], record.protocol["report_on"], done)
+             run.metric, record.metrics[run.metric], record.protocol["report_on"], run.done)
     return record
+
+
+def prepare(pipeline: Pipeline) -> Prepared:
+    """Everything the run is before it trains, each check before any time is spent: the
+    learning rates, the cache (which finds it as probe does), the labels, the protocol's rows."""
+    cfg = pipeline.finetune
+    for lr in cfg.learning_rates:
+        check_learning_rate(lr)
+    cached = cached_plan(pipeline)
+    # The fine-tune tokenises texts, which the cache stores with its vectors: it reads them there
+    # (the very rows extraction encoded) instead of loading the data files again.
+    dataset = cached.dataset()
+    task = dataset.task
+    M.check_trainable(task, dataset.splits["train"].labels, dataset.label_names)
+    metric = M.primary(task, pipeline.probe.metric)  # chosen on and reported in the same metric
+    run_hash = finetune_run_hash(cfg, cached.key, pipeline.extract.max_length, metric)  # the key covers the rest
+    # One folder per run (its budget aside): its record, its best weights, and while a cap may be
+    # raised, each learning rate's last epoch.
+    directory = writable_dir(finetune_dir(pipeline.runs_dir, pipeline.name, cached.key, run_hash),
+                             root=pipeline.root)
+    head = (reference_class_name(cached.model, pipeline.model.trust_remote_code) if cfg.head_input == MODEL_HEAD
+            else "lp-ft" if cfg.init_head_from_probe else "linear")
+    rows = _protocol_rows(dataset, cfg)
+    select_split, report_split, _, select_rows = rows
+    M.check_defined(task, metric, {
+        ("dev" if select_split == "dev" else "held-out part of train"):
+            dataset.splits[select_split].labels[select_rows],
+        report_split: dataset.splits[report_split].labels}, dataset.label_names)
+    features = f"finetune:{cfg.head_input}"
+    return Prepared(pipeline, cached, dataset, metric, run_hash, directory, features, head, rows,
+                    max_epochs=cfg.max_epochs or auto_max_epochs(len(rows[2]), cfg.batch_size),
+                    max_seconds=cfg.max_seconds or 0.0,
+                    previous=_previous(directory / record_name(features, head), run_hash),
+                    facts=cache_facts(cached.meta))
+
+
+def _reused(run: Prepared) -> Record:
+    """This configuration's finished run, said and returned as it is."""
+    previous, done = run.previous, run.done
+    if previous.converged is False:
+        log.info("reused this configuration's fine-tune (%s); continue it with: %s",
+                 stop_reason(previous.converged, previous.stopped_by), previous.continue_with)
+    else:
+        log.info("reused the finished fine-tune of this configuration (%s): %s (delete its folder to "
+                 "train again)", stop_reason(previous.converged, previous.stopped_by), done)
+    return previous
 
 
 def _previous(done: Path, run_hash: str) -> Record | None:
@@ -193,46 +206,47 @@ def _continues(previous: Record, max_epochs: int, max_seconds: float) -> bool:
     return max_seconds == 0 or max_seconds > before
 
 
-def _prepare(pipeline: Pipeline, plan, cache_path: Path, rows, *, metric: str, run_hash: str,
-             directory: Path, max_epochs: int, max_seconds: float) -> "Setup":
+def setup_training(run: Prepared) -> Setup:
     """Tokenise the splits, fit the target scaler, and the function that builds each candidate's
     initial model."""
+    pipeline = run.pipeline
     cfg = pipeline.finetune
-    task, names, splits = plan.dataset.task, plan.dataset.label_names, plan.dataset.splits
+    task, names, splits = run.dataset.task, run.dataset.label_names, run.dataset.splits
     device = B.pick_device(cfg.device)
-    dtype = TORCH_DTYPES[B.pick_dtype(cfg.dtype, device, training=True)]
-    tokenizer = B.load_tokenizer(plan.model.path, pipeline.model.trust_remote_code)
-    encoder = Encoder(tokenizer, plan.max_length, plan.prompt)  # the texts as the cache saw them
-    select_split, report_split, train_rows, select_rows = rows
+    dtype_name = B.pick_dtype(cfg.dtype, device, training=True)
+    dtype = TORCH_DTYPES[dtype_name]
+    # Loaded once for the encoder; `backbone.load` checks it against each candidate's model.
+    tokenizer = B.load_tokenizer(run.model.path, pipeline.model.trust_remote_code)
+    encoder = Encoder(tokenizer, run.max_length, run.prompt)  # the texts as the cache saw them
+    select_split, report_split, train_rows, select_rows = run.rows
     train = encode_split(encoder, splits["train"], train_rows)
     if not len(select_rows):
         raise FeatxError("the selection split is empty (the data has no dev split and train is too "
                          "small to hold out finetune.validation_fraction of it); add rows or a dev split")
     select = encode_split(encoder, splits[select_split], select_rows)
     report = encode_split(encoder, splits[report_split], np.arange(len(splits[report_split])))
-    truncated = truncation(plan.max_length, train=train, select=select, report=report)
+    truncated = truncation(run.max_length, train=train, select=select, report=report)
     scaler = TargetScaler.fit(train.labels) if TASKS[task].regression else None
-    probe_head = (_probe_head(pipeline, cache_path, cfg.head_input, plan.n_layers, task, scaler)
-                  if cfg.init_head_from_probe else None)
+    initial_head = (probe_head(pipeline.probe, run.cached.path, head_input=cfg.head_input, n_layers=run.n_layers,
+                               task=task, scaler=scaler) if cfg.init_head_from_probe else None)
 
-    spec = model_spec(pipeline, plan)
+    spec = model_spec(pipeline, run)
 
     def make_model() -> nn.Module:
-        model = build_classifier(spec)
-        B.check_vocabulary(tokenizer, getattr(model, "backbone", None) or model.model, plan.model.path)
-        if probe_head is not None:  # LP-FT: the linear probe folded into the head
+        model = load_classifier(spec, device=device, dtype=dtype_name, tokenizer=tokenizer).model
+        if initial_head is not None:  # LP-FT: the linear probe folded into the head
             with torch.no_grad():
-                output_layer(model).weight.copy_(torch.as_tensor(probe_head[0], dtype=torch.float32))
-                output_layer(model).bias.copy_(torch.as_tensor(probe_head[1], dtype=torch.float32))
-        return model.to(device)
+                output_layer(model).weight.copy_(torch.as_tensor(initial_head[0], dtype=torch.float32))  # (outputs, H)
+                output_layer(model).bias.copy_(torch.as_tensor(initial_head[1], dtype=torch.float32))  # (outputs,)
+        return model
 
-    return Setup(cfg, task, len(names), metric, encoder, train, select, scaler, device, dtype,
-                 default_token_budget(device, str(dtype).removeprefix("torch.")), max_epochs,
-                 max_seconds, directory, run_hash, make_model, pipeline.progress, report=report,
+    return Setup(cfg, task, len(names), run.metric, encoder, train, select, scaler, device, dtype,
+                 default_token_budget(device, dtype_name), run.max_epochs,
+                 run.max_seconds, run.directory, run.run_hash, make_model, pipeline.progress, report=report,
                  report_split=report_split, select_split=select_split, truncated=truncated)
 
 
-def _announce(setup: "Setup", plan) -> None:
+def _announce(setup: "Setup", plan: Prepared) -> None:
     """What the search will do, before it spends any time (the rate follows after its first steps)."""
     cfg = setup.cfg
     steps = math.ceil(len(setup.train.labels) / cfg.batch_size)
@@ -249,19 +263,38 @@ def _announce(setup: "Setup", plan) -> None:
              setup.worst_steps, cap, setup.device, str(setup.dtype).removeprefix("torch."))
 
 
-def _record(pipeline: Pipeline, plan, setup: "Setup", candidates: list["Candidate"], *, key: str,
-            features: str, head: str, seconds: float, previous: Record | None,
-            facts: dict) -> tuple[Record, Predictions]:
-    """Evaluate the chosen candidate's best epoch on the report split; keep its weights; the
-    record (with the cache's `facts`) and the predictions it was computed from."""
-    cfg, task = setup.cfg, setup.task
+@dataclass(frozen=True)
+class Evaluation:
+    """The chosen candidate's best epoch on the report split, and where its weights are kept."""
+    chosen: Candidate
+    scores: np.ndarray
+    """What featx.metrics.evaluate takes, (n_report,) or (n_report, outputs)."""
+    metrics: dict
+    predict_seconds: float
+    capped: bool
+    """Whether a cap stopped it while it still improved (a larger cap continues it)."""
+    best: Path
+
+
+def evaluate(setup: Setup, candidates: list[Candidate]) -> Evaluation:
+    """Evaluate the chosen candidate's best epoch on the report split and keep its weights."""
     chosen = max((c for c in candidates if c.best_epoch), key=lambda c: (c.best_score, -c.learning_rate))
-    report = setup.report
     scores, predict_seconds = _report_scores(setup, chosen)
-    metric_values = M.evaluate(task, report.labels, scores, chosen.threshold)
+    metric_values = M.evaluate(setup.task, setup.report.labels, scores, chosen.threshold)
     capped = not chosen.converged and chosen.stopped_by in CAPS
     # A capped run keeps every candidate's last epoch, so running again with a larger cap continues.
-    best = _keep_best(setup.directory, chosen, cfg.keep_checkpoints or capped)
+    best = _keep_best(setup.directory, chosen, setup.cfg.keep_checkpoints or capped)
+    return Evaluation(chosen, scores, metric_values, predict_seconds, capped, best)
+
+
+def build_record(plan: Prepared, setup: Setup, candidates: list[Candidate], evaluation: Evaluation, *,
+                 seconds: float) -> tuple[Record, Predictions]:
+    """The run's record (with the cache's facts) and the predictions it was computed from."""
+    pipeline, key, features, head, previous = plan.pipeline, plan.key, plan.features, plan.head, plan.previous
+    facts = plan.facts
+    cfg, task, report = setup.cfg, setup.task, setup.report
+    chosen, scores, metric_values = evaluation.chosen, evaluation.scores, evaluation.metrics
+    predict_seconds, capped, best = evaluation.predict_seconds, evaluation.capped, evaluation.best
     split = plan.dataset.splits[setup.report_split]
     predictions = Predictions(np.asarray(split.ids), report.labels,
                               scores[None].astype(TASKS[task].score_dtype()), chosen.threshold)
@@ -314,12 +347,13 @@ def _report_scores(setup: Setup, chosen: Candidate) -> tuple[np.ndarray, float]:
     model = setup.make_model()
     load_model(model, setup.directory / chosen.name / "best.safetensors", device=str(setup.device))
     t = time.perf_counter()
-    logits = predict_logits(model, setup.encoder, setup.report, setup.device, setup.eval_dtype, setup.budget_tokens)
+    logits = predict_logits(model, setup.encoder, setup.report, device=setup.device, dtype=setup.eval_dtype,
+                            token_budget=setup.budget_tokens)  # (n_report, outputs)
     predict_seconds = time.perf_counter() - t
-    return scores_from_logits(setup.task, logits, setup.scaler), predict_seconds
+    return scores_from_logits(setup.task, logits, setup.scaler), predict_seconds  # (n_report,) or (n_report, outputs)
 
 
-def _hyperparameters(setup: Setup, plan, chosen: Candidate) -> dict:
+def _hyperparameters(setup: Setup, plan: Prepared, chosen: Candidate) -> dict:
     """The configuration as it ran: the chosen learning rate, the caps, the search and dtypes used."""
     return dataclasses.asdict(setup.cfg) | {
         "learning_rate": chosen.learning_rate, "max_epochs": setup.max_epochs,
@@ -408,22 +442,9 @@ def _protocol_rows(dataset, cfg: FinetuneConfig):
     return "train", report, np.flatnonzero(~held), np.flatnonzero(held)
 
 
-def _probe_head(pipeline: Pipeline, cache_path: Path, head_input: str, n_layers: int, task: str,
-                scaler: TargetScaler | None) -> tuple[np.ndarray, np.ndarray]:
-    """LP-FT's starting head: (weight, bias) of the logistic probe on the same features."""
-    from featx.probe import Features
-    from featx.job import fit_selected
-
-    features = Features(head_input, (n_layers,))
-    estimator = fit_selected(cache_path, features, "logistic", pipeline.probe)
-    with Cache(cache_path) as cache:
-        hidden = int(cache.meta["hidden_size"])
-    log.info("LP-FT: head initialised from the logistic probe on %s", features.name)
-    return fold_probe(estimator, task, hidden, scaler)
-
-
 def model_spec(pipeline: Pipeline, plan) -> ModelSpec:
-    """How the pipeline's fine-tune model is built (predict builds it the same way)."""
+    """How the pipeline's fine-tune model is built (predict builds it the same way); `plan`: a
+    Plan or a Prepared run (its model files, task and label names)."""
     return ModelSpec(plan.model, plan.dataset.task, len(plan.dataset.label_names), pipeline.finetune.head_input,
                      init=pipeline.model.init, seed=pipeline.finetune.seed if pipeline.model.init != "random"
                      else pipeline.model.seed, allow_pickle=pipeline.model.allow_pickle,

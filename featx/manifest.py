@@ -174,13 +174,16 @@ def as_pipeline(pipeline):
 
 def manifest_for(pipeline, head: str | None, finetuned: bool) -> Manifest:
     """The chosen record of the pipeline's current cache, as a Manifest."""
-    from featx.plan import make_plan
+    from featx.plan import cached_plan
     from featx.records import record_dir
 
     if head is not None and finetuned:
         raise FeatxError("give --head or --finetuned, not both")
-    plan = make_plan(pipeline)
-    meta = _cache_meta(pipeline, plan)
+    # What the cache says of itself (its key, task, labels, model fingerprint, lengths, dtypes):
+    # nothing planned again; the predictor checks the model files against the fingerprint
+    # when it loads them (`checked_model`).
+    plan = cached_plan(pipeline)
+    meta = plan.meta
     record = _current_record(pipeline, meta["key"], head, finetuned)
     directory = record_dir(pipeline.runs_dir, record)
     if record.stage == "probe":
@@ -202,21 +205,6 @@ def manifest_for(pipeline, head: str | None, finetuned: bool) -> Manifest:
     return Manifest(kind="frozen", pooling=record.pooling, layers=tuple(record.layers),
                     combine=record.combine, head_file=str(directory / "heads" / entry["file"]),
                     head_sha256=entry["sha256"], head_binding=head_binding(record, entry["seed"]), **common)
-
-
-def _cache_meta(pipeline, plan) -> dict:
-    """The attributes of the pipeline's current cache, refused unless the model files now
-    resolved are the ones it was built from."""
-    from featx.cache import Cache
-
-    cache_path = plan.find_cache()
-    with Cache(cache_path) as cache:
-        meta = dict(cache.meta)
-    if meta["model_fingerprint"] != plan.fingerprint:
-        raise FeatxError(f"the model files now resolved for {pipeline.model.name!r} (fingerprint "
-                         f"{plan.fingerprint[:16]}) are not the ones the cache was built from "
-                         f"(fingerprint {meta['model_fingerprint'][:16]}); rerun featx extract")
-    return meta
 
 
 def _current_record(pipeline, key: str, head: str | None, finetuned: bool) -> Record:

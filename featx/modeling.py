@@ -16,6 +16,8 @@ Heads (`finetune.head_input`):
 """
 from __future__ import annotations
 
+import dataclasses
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +31,8 @@ from featx.errors import FeatxError
 from featx.pooling import cls_pool, mean_pool
 from featx.resolve import Resolved
 from featx.tasks import TASKS
+
+log = logging.getLogger("featx")
 
 # What a linear head reads from the backbone output: (output, (B, T) mask) -> (B, H).
 HEAD_INPUTS = {
@@ -111,18 +115,30 @@ class ModelSpec:
 
 
 def build_classifier(spec: ModelSpec) -> nn.Module:
-    """The classifier with its initial weights (seeded): the pretrained backbone (or the random
-    control) with a new head, every backbone weight loaded or an error."""
+    """The classifier with its initial weights (seeded), trainable, on the CPU."""
+    return load_classifier(spec).model
+
+
+def load_classifier(spec: ModelSpec, *, device="cpu", dtype: str = "float32", training: bool = True,
+                    tokenizer=None) -> B.Loaded:
+    """The classifier with its initial weights (seeded) and its tokenizer, by `featx.backbone.load`:
+    the pretrained backbone (or the random control) with a new head, every backbone weight
+    loaded or an error, the tokenizer checked against it, on `device`. `training`: trainable,
+    in the training dtype; else frozen, for predictions. `tokenizer`: see `backbone.load`."""
     outputs = n_outputs(spec.task, spec.n_labels)
     common = dict(init=spec.init, seed=spec.seed, allow_pickle=spec.allow_pickle,
-                  trust_remote_code=spec.trust_remote_code)
+                  trust_remote_code=spec.trust_remote_code, device=device, dtype=dtype,
+                  training=training, tokenizer=tokenizer)
     torch.manual_seed(spec.seed)  # the new head's init and (later) the dropout masks
     if spec.head_input == MODEL_HEAD:
-        model = B.load_model(spec.resolved, head=B.Head(outputs, TASKS[spec.task].problem_type),
-                             pooler=False, **common)
-        return ReferenceClassifier(model)
-    backbone = B.load_model(spec.resolved, pooler=spec.head_input == "pooler", **common)
-    return SequenceClassifier(backbone, outputs, spec.head_input)
+        loaded = B.load(spec.resolved, head=B.Head(outputs, TASKS[spec.task].problem_type),
+                        pooler=False, **common)
+        classifier = ReferenceClassifier(loaded.model)
+    else:
+        loaded = B.load(spec.resolved, pooler=spec.head_input == "pooler", **common)
+        classifier = SequenceClassifier(loaded.model, outputs, spec.head_input).to(loaded.device)
+    # Trainable: the wrapper's modes are left as built (training sets them); else all frozen.
+    return dataclasses.replace(loaded, model=classifier if training else B.freeze(classifier))
 
 
 def reference_class_name(resolved: Resolved, trust_remote_code: bool = False) -> str:
@@ -192,7 +208,7 @@ LOSSES = {"cross_entropy": F.cross_entropy, "binary_cross_entropy": F.binary_cro
 
 def targets(task: str, labels: np.ndarray, scaler: TargetScaler | None) -> torch.Tensor:
     kind = TASKS[task].loss
-    return torch.tensor(scaler.transform(labels) if scaler else labels, dtype=TARGETS[kind])
+    return torch.tensor(scaler.transform(labels) if scaler else labels, dtype=TARGETS[kind])  # (n,) or (n, L | T)
 
 
 def loss(task: str, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -224,32 +240,57 @@ def encode_rows(encoder: Encoder, texts: list[str], pairs: list[str] | None, row
     return Encoded(encodings, np.array([len(e.ids) for e in encodings]), labels)
 
 
+def truncation(max_length: int, **parts: Encoded) -> dict:
+    """How many texts (or pairs) of each part lost tokens to max_length: newswire and reviews
+    run past 256 tokens, and what the model never read is part of its result."""
+    counts = {name: sum(bool(e.overflowing) for e in part.encodings) for name, part in parts.items()}
+    if any(counts.values()):
+        log.warning("the fine-tune reads at most %d tokens per text: %s truncated", max_length,
+                    ", ".join(f"{n:,} of {len(parts[name].labels):,} {name}" for name, n in counts.items()))
+    return {"max_length": max_length} | counts
+
+
 def to_device(inputs: dict, device: torch.device) -> dict:
     return {k: v.to(device, non_blocking=True) for k, v in inputs.items()}
 
 
 @torch.no_grad()
-def predict_logits(model: nn.Module, encoder: Encoder, data: Encoded, device,
+def predict_logits(model: nn.Module, encoder: Encoder, data: Encoded, *, device,
                    dtype: torch.dtype, token_budget: int) -> np.ndarray:
     """Logits (n, outputs) in the rows' order; batches sorted by length, cut by a token budget."""
     was_training = model.training
     model.eval()
-    order = np.argsort(-data.lengths, kind="stable")
+    order = np.argsort(-data.lengths, kind="stable")  # (n,) row positions, longest first
     out = None
     for cut in plan_batches(data.lengths[order], token_budget, 1024):
-        rows = order[cut]
+        rows = order[cut]  # (B,) positions in the rows' order
         with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
             logits = model(**to_device(encoder.collate([data.encodings[i] for i in rows]), device))  # (B, outputs)
-        logits = logits.float().cpu().numpy()
+        logits = logits.float().cpu().numpy()  # (B, outputs)
         if out is None:
-            out = np.zeros((len(data.lengths), logits.shape[1]), dtype=np.float32)
-        out[rows] = logits
+            out = np.zeros((len(data.lengths), logits.shape[1]), dtype=np.float32)  # (n, outputs)
+        out[rows] = logits  # back in the rows' order
     model.train(was_training)
     return out
 
 
 # ---------------------------------------------------------------------------------------------
 # LP-FT: the linear probe folded into the head
+
+
+def probe_head(probe, cache_path, *, head_input: str, n_layers: int, task: str,
+               scaler: TargetScaler | None) -> tuple[np.ndarray, np.ndarray]:
+    """LP-FT's starting head: (weight (outputs, H), bias (outputs,)) of the logistic probe on the
+    same features, fitted on the cache as the probe stage (`probe`: its configuration) fits it."""
+    from featx.cache import Cache
+    from featx.job import Features, fit_selected
+
+    features = Features(head_input, (n_layers,))
+    estimator = fit_selected(cache_path, features, "logistic", probe)
+    with Cache(cache_path) as cache:
+        hidden = int(cache.meta["hidden_size"])
+    log.info("LP-FT: head initialised from the logistic probe on %s", features.name)
+    return fold_probe(estimator, task, hidden, scaler)
 
 
 def fold_probe(estimator, task: str, hidden: int, scaler: TargetScaler | None) -> tuple[np.ndarray, np.ndarray]:

@@ -182,6 +182,85 @@ def find_cache(pipeline: Pipeline) -> Path:
     return make_plan(pipeline).find_cache()
 
 
+@dataclass(frozen=True)
+class CachedPlan:
+    """A pipeline's complete cache as the stages after extract see it (finetune, predict): where
+    it is, the attributes it describes itself with (featx.cacheschema), and the model files it
+    was built from, resolved now. Read back from the cache instead of planned again: while the
+    pointer extract left holds (`find_cache`), no data file is parsed and no weight is hashed."""
+    path: Path
+    meta: dict
+    model: resolve.Resolved
+
+    @property
+    def key(self) -> str:
+        return self.meta["key"]
+
+    @property
+    def fingerprint(self) -> str:
+        return self.meta["model_fingerprint"]
+
+    @property
+    def task(self) -> str:
+        return self.meta["task"]
+
+    @property
+    def label_names(self) -> tuple[str, ...]:
+        return tuple(self.meta["label_names"])
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.meta["n_layers"])
+
+    @property
+    def max_length(self) -> int:
+        """Tokens per text after truncation, as extraction cut them (Plan.max_length)."""
+        return int(self.meta["max_length"])
+
+    @property
+    def prompt(self) -> str | None:
+        return self.meta.get("prompt")
+
+    def dataset(self) -> Dataset:
+        """The splits as extraction stored them (ids, texts, pairs, labels): the rows the cached
+        vectors were computed from, read and checked (crc32) without parsing the data again."""
+        from featx.cache import Cache
+
+        with Cache(self.path, key=self.key) as cache:
+            splits = {name: Split(name, cache.ids(name).tolist(), cache.texts(name).tolist(),
+                                  None if (pairs := cache.text_pairs(name)) is None else pairs.tolist(),
+                                  cache.labels(name)) for name in cache.splits}
+        return Dataset(self.meta["dataset_name"], self.task, self.label_names, splits,
+                       self.meta["dataset_source"])
+
+
+def cached_plan(pipeline: Pipeline) -> CachedPlan:
+    """The pipeline's complete cache (the one `find_cache` finds) and its model files.
+
+    The name is resolved again (cheap) and its remote-code setting checked, as planning does;
+    the weights are hashed only when the name now resolves to another folder than extraction
+    read (a new hub snapshot, a moved folder), which the pointer's file stats do not cover:
+    then the cache is planned again, by the fingerprint of the files found now."""
+    from featx.cache import Cache
+
+    path = find_cache(pipeline)
+    with Cache(path) as cache:
+        meta = dict(cache.meta)
+    model = resolve.resolve(pipeline.model.name, pipeline.model.revision)
+    resolve.check_remote_code(resolve.model_config(model.path), pipeline.model.name,
+                              pipeline.model.trust_remote_code)
+    if str(model.path) != meta["model_path"]:
+        plan = make_plan(pipeline)
+        path = plan.find_cache()
+        with Cache(path) as cache:
+            meta = dict(cache.meta)
+        if meta["model_fingerprint"] != plan.fingerprint:  # the key covers it: a damaged file only
+            raise FeatxError(f"{path} was built from other model files (fingerprint "
+                             f"{meta['model_fingerprint'][:16]}, now {plan.fingerprint[:16]}); rerun featx extract")
+        model = plan.model
+    return CachedPlan(path, meta, model)
+
+
 def make_plan(pipeline: Pipeline, dataset: Dataset | None = None) -> Plan:
     """What extraction computes for this pipeline; `dataset`: the pipeline's data, already read
     (a torchrun rank's view of it, `featx.distributed`), instead of reading it here."""

@@ -81,15 +81,17 @@ class Predictor:
         head = self._load_head()
         if m.pooling == "text":  # a baseline on the texts (TF-IDF, majority)
             X = np.array(texts, dtype=object) if pairs is None else np.stack(
-                [np.array(texts, dtype=object), np.array(pairs, dtype=object)], axis=1)
+                [np.array(texts, dtype=object), np.array(pairs, dtype=object)], axis=1)  # (n,) or (n, 2) texts
         elif m.combine != "joint":  # each text alone, as the cache's singles: one pass over both
             vectors, self.truncated_ = self._load_backbone().vectors(texts + pairs, None, {m.pooling: m.layers})
-            both = vectors[m.pooling].astype(m.store_dtype).astype(np.float32).reshape(2 * len(texts), -1)
-            X = combine(m.combine, both[:len(texts)], both[len(texts):])
+            # {pooling: (2n, len(layers), H)}: the first texts, then the second ones
+            both = vectors[m.pooling].astype(m.store_dtype).astype(np.float32).reshape(2 * len(texts), -1)  # (2n, L*H)
+            X = combine(m.combine, both[:len(texts)], both[len(texts):])  # (n, the pair's features)
         else:
             vectors, self.truncated_ = self._load_backbone().vectors(texts, pairs, {m.pooling: m.layers},
                                                                      progress=progress)
             # Rounded to the stored dtype: the head sees what it was fitted on.
+            # {pooling: (n, len(layers), H)} -> (n, len(layers) * H), the layers side by side as in the cache
             X = vectors[m.pooling].astype(m.store_dtype).astype(np.float32).reshape(len(texts), -1)
         return H.predict_scores(head, X, m.task, len(m.label_names))
 
@@ -156,47 +158,30 @@ class Predictor:
         if self._finetuned is None:
             from safetensors.torch import load_model
 
-            from featx import backbone as B
-
             resolved = checked_model(m)
-            device = B.pick_device(self.device)
-            dtype = B.pick_dtype(_runnable_dtype(m.compute_dtype, self.device), device)
-            if m.checkpoint is None:  # an exported Hugging Face folder
-                model = _Logits(resolved.path)
+            if m.checkpoint is None:  # an exported Hugging Face folder: its own class, trained head included
+                spec = ML.ModelSpec(resolved, m.task, len(m.label_names), ML.MODEL_HEAD)
             else:
-                model = ML.build_classifier(ML.ModelSpec(
-                    resolved, m.task, len(m.label_names), m.head_input, init=m.init, seed=m.init_seed or 0,
-                    allow_pickle=m.allow_pickle, trust_remote_code=self.trust_remote_code))
+                spec = ML.ModelSpec(resolved, m.task, len(m.label_names), m.head_input, init=m.init,
+                                    seed=m.init_seed or 0, allow_pickle=m.allow_pickle,
+                                    trust_remote_code=self.trust_remote_code)
+            loaded = ML.load_classifier(spec, device=self.device, training=False,
+                                        dtype=_runnable_dtype(m.compute_dtype, self.device))
+            if m.checkpoint is not None:
                 check_sha256(Path(m.checkpoint), m.checkpoint_sha256)
-                load_model(model, m.checkpoint, device=str(device))
-            encoder = Encoder(B.load_tokenizer(resolved.path, self.trust_remote_code), m.max_length, m.prompt)
-            self._finetuned = (model.to(device).eval(), encoder, device, TORCH_DTYPES[dtype],
-                               default_token_budget(device, dtype))
+                load_model(loaded.model, m.checkpoint, device=str(loaded.device))
+            encoder = Encoder(loaded.tokenizer, m.max_length, m.prompt)
+            self._finetuned = (loaded.model.eval(), encoder, loaded.device, TORCH_DTYPES[loaded.compute_dtype],
+                               default_token_budget(loaded.device, loaded.compute_dtype))
         model, encoder, device, dtype, budget = self._finetuned
-        data = ML.encode_rows(encoder, texts, pairs, range(len(texts)), np.zeros(len(texts)))
+        data = ML.encode_rows(encoder, texts, pairs, range(len(texts)), np.zeros(len(texts)))  # n encodings, no labels
         self.truncated_ = sum(bool(e.overflowing) for e in data.encodings)
-        logits = ML.predict_logits(model, encoder, data, device, dtype, budget)
+        logits = ML.predict_logits(model, encoder, data, device=device, dtype=dtype,
+                                   token_budget=budget)  # (n, outputs)
         scaler = None
         if m.target_scaler:
             scaler = ML.TargetScaler(np.array(m.target_scaler["mean"]), np.array(m.target_scaler["std"]))
         return ML.scores_from_logits(m.task, logits, scaler)
-
-
-def _Logits(path):
-    """An exported AutoModelForSequenceClassification, called like a SequenceClassifier."""
-    import torch
-    from transformers import AutoModelForSequenceClassification
-
-    class Logits(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = AutoModelForSequenceClassification.from_pretrained(
-                path, trust_remote_code=False, use_safetensors=True)
-
-        def forward(self, **inputs):
-            return self.model(**inputs).logits
-
-    return Logits()
 
 
 def _runnable_dtype(compute_dtype: str, device: str) -> str:

@@ -21,7 +21,7 @@ from torch import nn
 
 from featx import metrics as M
 from featx.batching import Encoder
-from featx.config import FinetuneConfig
+from featx.config import MAX_LR, WARN_LR, FinetuneConfig
 from featx.errors import FeatxError
 from featx.files import atomic_write, loads_json
 from featx.modeling import Encoded, TargetScaler, loss, predict_logits, scores_from_logits, targets, to_device
@@ -151,6 +151,25 @@ class Candidate:
         return self.stale >= 1
 
 
+def check_learning_rate(lr: float) -> None:
+    if lr > MAX_LR:  # the config refuses this already; a library caller gets the same answer
+        raise FeatxError(f"learning rate {lr:g} is above {MAX_LR:g}: it destroys a pretrained "
+                         "backbone (use 2e-5..5e-5)")
+    if lr > WARN_LR:
+        log.warning("learning rate %g is high for fine-tuning a pretrained backbone: above %g the "
+                    "pretrained weights are quickly overwritten; 2e-5..5e-5 is the usual range",
+                    lr, WARN_LR)
+
+
+# Auto max_epochs: enough epochs for this many optimizer steps, within these bounds.
+AUTO_STEPS, AUTO_MIN_EPOCHS, AUTO_MAX_EPOCHS = 1500, 4, 20
+
+
+def auto_max_epochs(n_train: int, batch_size: int) -> int:
+    steps = math.ceil(n_train / batch_size)
+    return int(min(AUTO_MAX_EPOCHS, max(AUTO_MIN_EPOCHS, math.ceil(AUTO_STEPS / steps))))
+
+
 def worst_case_epochs(n_candidates: int, max_epochs: int, strategy: str) -> int:
     """Epochs the search trains at most: full trains every candidate to the cap; halving trains
     every alive candidate one more epoch per round, then the last one to the cap."""
@@ -173,7 +192,7 @@ def train(setup: Setup, candidate: Candidate, everyone: list[Candidate], until: 
     if candidate.stopped_by or candidate.epoch >= until:
         return
     model, optimizer, scheduler, scaler_fp16 = _start(setup, candidate)
-    y = targets(setup.task, setup.train.labels, setup.scaler)
+    y = targets(setup.task, setup.train.labels, setup.scaler)  # (n_train,) classes, or (n_train, L | T)
     model.train()
     while candidate.epoch < until:
         if _over_budget(setup, candidate, everyone):
@@ -243,10 +262,10 @@ def _steps(setup: Setup, candidate: Candidate, everyone: list[Candidate], *, epo
     bar = progress(batches, desc=f"finetune {candidate.name} epoch {epoch}/{setup.max_epochs}",
                    unit="step", enabled=setup.progress)
     for position, rows in enumerate(bar, 1):
-        inputs = to_device(setup.encoder.collate([setup.train.encodings[i] for i in rows]), setup.device)
+        inputs = to_device(setup.encoder.collate([setup.train.encodings[i] for i in rows]), setup.device)  # (B, T) each
         with torch.autocast(setup.device.type, dtype=setup.dtype, enabled=setup.dtype != torch.float32):
             logits = model(**inputs)  # (B, outputs)
-        value = loss(setup.task, logits.float(), y[rows].to(setup.device))
+        value = loss(setup.task, logits.float(), y[rows].to(setup.device))  # against (B,) or (B, L | T): a scalar
         if not torch.isfinite(value):
             _diverged(setup, candidate, epoch, len(candidate.loss), everyone)
             return False
@@ -296,10 +315,10 @@ def _evaluate(setup: Setup, model, candidate: Candidate, epoch: int) -> None:
     """Score the epoch on the selection split; keep the weights when they are the best yet."""
     from safetensors.torch import save_model
 
-    logits = predict_logits(model, setup.encoder, setup.select, setup.device, setup.eval_dtype,
-                            setup.budget_tokens)
+    logits = predict_logits(model, setup.encoder, setup.select, device=setup.device, dtype=setup.eval_dtype,
+                            token_budget=setup.budget_tokens)  # (n_select, outputs)
     candidate.eval_rows += len(setup.select.labels)
-    scores = scores_from_logits(setup.task, logits, setup.scaler)
+    scores = scores_from_logits(setup.task, logits, setup.scaler)  # (n_select,) P(positive), else (n_select, outputs)
     threshold = M.choose_threshold(setup.select.labels, scores) if TASKS[setup.task].thresholded else 0.5
     score = M.evaluate(setup.task, setup.select.labels, scores, threshold)[setup.metric]
     candidate.select.append([epoch, score])

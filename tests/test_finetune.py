@@ -19,7 +19,7 @@ from featx.batching import Encoder
 from featx.configfile import load_pipeline
 from featx.errors import FeatxError
 from featx.extract import extract
-from featx.finetune import _probe_head, encode_split, run_finetune
+from featx.finetune import encode_split, run_finetune
 from featx.modeling import (
     LOSSES,
     SequenceClassifier,
@@ -27,6 +27,7 @@ from featx.modeling import (
     fold_probe,
     loss,
     predict_logits,
+    probe_head,
     scores_from_logits,
 )
 from featx.training import length_grouped_batches, parameter_groups
@@ -288,13 +289,14 @@ def test_lp_ft_head_starts_at_the_probe(make_pipeline, tmp_path, task, head_inpu
     plan = make_plan(pipeline)
     model = SequenceClassifier(B.load_model(plan.model, init="pretrained"), 3 if task == "multiclass" else 2,
                                head_input)
-    weight, bias = _probe_head(pipeline, cache_path, head_input, plan.n_layers, task, None)
+    weight, bias = probe_head(pipeline.probe, cache_path, head_input=head_input, n_layers=plan.n_layers, task=task,
+                              scaler=None)
     with torch.no_grad():
         model.classifier.weight.copy_(torch.as_tensor(weight, dtype=torch.float32))
         model.classifier.bias.copy_(torch.as_tensor(bias, dtype=torch.float32))
     encoder = Encoder(B.load_tokenizer(plan.model.path), pipeline.extract.max_length)
     test = encode_split(encoder, plan.dataset.splits["test"], np.arange(len(plan.dataset.splits["test"])))
-    logits = predict_logits(model, encoder, test, torch.device("cpu"), torch.float32, 4096)
+    logits = predict_logits(model, encoder, test, device=torch.device("cpu"), dtype=torch.float32, token_budget=4096)
     probe = fit_selected(cache_path, Features(head_input, (plan.n_layers,)), "logistic", pipeline.probe)
     with Cache(cache_path) as cache:
         decision = probe.decision_function(cache.features("test", head_input, -1))
@@ -346,3 +348,34 @@ def test_interrupted_training_resumes_from_the_last_epoch(tmp_path, tiny_bert):
         assert record.metrics[name] == pytest.approx(value, abs=1e-6), name
     assert [p[1] for p in record.curve["select"]] == pytest.approx(
         [p[1] for p in reference.curve["select"]], abs=1e-6)
+
+
+def test_finetune_and_predict_read_the_cache_instead_of_planning_again(make_pipeline, tmp_path, monkeypatch):
+    """After extract, the fine-tune and the predictor's manifest read what the cache says of
+    itself (its texts, labels, lengths, model fingerprint): no data parsed, no weight hashed."""
+    from featx import plan as P
+    from featx import resolve as R
+    from featx.data import load_dataset
+    from featx.manifest import manifest_for
+
+    data = write_rows(tmp_path / "c.csv", separable_rows(60))
+    pipeline = make_pipeline({"path": str(data)},
+                             finetune={"max_epochs": 1, "learning_rates": [1e-4], "head_input": "cls"})
+    path = extract(pipeline).path
+    expected = load_dataset(pipeline.data, pipeline.name)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("planned again")
+    monkeypatch.setattr(P, "make_plan", refuse)
+    monkeypatch.setattr(P, "load_dataset", refuse)
+    monkeypatch.setattr(R, "fingerprint", refuse)
+    cached = P.cached_plan(pipeline)
+    assert cached.path == path and cached.max_length == pipeline.extract.max_length
+    dataset = cached.dataset()
+    for name, split in expected.splits.items():  # the rows as the data gives them
+        assert dataset.splits[name].texts == list(split.texts) and dataset.splits[name].ids == list(split.ids)
+        np.testing.assert_array_equal(dataset.splits[name].labels, split.labels)
+    record = run_finetune(pipeline)
+    manifest = manifest_for(pipeline, None, True)
+    assert manifest.kind == "finetuned" and manifest.checkpoint_sha256 == record.checkpoint_sha256
+    assert manifest.model_fingerprint == cached.fingerprint and manifest.max_length == cached.max_length

@@ -292,7 +292,7 @@ def test_many_rare_labels_reach_low_thresholds_and_weak_penalties():
 
 
 def test_lp_ft_folds_a_probe_with_constant_labels_into_finite_weights():
-    from featx.finetune import fold_probe
+    from featx.modeling import fold_probe
 
     X, _, Y = rare_problem(200, seed=5)
     probe = H.fit(H.build("logistic", "multilabel", {"C": 1.0}), X, Y)
