@@ -35,33 +35,12 @@ from featx.configfile import command
 from featx.data import Dataset, Split
 from featx.errors import FeatxError
 from featx.files import atomic_write, refuse_link, writable_dir
-from featx.modeling import (
-    MODEL_HEAD,
-    Encoded,
-    ModelSpec,
-    TargetScaler,
-    encode_rows,
-    load_classifier,
-    output_layer,
-    probe_head,
-    predict_logits,
-    truncation,
-    reference_class_name,
-    scores_from_logits,
-)
+from featx.modeling import (MODEL_HEAD, Encoded, ModelSpec, TargetScaler, encode_rows,
+                            load_classifier, output_layer, probe_head, predict_logits, truncation,
+                            reference_class_name, scores_from_logits)
 from featx.recordschema import Record, new_record
-from featx.records import (
-    Predictions,
-    cache_facts,
-    checkpoint_path,
-    configuration,
-    finetune_dir,
-    finetune_run_hash,
-    read_record,
-    record_name,
-    stop_reason,
-    write_record,
-)
+from featx.records import (Predictions, cache_facts, checkpoint_path, configuration, finetune_dir,
+                           finetune_run_hash, read_record, record_name, stop_reason, write_record)
 from featx.plan import CachedPlan, cached_plan
 from featx.splits import label_assignment
 from featx.tasks import TASKS

@@ -58,8 +58,8 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def _optimizer(model, cfg: FinetuneConfig, lr: float, device):
-    # The fused kernel (CPU and CUDA) does the whole update in one pass: measured 0.022 s against
-    # 0.081 s per step for all-MiniLM-L6-v2 on 2 CPU cores.
+    # The fused kernel (CPU and CUDA) does the whole update in one pass instead of one per
+    # parameter tensor (docs/benchmarks.md, Fine-tuning on CPU).
     try:
         return torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=lr, fused=True)
     except (RuntimeError, TypeError):  # a device or dtype the fused kernel does not cover
