@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"  # the real benchmark data, when this checkout has it
 
 
-def run_records(runs: Path) -> list[dict]:
+def run_records(runs: Path) -> list:
     """Every record under a runs folder (runs/<pipeline>/<cache key>/...)."""
     from featx.records import read_records
 

@@ -47,12 +47,12 @@ def _featx(*args: str) -> float:
     return time.perf_counter() - start
 
 
-def _records(data_dir: Path) -> tuple[list[dict], Path]:
+def _records(data_dir: Path) -> tuple[list, Path]:
     runs = data_dir / "runs"
     return run_records(runs), runs
 
 
-def _scores(runs: Path, record: dict):
+def _scores(runs: Path, record):
     from featx.records import read_predictions, record_dir
 
     p = read_predictions(record_dir(runs, record), record)
@@ -73,12 +73,12 @@ def one(name: str, pipeline_file: str) -> dict:
         runs[dtype] = _records(data_dir)
     (fp32, fp32_runs), (bf16, bf16_runs) = runs["float32"], runs["bfloat16"]
     choice32, choice16 = frozen_choice(fp32, fp32_runs).record, frozen_choice(bf16, bf16_runs).record
-    twin = next(r for r in bf16 if r["stage"] == "probe" and r["features"] == choice32["features"]
-                and r["head"] == choice32["head"])
-    task, metric = choice32["task"], choice32["primary_metric"]
+    twin = next(r for r in bf16 if r.stage == "probe" and r.features == choice32.features
+                and r.head == choice32.head)
+    task, metric = choice32.task, choice32.primary_metric
     out = {"dataset": name, "metric": metric, "extract_s": seconds,
-           "fp32_choice": f"{choice32['features']} {choice32['head']}",
-           "bf16_choice": f"{choice16['features']} {choice16['head']}"}
+           "fp32_choice": f"{choice32.features} {choice32.head}",
+           "bf16_choice": f"{choice16.features} {choice16.head}"}
     for label, a, b in (("same configuration", twin, choice32), ("frozen choice", choice16, choice32)):
         y, scores_b = _scores(fp32_runs, b)
         y_a, scores_a = _scores(bf16_runs, a)

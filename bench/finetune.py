@@ -37,7 +37,7 @@ def _env() -> dict:
     return dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT))
 
 
-def featx_child(data_dir: Path, overrides: list[str]) -> dict:
+def featx_child(data_dir: Path, overrides: list[str]):
     """`featx finetune` in a child process; its record."""
     from featx.configfile import load_pipeline
     from featx.records import read_records, run_dir
@@ -54,7 +54,7 @@ def featx_child(data_dir: Path, overrides: list[str]) -> dict:
 
     with Cache(find_cache(pipeline)) as cache:
         key = cache.key
-    [record] = [r for r in read_records(run_dir(pipeline.runs_dir, pipeline.name, key)) if r["stage"] == "finetune"]
+    [record] = [r for r in read_records(run_dir(pipeline.runs_dir, pipeline.name, key)) if r.stage == "finetune"]
     return record
 
 
@@ -130,15 +130,15 @@ def _run_trainer(epochs: int, target: float, stop_after: int, bf16: bool) -> dic
     return json.loads(line.removeprefix("RESULT "))
 
 
-def _featx_timing(record: dict) -> dict:
+def _featx_timing(record) -> dict:
     """Steps/s and seconds to the best dev score of a one-learning-rate featx record."""
-    [candidate] = record["search"]
+    [candidate] = record.search
     best_epoch = candidate["best_epoch"]
     seconds = candidate["epoch_seconds"]
-    per_epoch = record["steps"] / max(record["epochs"], 1)
+    per_epoch = record.steps / max(record.epochs, 1)
     return {"best_dev": candidate["score"], "best_epoch": best_epoch,
-            "seconds_to_best": seconds[best_epoch - 1], "steps_per_s": record["steps"] / seconds[-1],
-            "epochs": record["epochs"], "steps_per_epoch": per_epoch, "dtype": record["hyperparameters"]["dtype"]}
+            "seconds_to_best": seconds[best_epoch - 1], "steps_per_s": record.steps / seconds[-1],
+            "epochs": record.epochs, "steps_per_epoch": per_epoch, "dtype": record.hyperparameters["dtype"]}
 
 
 def against_trainer(scratch: Path) -> dict:
@@ -196,11 +196,11 @@ def bf16_against_fp32(scratch: Path) -> list[dict]:
         pa = read_predictions(record_dir(da / "runs", a), a)
         pb = read_predictions(record_dir(db / "runs", b), b)
         paired = bootstrap.paired("multiclass", "accuracy", pa.labels, (pa.scores, 0.5), (pb.scores, 0.5))
-        row = {"labels": labels, "fp32_accuracy": b["metrics"]["accuracy"], "bf16_accuracy": a["metrics"]["accuracy"],
+        row = {"labels": labels, "fp32_accuracy": b.metrics["accuracy"], "bf16_accuracy": a.metrics["accuracy"],
                "difference": paired["difference"], "difference_ci": paired["difference_ci"],
-               "fp32_seconds": b["wall_seconds"], "bf16_seconds": a["wall_seconds"],
-               "speedup": b["wall_seconds"] / a["wall_seconds"], "fp32_epochs": b["epochs"],
-               "bf16_epochs": a["epochs"], "fp32_lr": b["learning_rate"], "bf16_lr": a["learning_rate"]}
+               "fp32_seconds": b.wall_seconds, "bf16_seconds": a.wall_seconds,
+               "speedup": b.wall_seconds / a.wall_seconds, "fp32_epochs": b.epochs,
+               "bf16_epochs": a.epochs, "fp32_lr": b.learning_rate, "bf16_lr": a.learning_rate}
         out.append(row)
         print(json.dumps(row), flush=True)
     return out

@@ -107,8 +107,8 @@ def compare(name: str, pipeline_file: str, overrides: list[str], scratch: Path) 
         comparison = bootstrap.paired(task, metric, pred_a.labels, (pred_a.scores, pred_a.threshold),
                                       (pred_b.scores, pred_b.threshold))
         low, high = comparison["difference_ci"]
-        pick = lambda rec: max((c for c in rec["search"] if "score" in c), key=lambda c: c["score"])  # noqa: E731
-        rows.append({"dataset": name, "protocol": rec_a["protocol"]["name"], "features": features.name,
+        pick = lambda rec: max((c for c in rec.search if "score" in c), key=lambda c: c["score"])  # noqa: E731
+        rows.append({"dataset": name, "protocol": rec_a.protocol["name"], "features": features.name,
                      "before": before, "after": after, "metric": metric, "n_test": comparison["n"],
                      "before_s": float(np.median(seconds[before])), "after_s": float(np.median(seconds[after])),
                      "speedup": float(np.median(np.array(seconds[before]) / np.array(seconds[after]))),
@@ -116,7 +116,7 @@ def compare(name: str, pipeline_file: str, overrides: list[str], scratch: Path) 
                      "difference": comparison["difference"], "difference_ci": [low, high],
                      "equal": bool(low <= 0 <= high),
                      "before_selection": pick(rec_b)["score"], "after_selection": pick(rec_a)["score"],
-                     "before_params": rec_b["hyperparameters"], "after_params": rec_a["hyperparameters"]})
+                     "before_params": rec_b.hyperparameters, "after_params": rec_a.hyperparameters})
         print(json.dumps(rows[-1]), flush=True)
     return rows
 

@@ -74,10 +74,10 @@ def _summary(runs: Path) -> tuple[float, dict, int]:
     from featx.choice import selection_score
 
     records = run_records(runs)
-    probes = [r for r in records if r["stage"] == "probe" and not r.get("baseline")]
+    probes = [r for r in records if r.stage == "probe" and not r.baseline]
     per_head: dict[str, float] = {}
     for r in records:
-        per_head[r["head"]] = per_head.get(r["head"], 0.0) + (r.get("fit_seconds") or 0.0)
+        per_head[r.head] = per_head.get(r.head, 0.0) + (r.fit_seconds or 0.0)
     best = max((selection_score(r) for r in probes), default=float("nan"))
     return best, per_head, len(records)
 
@@ -133,8 +133,8 @@ def _picks(runs: Path) -> dict:
 
     records = run_records(runs)
     choice = frozen_choice(records, runs)
-    describe = lambda r: {"config": f"{r['features']} {r['head']}",  # noqa: E731
-                          "test": r["metrics"][r["primary_metric"]]}
+    describe = lambda r: {"config": f"{r.features} {r.head}",  # noqa: E731
+                          "test": r.metrics[r.primary_metric]}
     unpaired = frozen_choice(records)  # one SE of the best score itself, not of the paired difference
     return {"max": describe(choice.top), "one_se_score": describe(unpaired.record),
             "one_se": describe(choice.record)}
