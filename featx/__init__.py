@@ -30,17 +30,17 @@ def open_cache(path=None, *, pipeline=None):
     return Cache(path)
 
 
-def embed(texts, text_pairs=None, **options):
-    """Vectors of texts from a frozen backbone, by featx's extractor (see `featx.embedding.embed`)."""
-    from featx.embedding import embed as _embed
-    return _embed(texts, text_pairs, **options)
-
-
-def load_predictor(pipeline, head=None, **options):
-    """A predictor (`.predict`, `.predict_proba`, `.classes_`) for a pipeline's chosen
-    configuration, or an exported folder (see `featx.predict.load_predictor`)."""
-    from featx.predict import load_predictor as _load
-    return _load(pipeline, head, **options)
+def __getattr__(name: str):
+    """`featx.embed` and `featx.load_predictor` are the functions themselves, with their own
+    signatures and docs (featx.embedding.embed, featx.predict.load_predictor), imported when
+    first used: `import featx` stays without torch."""
+    if name == "embed":
+        from featx.embedding import embed
+        return embed
+    if name == "load_predictor":
+        from featx.predict import load_predictor
+        return load_predictor
+    raise AttributeError(f"module 'featx' has no attribute {name!r}")
 
 
 __all__ = ["FeatxError", "embed", "load_predictor", "open_cache", "__version__"]

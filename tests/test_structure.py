@@ -97,3 +97,14 @@ def test_cache_report_heads_and_probe_import_no_torch():
     code = ("import sys; import featx, featx.cache, featx.report, featx.heads, featx.probe, featx.records, "
             "featx.bootstrap, featx.serialize; assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_the_package_exposes_the_functions_themselves():
+    """`featx.embed` and `featx.load_predictor` are the real functions (their own signatures and
+    docs), imported on first use so that `import featx` needs no torch."""
+    import featx
+    from featx.embedding import embed
+    from featx.predict import load_predictor
+
+    assert featx.embed is embed and featx.load_predictor is load_predictor
+    assert set(featx.__all__) >= {"embed", "load_predictor", "open_cache"}
