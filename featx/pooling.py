@@ -59,7 +59,8 @@ def last_token_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return hidden[torch.arange(hidden.shape[0], device=hidden.device), last].float()  # (B, H)
 
 
-# sentence-transformers' Pooling modes (featx.resolve.SENTENCE_MODES names them).
+# sentence-transformers' Pooling modes, by featx's names for them (featx.resolve.ST_MODE_NAMES maps
+# its config's names to these).
 SENTENCE_MODES = LAYER_POOLINGS | {"mean_sqrt_len": mean_sqrt_len_pool, "last_token": last_token_pool}
 
 

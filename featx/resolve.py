@@ -36,7 +36,7 @@ POOLER_TYPES = {"bert": "bert", "roberta": "roberta", "xlm-roberta": "roberta", 
 OFFSET_POSITION_TYPES = ("roberta", "xlm-roberta", "camembert", "mpnet", "longformer", "data2vec-text",
                          "xlm-roberta-xl")
 # Its Pooling module's modes that featx computes (right-padded batches), by their config names.
-SENTENCE_MODES = {"cls": "cls", "cls_token": "cls", "mean": "mean", "mean_tokens": "mean",
+ST_MODE_NAMES = {"cls": "cls", "cls_token": "cls", "mean": "mean", "mean_tokens": "mean",
                   "max": "max", "max_tokens": "max", "mean_sqrt_len_tokens": "mean_sqrt_len",
                   "lasttoken": "last_token"}
 
@@ -256,13 +256,13 @@ def sentence_spec(path: Path) -> SentenceSpec | None:
         modes = [k.removeprefix("pooling_mode_") for k, v in config.items()
                  if k.startswith("pooling_mode_") and v is True]
     modes = [modes] if isinstance(modes, str) else list(modes or ["mean"])
-    if len(modes) != 1 or modes[0] not in SENTENCE_MODES:
+    if len(modes) != 1 or modes[0] not in ST_MODE_NAMES:
         raise FeatxError(f"{pooling_dir / 'config.json'}: pooling mode(s) {modes}; featx computes one "
-                         f"of {sorted(set(SENTENCE_MODES.values()))}: drop 'sentence' from "
+                         f"of {sorted(set(ST_MODE_NAMES.values()))}: drop 'sentence' from "
                          "extract.poolings for this model")
     settings = _json_file(path / "sentence_bert_config.json") if (path / "sentence_bert_config.json").is_file() else {}
     max_seq = settings.get("max_seq_length")
-    return SentenceSpec(SENTENCE_MODES[modes[0]], kinds[-1] == "Normalize",
+    return SentenceSpec(ST_MODE_NAMES[modes[0]], kinds[-1] == "Normalize",
                         max_seq if isinstance(max_seq, int) else None,
                         include_prompt=config.get("include_prompt", True) is not False)
 
