@@ -114,11 +114,6 @@ class ModelSpec:
     trust_remote_code: bool = False
 
 
-def build_classifier(spec: ModelSpec) -> nn.Module:
-    """The classifier with its initial weights (seeded), trainable, on the CPU."""
-    return load_classifier(spec).model
-
-
 def load_classifier(spec: ModelSpec, *, device="cpu", dtype: str = "float32", training: bool = True,
                     tokenizer=None) -> B.Loaded:
     """The classifier with its initial weights (seeded) and its tokenizer, by `featx.backbone.load`:

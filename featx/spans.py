@@ -34,8 +34,8 @@ def agreed(gather, compute):
         mine = ("ok", compute())
     except stream.Fallback as why:
         mine = ("fallback", str(why))
-    except (FeatxError, OSError, ValueError) as exc:
-        mine = ("error", f"{type(exc).__name__}: {exc}" if not isinstance(exc, FeatxError) else str(exc))
+    except Exception as exc:  # noqa: BLE001 - any failure, so that no rank waits for this one
+        mine = ("error", str(exc) if isinstance(exc, FeatxError) else f"{type(exc).__name__}: {exc}")
     everyone = gather(mine)
     for rank, (status, value) in enumerate(everyone):
         if status == "fallback":
@@ -56,21 +56,52 @@ def span_of(source: stream.Source, rank: int, size: int, gather) -> tuple[int, i
     cuts = [first + (total - first) * r // size for r in range(size + 1)]
     quoted = source.quoting != "none"
     # Whether a cut falls inside a quoted field: the parity of the quotes before it, counted by
-    # the ranks over their own stretches (exact once `_plain` holds for every stretch).
-    counts = agreed(gather, lambda: _count_quotes(source.path, cuts[rank], cuts[rank + 1]) if quoted else 0)
+    # the ranks over their own stretches (exact once `_plain` holds for every stretch). Each rank
+    # also hashes its stretch and the next one, so two ranks read every byte: hosts whose copies
+    # of the file differ are told so, not given a mix of the two.
+    stretches = agreed(gather, lambda: _stretch(source.path, cuts, rank, quoted))
+    _check_same_bytes(source.path, stretches, cuts)
+    counts = [quotes for quotes, _, _ in stretches]
 
-    def boundary(r: int) -> int:
-        if r in (0, size):
-            return first if r == 0 else total
-        return _next_record(source.path, cuts[r], sum(counts[:r]) % 2 == 1, quoted, total)
+    def mine() -> tuple[bool, tuple[int, int]]:
+        def boundary(r: int) -> int:
+            if r in (0, size):
+                return first if r == 0 else total
+            return _next_record(source.path, cuts[r], sum(counts[:r]) % 2 == 1, quoted, total)
+        start, stop = boundary(rank), boundary(rank + 1)
+        return _plain(source, start, max(start, stop)), (start, max(start, stop))
 
-    start, stop = boundary(rank), boundary(rank + 1)
-    stop = max(start, stop)
-    if all(agreed(gather, lambda: _plain(source, start, stop))):
-        return start, stop
+    found = agreed(gather, mine)  # every rank's cut, found and checked, or every rank's error
+    if all(plain for plain, _ in found):
+        return found[rank][1]
     log.warning("%s: its quotes leave record boundaries uncertain, so every rank reads the whole "
                 "file (quote every field that holds a quote or a line break to shard it)", source.path)
     return None
+
+
+def _stretch(path: Path, cuts: list[int], rank: int, quoted: bool) -> tuple[int, str, str | None]:
+    """(quotes in this rank's stretch of the file, its sha256, the next stretch's sha256)."""
+    def digest(lo: int, hi: int) -> str:
+        h = hashlib.sha256()
+        for _, data in _blocks(path, lo, hi):
+            h.update(data)
+        return h.hexdigest()
+    quotes, h = 0, hashlib.sha256()
+    for _, data in _blocks(path, cuts[rank], cuts[rank + 1]):
+        quotes += data.count(b'"') if quoted else 0
+        h.update(data)
+    following = digest(cuts[rank + 1], cuts[rank + 2]) if rank + 2 < len(cuts) else None
+    return quotes, h.hexdigest(), following
+
+
+def _check_same_bytes(path: Path, stretches: list, cuts: list[int]) -> None:
+    """Refuse ranks whose copies of the file differ (the same size, other bytes): each stretch
+    was hashed by its rank and by the rank before it."""
+    for r in range(1, len(stretches)):
+        if stretches[r][1] != stretches[r - 1][2]:
+            raise FeatxError(f"ranks {r - 1} and {r} read different bytes at {path} (bytes {cuts[r]:,} to "
+                             f"{cuts[r + 1]:,}): every host must see the same file; copy it again, or put "
+                             "it where every host reads it")
 
 
 def _header_end(path: Path) -> int:
@@ -193,6 +224,12 @@ def merge(parts: list[stream.Parsed], source: stream.Source) -> stream.Parsed:
             names = np.array([split_index.setdefault(v, len(split_index)) for v in part.split_values],
                              dtype=np.int64)
             splits.append(names[part.splits] if len(part.splits) else np.zeros(0, np.int64))
+    # The limits each rank's pass 1 kept (featx.stream.parse), now over the whole file: past
+    # them one process reads the file whole, and so must every rank (the same data, one key).
+    if len(split_index) > 100:
+        raise stream.Fallback("more than 100 distinct split names")
+    if len(index) > 100_000:
+        raise stream.Fallback("more than 100,000 distinct labels: not classes")
     dtype = np.int16 if len(index) < 2 ** 15 else np.int32
     with_splits = parts[0].splits is not None
     return stream.Parsed(source, sum(p.n for p in parts), np.concatenate(codes).astype(dtype), list(index),

@@ -232,9 +232,14 @@ def source_of(path: Path, cfg, fmt: str) -> Source:
     import csv
     import io
 
+    if len(delimiter.encode()) != 1:
+        raise Fallback("a delimiter pyarrow cannot take (one ASCII byte)")
     first = head.decode("utf-8-sig", errors="replace").split("\n", 1)[0].rstrip("\r")
-    header = next(csv.reader(io.StringIO(first), delimiter=delimiter,
-                             quoting=csv.QUOTE_NONE if cfg.quoting == "none" else csv.QUOTE_MINIMAL), [])
+    try:
+        header = next(csv.reader(io.StringIO(first), delimiter=delimiter,
+                                 quoting=csv.QUOTE_NONE if cfg.quoting == "none" else csv.QUOTE_MINIMAL), [])
+    except csv.Error:  # lines ended by a lone carriage return, say: the exact reader's to read
+        raise Fallback("a header line the csv module cannot split") from None
     columns = tuple(c.strip() for c in header)
     if not columns or any(not c for c in columns) or len(set(columns)) != len(columns) \
             or any(c != raw for c, raw in zip(columns, header)):

@@ -48,7 +48,7 @@ def test_the_fine_tune_head_is_the_architectures_own(tiny, architecture, task):
     folder = tiny(architecture)
     labels = PROBLEMS[task]
     n = labels.shape[1] if labels.ndim == 2 else 3
-    ours = ML.build_classifier(ML.ModelSpec(R.resolve(str(folder)), task, n, "model", seed=7))
+    ours = ML.load_classifier(ML.ModelSpec(R.resolve(str(folder)), task, n, "model", seed=7)).model
     torch.manual_seed(7)  # the same seed, before the same loading: the same new head
     reference = AutoModelForSequenceClassification.from_pretrained(
         folder, num_labels=ML.n_outputs(task, n), problem_type=TASKS[task].problem_type)

@@ -184,7 +184,8 @@ class Ranks:
     def __init__(self, size: int):
         import threading
 
-        self.size, self.barrier, self.slots = size, threading.Barrier(size), [None] * size
+        # A timeout: a rank left waiting for the others fails the test instead of hanging it.
+        self.size, self.barrier, self.slots = size, threading.Barrier(size, timeout=60), [None] * size
 
     def run(self, work):
         from concurrent.futures import ThreadPoolExecutor
@@ -290,3 +291,64 @@ def test_the_stream_threshold_is_set_by_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("FEATX_STREAM_BYTES", "64MB")
     with pytest.raises(FeatxError, match="FEATX_STREAM_BYTES='64MB' is not a number of bytes"):
         load_dataset(DataConfig(path=str(path)))
+
+
+def test_split_names_past_the_limit_over_all_ranks_read_whole_on_every_rank(monkeypatch, tmp_path):
+    """Each rank saw at most 100 spellings of the split names, the file holds 192 (red team: the
+    merged codes wrapped past 127 and put dev rows in train)."""
+    def spellings(word: str, n: int, pad: int) -> list[str]:
+        cases = ["".join(c.upper() if m >> i & 1 else c for i, c in enumerate(word)) for m in range(2 ** len(word))]
+        return [c + " " * k for k in range(pad) for c in cases][:n]
+    names = spellings("train", 100, 4), spellings("dev", 92, 12)
+    groups = [names[0][:50], names[0][50:], names[1][:46], names[1][46:]]
+    lines = ["text,label,split"] + [f"text {g} {i},{'ab'[i % 2]},{values[i % len(values)]}"
+                                    for g, values in enumerate(groups) for i in range(200)]
+    path = tmp_path / "rows.csv"
+    path.write_text("\n".join(lines) + "\n")
+    assert shares(monkeypatch, 4, path=str(path), split_column="split") == [None] * 4
+    whole = load_dataset(DataConfig(path=str(path), split_column="split"))
+    assert {name: len(split) for name, split in whole.splits.items()} == {"train": 400, "dev": 400}
+
+
+def test_hosts_whose_copies_differ_are_refused():
+    from featx.spans import _check_same_bytes
+
+    same = [(0, "a", "b"), (0, "b", "c"), (0, "c", None)]
+    _check_same_bytes("f.csv", same, [10, 20, 30, 40])
+    with pytest.raises(FeatxError, match="ranks 1 and 2 read different bytes at f.csv .bytes 30 to 40."):
+        _check_same_bytes("f.csv", [(0, "a", "b"), (0, "b", "c"), (0, "X", None)], [10, 20, 30, 40])
+
+
+def test_a_rank_failing_to_place_its_cut_fails_every_rank(monkeypatch, tmp_path):
+    """Red team: a file cut short between the quote count and the cut search left the ranks
+    whose cut was still inside it waiting forever."""
+    from featx.data import load_share
+
+    path = write_rows(tmp_path / "rows.csv", tricky_rows(300))
+    real = spans._next_record
+
+    def short(path_, pos, *args):
+        if pos > path.stat().st_size // 2:
+            raise FeatxError(f"{path_} is shorter than when featx first read it")
+        return real(path_, pos, *args)
+
+    monkeypatch.setattr(spans, "_next_record", short)
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    results = Ranks(3).run(lambda rank, gather: _catch(lambda: load_share(DataConfig(path=str(path)),
+                                                                          "d", rank, 3, gather)))
+    assert all(isinstance(r, FeatxError) and "shorter than" in str(r) for r in results)
+
+
+@pytest.mark.parametrize("layout", ["lone CR line ends", "a delimiter of two bytes"])
+def test_what_pyarrow_cannot_read_is_read_whole(monkeypatch, tmp_path, layout):
+    rows = [(f"text {i}", "ab"[i % 2]) for i in range(60)]
+    path = tmp_path / "rows.csv"
+    if layout == "lone CR line ends":
+        path.write_bytes(("text,label\r" + "".join(f"{t},{y}\r" for t, y in rows)).encode())
+        cfg = {"path": str(path)}
+    else:
+        path.write_text("text§label\n" + "".join(f"{t}§{y}\n" for t, y in rows))
+        cfg = {"path": str(path), "delimiter": "§"}
+    assert shares(monkeypatch, 2, **cfg) == [None, None]
+    dataset = load_dataset(DataConfig(**cfg))  # streamed at STREAM_BYTES = 0: read whole instead
+    assert isinstance(dataset.splits["train"].texts, list) and sum(len(s) for s in dataset.splits.values()) == 60
