@@ -63,6 +63,13 @@ class Split:
             self.__dict__["_fingerprint"] = self.__dict__.pop("_fingerprint_of", self._hash)()
         return self.__dict__["_fingerprint"]
 
+    def with_fingerprint(self, fingerprint) -> "Split":
+        """This split, its fingerprint given instead of hashed from its rows: a str, or how to
+        compute it when first asked for (rows read from elsewhere that are known to be these, or
+        a streamed file's digest). The split is frozen; the fingerprint is a cache of it."""
+        self.__dict__["_fingerprint_of" if callable(fingerprint) else "_fingerprint"] = fingerprint
+        return self
+
     def _hash(self) -> str:
         h = hashlib.sha256()
         h.update(self.name.encode())
@@ -317,7 +324,7 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
                                         labels=rows, records=hi - lo, by_record=by_record,
                                         start=lo if by_record else offsets[split])
             # A shard's splits are never compared with a file's: a name, not a pass over its texts.
-            mine[split].__dict__["_fingerprint"] = f"{whole[split].fingerprint()}:rows-{offsets[split]}+{len(rows)}"
+            mine[split].with_fingerprint(f"{whole[split].fingerprint()}:rows-{offsets[split]}+{len(rows)}")
     paths = [str(src.path) for src in (p.source for p in parsed.values())]
     log.info("read %s in a stream (%s rows): texts stay in the file until the cache holds them",
              ", ".join(paths), f"{sum(len(s) for s in whole.values()):,}")
@@ -357,7 +364,9 @@ def _stream_split(split: str, source, text: str, assignment, code: int, *, label
     `records`: how many records `assignment` (or the split) covers. One file split by featx
     numbers its rows in the file (`by_record`); a split's own file or column, in the split."""
     n = len(labels)
-    share = source.path.stat().st_size * n // max(records, 1)  # bytes its texts take at most
+    # Bytes its texts take at most: its records' share of the file (of a rank's span, if it has one).
+    extent = source.state[0] if source.span is None else source.span[1] - source.span[0]
+    share = extent * n // max(records, 1)
     ids = (stream.RowIds("row-", assignment, code, n, start=start) if by_record
            else stream.RowIds(f"{split}-", None, 0, n, start=start))
     return Split(split, ids,
@@ -378,7 +387,7 @@ def _fingerprint(split: Split, file_digest, assignment, code: int) -> None:
         h.update(str(split.labels.dtype).encode() + repr(split.labels.shape).encode())
         h.update(np.ascontiguousarray(split.labels))
         return h.hexdigest()
-    split.__dict__["_fingerprint_of"] = compute
+    split.with_fingerprint(compute)
 
 
 # ---------------------------------------------------------------------------------------------

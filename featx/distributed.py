@@ -193,8 +193,8 @@ def _texts_from_shards(plan, shards: list[Path]):
     splits = {}
     for name, split in plan.dataset.splits.items():
         texts = _ShardTexts(shards, name, len(split), getattr(split.texts, "nbytes", 0))
-        splits[name] = dataclasses.replace(split, texts=texts)
-        splits[name].__dict__["_fingerprint"] = split.fingerprint()  # the whole dataset's, not re-hashed
+        # The whole dataset's rows, read from the shards: its fingerprint, not hashed again.
+        splits[name] = dataclasses.replace(split, texts=texts).with_fingerprint(split.fingerprint())
     return dataclasses.replace(plan, dataset=dataclasses.replace(plan.dataset, splits=splits))
 
 

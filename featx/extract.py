@@ -208,7 +208,8 @@ def _in_background(iterable, maxsize: int = 4, *, handoff: bool = False):
                 return
             if isinstance(item, BaseException):
                 raise item
-            taken.release()
+            if handoff:
+                taken.release()  # the thread may compute the next item now
             yield item, waited
     finally:
         stop.set()

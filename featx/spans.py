@@ -81,16 +81,11 @@ def span_of(source: stream.Source, rank: int, size: int, gather) -> tuple[int, i
 
 def _stretch(path: Path, cuts: list[int], rank: int, quoted: bool) -> tuple[int, str, str | None]:
     """(quotes in this rank's stretch of the file, its sha256, the next stretch's sha256)."""
-    def digest(lo: int, hi: int) -> str:
-        h = hashlib.sha256()
-        for _, data in _blocks(path, lo, hi):
-            h.update(data)
-        return h.hexdigest()
     quotes, h = 0, hashlib.sha256()
-    for _, data in _blocks(path, cuts[rank], cuts[rank + 1]):
+    for _, data in _blocks(path, cuts[rank], cuts[rank + 1]):  # one read: counted and hashed
         quotes += data.count(b'"') if quoted else 0
         h.update(data)
-    following = digest(cuts[rank + 1], cuts[rank + 2]) if rank + 2 < len(cuts) else None
+    following = _sha256(path, cuts[rank + 1], cuts[rank + 2]) if rank + 2 < len(cuts) else None
     return quotes, h.hexdigest(), following
 
 
@@ -122,8 +117,12 @@ def _blocks(path: Path, start: int, stop: int):
             start += len(data)
 
 
-def _count_quotes(path: Path, start: int, stop: int) -> int:
-    return sum(data.count(b'"') for _, data in _blocks(path, start, stop))
+def _sha256(path: Path, start: int, stop: int) -> str:
+    """The sha256 of bytes [start, stop) of the file."""
+    h = hashlib.sha256()
+    for _, data in _blocks(path, start, stop):
+        h.update(data)
+    return h.hexdigest()
 
 
 def _next_record(path: Path, pos: int, inside: bool, quoted: bool, total: int) -> int:
@@ -194,10 +193,7 @@ def digest(source: stream.Source, rank: int = 0, size: int = 1, gather=None) -> 
     def mine() -> dict[int, str]:
         out = {}
         for k in range(rank, n_blocks, size):
-            h = hashlib.sha256()
-            for _, data in _blocks(source.path, k * DIGEST_BYTES, min(total, (k + 1) * DIGEST_BYTES)):
-                h.update(data)
-            out[k] = h.hexdigest()
+            out[k] = _sha256(source.path, k * DIGEST_BYTES, min(total, (k + 1) * DIGEST_BYTES))
         if stream._state(source.path) != source.state:
             raise FeatxError(f"{source.path} changed while featx was reading it; rerun once it stays as it is")
         return out
