@@ -543,3 +543,23 @@ def test_mteb_sampling_reseeds_every_experiment_as_mteb_does(tmp_path):
 @parametrize_with_checks([LightGBMClassifierHead(n_estimators=20), LightGBMRegressorHead(n_estimators=20)])
 def test_lightgbm_heads_are_scikit_learn_estimators(estimator, check):
     check(estimator)
+
+
+def test_two_workers_give_the_one_worker_records(make_pipeline, csv_dataset, tmp_path):
+    """The staged grid on two workers (the baselines beside the second stage) writes the records,
+    and returns them in the order, of the same grid run one job after another."""
+    from featx.extract import extract
+
+    runs = {}
+    for workers in (1, 2):
+        pipeline = make_pipeline({"path": str(csv_dataset)}, data_dir=str(tmp_path / f"w{workers}"),
+                                 probe={"poolings": ["mean", "cls"], "n_jobs": workers})
+        extract(pipeline)
+        runs[workers] = run_probe(pipeline)
+    one, two = runs[1], runs[2]
+    assert [(r.features, r.head) for r in one] == [(r.features, r.head) for r in two]
+    assert any(r.baseline for r in one) and any(r.stage == "probe" and not r.scout and not r.baseline
+                                                 and r.head != "ridge" for r in one)
+    for a, b in zip(one, two):
+        assert a.scout == b.scout and a.metrics == pytest.approx(b.metrics, abs=1e-9), a.features
+
