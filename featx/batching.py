@@ -27,9 +27,10 @@ DEFAULT_TOKEN_BUDGET = {("cpu", "float32"): 2048, ("cpu", "bfloat16"): 4096, ("c
                         ("cuda", "float16"): 65536, ("cuda", "float32"): 32768}
 # The CPU budgets above fit all-MiniLM-L6-v2's activations (hidden 384) in cache; a narrower
 # model fits proportionally more tokens, and its per-batch Python overhead is the cost to
-# amortise (measured on a hidden-32 BERT: docs/benchmarks.md, scale).
+# amortise, up to where its activations leave the cache again: a hidden-32 BERT ran fastest at
+# 6,144-12,288 tokens, 8-15% slower at 24,576 (docs/benchmarks.md, scale).
 BUDGET_HIDDEN = 384
-MAX_CPU_BUDGET = 32768
+MAX_CPU_BUDGET = 8192
 
 
 def default_token_budget(device: torch.device, compute_dtype: str, hidden: int | None = None) -> int:
@@ -141,12 +142,18 @@ class Encoder:
         inputs = [(p + texts[i], pairs[i]) for i in rows] if pairs else [p + texts[i] for i in rows]
         return self.backend.encode_batch(inputs)
 
-    def tokenize(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> Tokens:
-        """Every text (with its pair) tokenised into flat arrays, in the given order."""
+    def tokenize(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, workers: int = 1) -> Tokens:
+        """Every text (with its pair) tokenised into flat arrays, in the given order; `workers`
+        threads tokenise chunks side by side (the tokenizer lets go of the GIL while it works)."""
         self.check(pairs is not None)
-        return Tokens.concat([self._tokenize(texts[b:b + TOKENIZE_CHUNK],
-                                             None if pairs is None else pairs[b:b + TOKENIZE_CHUNK])
-                              for b in range(0, max(len(texts), 1), TOKENIZE_CHUNK)])
+        chunks = [(texts[b:b + TOKENIZE_CHUNK], None if pairs is None else pairs[b:b + TOKENIZE_CHUNK])
+                  for b in range(0, max(len(texts), 1), TOKENIZE_CHUNK)]
+        if workers <= 1 or len(chunks) == 1:
+            return Tokens.concat([self._tokenize(*chunk) for chunk in chunks])
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(workers, len(chunks)), thread_name_prefix="featx-tokenize") as pool:
+            return Tokens.concat(list(pool.map(lambda chunk: self._tokenize(*chunk), chunks)))
 
     def _tokenize(self, texts: Sequence[str], pairs: Sequence[str] | None) -> Tokens:
         p = self.prompt  # before the text, as sentence-transformers' encode(prompt=...) puts it

@@ -194,10 +194,16 @@ STRINGS_BLOCK = 1 << 16  # values converted and written at a time: bounded memor
 
 
 def _strings(group: h5py.Group, name: str, values) -> None:
-    """A (n,) string dataset of `values` (any sequence of str), written a block at a time."""
+    """A (n,) string dataset of `values` (any sequence of str), written a block at a time, with
+    its crc32 (`crc32`'s of the values): a string dataset is written once, here, so finishing
+    the cache need not read it back (2M texts: 1.3 s)."""
     ds = group.create_dataset(name, shape=(len(values),), dtype=h5py.string_dtype())
+    crc = 0
     for start in range(0, len(values), STRINGS_BLOCK):
-        ds[start:start + STRINGS_BLOCK] = np.array(values[start:start + STRINGS_BLOCK], dtype=object)
+        block = values[start:start + STRINGS_BLOCK]
+        ds[start:start + len(block)] = np.array(block, dtype=object)
+        crc = zlib.crc32(("\x00" if start else "").encode() + "\x00".join(block).encode("utf-8", "surrogatepass"), crc)
+    ds.attrs["crc32"] = crc
 
 
 def _create_vectors(group: h5py.Group, spec: CacheSpec, n: int, hidden: int, dcpl, *,

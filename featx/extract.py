@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -268,9 +269,10 @@ def windows(done: np.ndarray, split: str, size: int):
             yield Window(split, lo, hi, rows)
 
 
-def _tokenized_windows(encoder: Encoder, plan: Plan, todo):
-    """(window, its tokens) for every window, in row order."""
-    for window in todo:
+def _tokenized_windows(encoder: Encoder, plan: Plan, todo, *, first: int = 1, then: int = 1):
+    """(window, its tokens) for every window, in row order: the first tokenised by `first`
+    threads (the model waits for it), the others by `then` (beside the model)."""
+    for n, window in enumerate(todo):
         split = plan.groups[window.split]
         if len(window.rows) == window.hi - window.lo:  # every row of the window: a slice
             texts = split.texts[window.lo:window.hi]
@@ -278,7 +280,7 @@ def _tokenized_windows(encoder: Encoder, plan: Plan, todo):
         else:
             texts = [split.texts[i] for i in window.rows]
             pairs = None if split.text_pairs is None else [split.text_pairs[i] for i in window.rows]
-        yield window, encoder.tokenize(texts, pairs)
+        yield window, encoder.tokenize(texts, pairs, workers=first if n == 0 else then)
 
 
 def run(loaded: backbone.Loaded, plan: Plan, todo: dict[str, int], writer: CacheWriter) -> dict:
@@ -294,9 +296,40 @@ def run(loaded: backbone.Loaded, plan: Plan, todo: dict[str, int], writer: Cache
             torch.set_num_threads(cfg.threads)
         elif device.type == "cpu" and plan.hidden < SMALL_HIDDEN and threads > 1:
             torch.set_num_threads(threads - 1)  # a core for the tokenizer thread
-        return _run(loaded, plan, todo, writer)
+        with own_tokenizer_threads():
+            return _run(loaded, plan, todo, writer)
     finally:
         torch.set_num_threads(threads)
+
+
+PARALLELISM = "TOKENIZERS_PARALLELISM"
+
+
+@contextlib.contextmanager
+def own_tokenizer_threads():
+    """The tokenizers library's own thread pool off while extraction runs: featx sizes the
+    tokenizer's threads itself (`tokenizer_threads`). The library's pool takes every core
+    whenever it tokenises, beside the model's threads: on 2 cores, a hidden-32 model's thread
+    got about half its core while the next window was tokenised (docs/benchmarks.md, scale).
+    The library reads the variable at each call; it is put back as it was afterwards."""
+    saved = os.environ.get(PARALLELISM)
+    os.environ[PARALLELISM] = "false"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(PARALLELISM, None)
+        else:
+            os.environ[PARALLELISM] = saved
+
+
+def tokenizer_threads(device: torch.device) -> tuple[int, int]:
+    """(threads for the first window, threads for the others): every core while the model
+    waits for the first window, then the cores the model's threads leave (one at least; a GPU's
+    model needs one core to feed it)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    model = torch.get_num_threads() if device.type == "cpu" else 1
+    return cores, max(1, cores - model)
 
 
 # A narrow model's matrix products are too small to share between threads, and its tokenizer
@@ -324,13 +357,14 @@ def _run(loaded: backbone.Loaded, plan: Plan, todo: dict[str, int], writer: Cach
     planned = (window for name in plan.groups if todo.get(name)
                for window in windows(writer.done[name], name,
                                      max(1, min(WINDOW_ROWS, WINDOW_BYTES // writer.row_bytes(name)))))
+    first, then = tokenizer_threads(device)
     start = time.perf_counter()
     rows_done = 0
     try:
         # Each window is tokenised in a thread while the model works through the one before (a
         # batch queue alone let the model wait out every window's tokenisation: 47 s of 128 s
         # at 2M rows); the handoff holds at most two windows' tokens.
-        for (window, tokens), waited in _in_background(_tokenized_windows(encoder, plan, planned),
+        for (window, tokens), waited in _in_background(_tokenized_windows(encoder, plan, planned, first=first, then=then),
                                                        maxsize=1, handoff=True):
             writer.begin_block(window.split, window.lo, window.hi)  # flushes the one before
             stats["tokenizer_wait_s"] += waited

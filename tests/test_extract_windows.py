@@ -3,8 +3,11 @@ written as long runs; the cache is the same as one sorted over everything, and a
 mid-window resumes into the same cache."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
+import torch
 
 from featx import backbone
 from featx import extract as extract_module
@@ -41,6 +44,58 @@ def test_flat_tokens_pad_into_the_same_inputs_as_encodings(tokenizer, pairs, pro
     for name, values in padded.items():
         assert flat[name].dtype == values.dtype and (flat[name] == values).all(), name
 
+
+@pytest.mark.parametrize("pairs", [False, True])
+def test_tokenizing_in_threads_gives_the_tokens_of_one(tokenizer, pairs, monkeypatch):
+    import featx.batching
+
+    monkeypatch.setattr(featx.batching, "TOKENIZE_CHUNK", 7)  # 50 rows: 8 chunks over 3 threads
+    rows = classification_rows(50, seed=3, pairs=True)
+    texts = [r["text"] for r in rows]
+    seconds = [r["text2"] for r in rows] if pairs else None
+    encoder = Encoder(tokenizer, 12)
+    one, three = encoder.tokenize(texts, seconds), encoder.tokenize(texts, seconds, workers=3)
+    for name in ("ids", "starts", "lengths", "truncated"):
+        assert np.array_equal(getattr(one, name), getattr(three, name)), name
+    assert (one.type_ids is None) == (three.type_ids is None)
+    if one.type_ids is not None:
+        assert np.array_equal(one.type_ids, three.type_ids)
+
+
+@pytest.mark.parametrize("before", [None, "true"])
+def test_extraction_turns_the_tokenizers_own_threads_off_and_back(before, monkeypatch):
+    from featx.extract import PARALLELISM, own_tokenizer_threads, tokenizer_threads
+
+    if before is None:
+        monkeypatch.delenv(PARALLELISM, raising=False)
+    else:
+        monkeypatch.setenv(PARALLELISM, before)
+    with pytest.raises(RuntimeError), own_tokenizer_threads():
+        assert os.environ[PARALLELISM] == "false"  # featx sizes the tokenizer's threads itself
+        raise RuntimeError("a failed run puts it back too")
+    assert os.environ.get(PARALLELISM) == before
+    first, then = tokenizer_threads(torch.device("cpu"))
+    assert first >= then >= 1 and then == max(1, first - torch.get_num_threads())
+    assert tokenizer_threads(torch.device("cuda"))[1] == max(1, first - 1)
+
+
+
+def test_a_text_datasets_crc32_written_at_creation_is_the_one_read_back(make_pipeline, tmp_path):
+    import h5py
+
+    from featx.cacheschema import crc32, datasets
+
+    rows = classification_rows(40, seed=5)
+    rows[3]["text"] = "caf\u00e9 \U0001f600 na\u00efve"  # multi-byte UTF-8 in a block
+    path = extract(make_pipeline({"path": str(write_rows(tmp_path / "rows.csv", rows))})).path
+    with h5py.File(path, "r") as f:
+        checked = 0
+        for split in ("train", "dev", "test"):
+            for _, ds in datasets(f[split]):
+                if h5py.check_string_dtype(ds.dtype) is not None:
+                    assert ds.attrs["crc32"] == crc32(ds, None), ds.name  # strings are read, not pread
+                    checked += 1
+    assert checked >= 6  # ids and texts of three splits
 
 def test_batches_are_sorted_within_windows_and_cover_every_row(tokenizer):
     texts = [r["text"] for r in classification_rows(103, seed=4)]
