@@ -146,8 +146,10 @@ class Encoder:
         """Every text (with its pair) tokenised into flat arrays, in the given order; `workers`
         threads tokenise chunks side by side (the tokenizer lets go of the GIL while it works)."""
         self.check(pairs is not None)
-        chunks = [(texts[b:b + TOKENIZE_CHUNK], None if pairs is None else pairs[b:b + TOKENIZE_CHUNK])
-                  for b in range(0, max(len(texts), 1), TOKENIZE_CHUNK)]
+        # A chunk per thread at least (13,083 texts are one chunk: one thread for them all).
+        size = max(1, min(TOKENIZE_CHUNK, -(-len(texts) // max(1, workers))))
+        chunks = [(texts[b:b + size], None if pairs is None else pairs[b:b + size])
+                  for b in range(0, max(len(texts), 1), size)]
         if workers <= 1 or len(chunks) == 1:
             return Tokens.concat([self._tokenize(*chunk) for chunk in chunks])
         from concurrent.futures import ThreadPoolExecutor
