@@ -146,16 +146,22 @@ class Encoder:
         """Every text (with its pair) tokenised into flat arrays, in the given order; `workers`
         threads tokenise chunks side by side (the tokenizer lets go of the GIL while it works)."""
         self.check(pairs is not None)
-        # A chunk per thread at least (13,083 texts are one chunk: one thread for them all).
-        size = max(1, min(TOKENIZE_CHUNK, -(-len(texts) // max(1, workers))))
+        workers = max(1, workers)
+        # The threads share one chunk's worth of texts at a time (Encoding objects, ~1.5 KB a
+        # text, alive until their chunk is flat): memory stays one chunk's, whatever the count
+        # of threads. A chunk per thread at least (13,083 texts would be one chunk, one thread).
+        size = max(1, min(-(-TOKENIZE_CHUNK // workers), -(-len(texts) // workers)))
         chunks = [(texts[b:b + size], None if pairs is None else pairs[b:b + size])
                   for b in range(0, max(len(texts), 1), size)]
-        if workers <= 1 or len(chunks) == 1:
+        if workers == 1 or len(chunks) == 1:
             return Tokens.concat([self._tokenize(*chunk) for chunk in chunks])
         from concurrent.futures import ThreadPoolExecutor
 
+        parts: list[Tokens] = []
         with ThreadPoolExecutor(min(workers, len(chunks)), thread_name_prefix="featx-tokenize") as pool:
-            return Tokens.concat(list(pool.map(lambda chunk: self._tokenize(*chunk), chunks)))
+            for wave in range(0, len(chunks), workers):  # at most `workers` chunks in flight
+                parts += pool.map(lambda chunk: self._tokenize(*chunk), chunks[wave:wave + workers])
+        return Tokens.concat(parts)
 
     def _tokenize(self, texts: Sequence[str], pairs: Sequence[str] | None) -> Tokens:
         p = self.prompt  # before the text, as sentence-transformers' encode(prompt=...) puts it

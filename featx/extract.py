@@ -311,16 +311,28 @@ def own_tokenizer_threads():
     tokenizer's threads itself (`tokenizer_threads`). The library's pool takes every core
     whenever it tokenises, beside the model's threads: on 2 cores, a hidden-32 model's thread
     got about half its core while the next window was tokenised (docs/benchmarks.md, scale).
-    The library reads the variable at each call; it is put back as it was afterwards."""
-    saved = os.environ.get(PARALLELISM)
-    os.environ[PARALLELISM] = "false"
+    The library reads the variable at each call; it is put back as it was when the last of the
+    extractions running in this process ends (the variable is the whole process's)."""
+    with _PARALLELISM_LOCK:
+        if _PARALLELISM_USERS[0] == 0:
+            _PARALLELISM_USERS[1] = os.environ.get(PARALLELISM)
+            os.environ[PARALLELISM] = "false"
+        _PARALLELISM_USERS[0] += 1
     try:
         yield
     finally:
-        if saved is None:
-            os.environ.pop(PARALLELISM, None)
-        else:
-            os.environ[PARALLELISM] = saved
+        with _PARALLELISM_LOCK:
+            _PARALLELISM_USERS[0] -= 1
+            if _PARALLELISM_USERS[0] == 0:
+                saved = _PARALLELISM_USERS[1]
+                if saved is None:
+                    os.environ.pop(PARALLELISM, None)
+                else:
+                    os.environ[PARALLELISM] = saved
+
+
+_PARALLELISM_LOCK = threading.Lock()
+_PARALLELISM_USERS: list = [0, None]  # [extractions running, the value before the first]
 
 
 def tokenizer_threads(device: torch.device) -> tuple[int, int]:

@@ -80,6 +80,46 @@ def test_extraction_turns_the_tokenizers_own_threads_off_and_back(before, monkey
 
 
 
+
+def test_tokenizer_threads_hold_one_chunk_of_texts_at_a_time(tokenizer, monkeypatch):
+    """However many threads, the texts being tokenised at once (their Encoding objects) are one
+    chunk's worth: more threads share a chunk, in waves."""
+    import threading
+
+    import featx.batching
+
+    monkeypatch.setattr(featx.batching, "TOKENIZE_CHUNK", 8)
+    encoder = Encoder(tokenizer, 12)
+    inner, lock, live, peak = encoder._tokenize, threading.Lock(), [0], [0]
+
+    def spy(texts, pairs):
+        with lock:
+            live[0] += len(texts)
+            peak[0] = max(peak[0], live[0])
+        try:
+            return inner(texts, pairs)
+        finally:
+            with lock:
+                live[0] -= len(texts)
+
+    monkeypatch.setattr(encoder, "_tokenize", spy)
+    texts = [r["text"] for r in classification_rows(61, seed=6)]
+    tokens = encoder.tokenize(texts, workers=16)
+    assert len(tokens.lengths) == 61 and peak[0] <= 16  # 16 threads x a chunk of 1 row
+
+
+def test_overlapping_extractions_put_the_tokenizers_variable_back_once(monkeypatch):
+    from featx.extract import PARALLELISM, own_tokenizer_threads
+
+    monkeypatch.delenv(PARALLELISM, raising=False)
+    a, b = own_tokenizer_threads(), own_tokenizer_threads()
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)
+    assert os.environ[PARALLELISM] == "false"  # the other extraction still runs
+    b.__exit__(None, None, None)
+    assert PARALLELISM not in os.environ
+
 def test_a_text_datasets_crc32_written_at_creation_is_the_one_read_back(make_pipeline, tmp_path):
     import h5py
 
