@@ -108,14 +108,19 @@ def attrs_crc32(meta: dict) -> int:
     return zlib.crc32(json.dumps(items, sort_keys=True, default=repr).encode("utf-8", "surrogatepass"))
 
 
+def strings_crc32(values, crc: int = 0, *, first: bool = True) -> int:
+    """crc32 of string values joined by NUL, continuing `crc` (a NUL before them unless they are
+    the `first`): the same whatever blocks the values come in."""
+    return zlib.crc32(("" if first else "\x00").encode() + "\x00".join(values).encode("utf-8", "surrogatepass"), crc)
+
+
 def crc32(ds: h5py.Dataset, pread) -> int:
     """crc32 of a dataset's content: the raw bytes of a contiguous numeric dataset (read in
     blocks with `pread(offset, size)`, ~2 GB/s), the UTF-8 of a string dataset's values."""
     if h5py.check_string_dtype(ds.dtype) is not None:  # read a block of values at a time
         crc, strings = 0, ds.asstr()
         for start in range(0, len(ds), CRC_STRINGS):
-            part = "\x00".join(strings[start:start + CRC_STRINGS].tolist())
-            crc = zlib.crc32(("\x00" if start else "").encode() + part.encode("utf-8", "surrogatepass"), crc)
+            crc = strings_crc32(strings[start:start + CRC_STRINGS].tolist(), crc, first=start == 0)
         return crc
     offset, size = ds.id.get_offset(), ds.id.get_storage_size()
     if offset is None or ds.chunks is not None:
@@ -202,7 +207,7 @@ def _strings(group: h5py.Group, name: str, values) -> None:
     for start in range(0, len(values), STRINGS_BLOCK):
         block = values[start:start + STRINGS_BLOCK]
         ds[start:start + len(block)] = np.array(block, dtype=object)
-        crc = zlib.crc32(("\x00" if start else "").encode() + "\x00".join(block).encode("utf-8", "surrogatepass"), crc)
+        crc = strings_crc32(block, crc, first=start == 0)
     ds.attrs["crc32"] = crc
 
 
