@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import tempfile
 from pathlib import Path
 
 OUT = Path("data") / "bench"
@@ -64,6 +65,13 @@ def load_average() -> str:
         return "/".join(f"{x:.1f}" for x in os.getloadavg())
     except OSError:
         return "?"
+
+
+def scratch_dir() -> tempfile.TemporaryDirectory:
+    """A temporary folder under data/bench, made on a fresh clone too (a benchmark run alone,
+    before any other has made data/)."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    return tempfile.TemporaryDirectory(dir=OUT)
 
 
 def save(name: str, result: dict) -> Path:

@@ -24,13 +24,12 @@ import os
 import resource
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from bench.common import OUT, machine, save, table
+from bench.common import OUT, machine, save, scratch_dir, table
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 REPEATS = 4
@@ -271,7 +270,7 @@ def run() -> dict:
 
     OUT.mkdir(parents=True, exist_ok=True)
     peaks = {d: matmul_peak(d) for d in ("float32", "bfloat16")}
-    with tempfile.TemporaryDirectory(dir=OUT) as scratch:
+    with scratch_dir() as scratch:
         scratch = Path(scratch)
         once, tenfold = texts_file(scratch, 1), texts_file(scratch, 10)
         best: dict[str, dict] = {}

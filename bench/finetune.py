@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import machine, save, table
+from bench.common import machine, save, scratch_dir, table
 
 ROOT = Path(__file__).resolve().parents[1]
 ROUNDS = int(os.environ.get("FEATX_BENCH_ROUNDS", "1"))
@@ -210,7 +210,7 @@ def run() -> dict:
     from featx.backbone import cpu_has_bf16
 
     result = {"machine": machine() | {"native_bf16": cpu_has_bf16()}, "target": TARGET}
-    with tempfile.TemporaryDirectory(dir=ROOT / "data") as scratch:
+    with scratch_dir() as scratch:
         if ONLY in ("", "trainer"):
             result["trainer"] = against_trainer(Path(scratch))
             rows = [[r["featx"]["dtype"], r["featx"]["steps_per_s"], r["trainer_steps_per_s"], r["speed_ratio"],

@@ -2,12 +2,11 @@
 and MFU against the GPU's measured bf16 matrix-product peak, beside sentence-transformers."""
 from __future__ import annotations
 
-import tempfile
 import time
 from pathlib import Path
 
 
-from bench.common import OUT, machine, save, table
+from bench.common import OUT, machine, save, scratch_dir, table
 from bench.extraction import MODEL, model_flops, texts_file
 
 
@@ -38,7 +37,7 @@ def run() -> dict:
     peak = matmul_peak_cuda()
     OUT.mkdir(parents=True, exist_ok=True)
     rows, out = [], {"machine": machine(), "bf16_peak_flops": peak}
-    with tempfile.TemporaryDirectory(dir=OUT) as scratch:
+    with scratch_dir() as scratch:
         texts = texts_file(Path(scratch), 10)  # 53,810 texts
         for name, poolings, layers in (("featx mean", ["mean"], "last"),
                                        ("featx all x all", ["cls", "mean", "max", "pooler"], "all")):

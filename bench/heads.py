@@ -25,13 +25,12 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from bench.common import ROOT, SHARED, machine, save, table
+from bench.common import ROOT, SHARED, machine, save, scratch_dir, table
 from bench.probe import DATASETS as PROBE_DATASETS
 
 # The datasets the probe benchmark measures, up to GoEmotions (the larger ones add no new case).
@@ -193,7 +192,7 @@ def scale(scratch: Path) -> dict:
 def run() -> dict:
     previous_tfidf()
     results, at_scale = [], None
-    with tempfile.TemporaryDirectory(dir=ROOT / "data") as scratch:
+    with scratch_dir() as scratch:
         for name, pipeline_file, overrides, shared in DATASETS:
             if ONLY and not any(w in name.lower() for w in ONLY):
                 continue

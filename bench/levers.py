@@ -6,14 +6,13 @@ whole `extract()` with that piece swapped for its synchronous version.
 """
 from __future__ import annotations
 
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from bench.common import OUT, machine, save, table
+from bench.common import machine, save, scratch_dir, table
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -156,7 +155,7 @@ def run() -> dict:
     rows.append(["bf16 autocast vs fp32 (each at its budget)", f"{bf16:,.0f} vs {base:,.0f} tok/s",
                  bf16 / base, "on request (changes the numbers)"])
 
-    with tempfile.TemporaryDirectory(dir=OUT) as scratch:
+    with scratch_dir() as scratch:
         folder = Path(scratch)
         overlapped = _extract_seconds(folder, "overlap", all_layers=False)
         with _inline_tokenizer():

@@ -13,12 +13,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from bench.common import machine, save, table
+from bench.common import machine, save, scratch_dir, table
 
 ROOT = Path(__file__).resolve().parents[1]
 N_TEXTS = 10_000
@@ -64,7 +63,7 @@ def _prepare(scratch: Path) -> dict:
 
 
 def run() -> dict:
-    with tempfile.TemporaryDirectory(dir=ROOT / "data") as scratch:
+    with scratch_dir() as scratch:
         scratch = Path(scratch)
         setup = _prepare(scratch)
         predict = (

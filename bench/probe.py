@@ -26,11 +26,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ROOT, SHARED, machine, run_records, save, table
+from bench.common import ROOT, SHARED, machine, run_records, save, scratch_dir, table
 
 DATASETS = [  # (name, pipeline file, overrides, needs ../shared/data)
     ("TREC coarse", "pipelines/trec.toml", [], False),
@@ -156,7 +155,7 @@ def stability(result: dict) -> dict:
 
 def run() -> dict:
     results = []
-    with tempfile.TemporaryDirectory(dir=ROOT / "data") as scratch:
+    with scratch_dir() as scratch:
         for name, pipeline_file, overrides, shared in DATASETS:
             if ONLY and not any(w in name.lower() for w in ONLY):
                 continue
