@@ -14,7 +14,7 @@ Two baselines under the backbone read the texts instead of its vectors:
 | baseline | binary / multiclass / multilabel | regression | grid |
 |---|---|---|---|
 | majority | class priors (the majority class) | the training mean | - |
-| tfidf | TF-IDF of word 1-2-grams and char 2-5-grams + LogisticRegression (liblinear: primal one-vs-rest per class, dual per label for multilabel) | + Ridge | C in 1..100 (3; multilabel 1..1000, 4), alpha in 0.1..100 (4) |
+| tfidf | TF-IDF of word 1-2-grams and char 2-5-grams + LogisticRegression (liblinear, one-vs-rest: primal for binary, dual per class and per label) | + Ridge | C in 1..100 (3; multilabel 1..1000, 4), alpha in 0.1..100 (4) |
 
 A multilabel label never (or always) present in the rows a head is fitted on gets no
 estimator: its probability is that constant (MultilabelLogistic does it itself, the other
@@ -260,6 +260,11 @@ class Head:
     path: bool = False
     """True for a convex head whose grid is a regularisation path: each candidate's fit may start
     from the previous one's solution (warm start) and reach the same optimum."""
+    warm: bool = False
+    """True for a path head whose fit starts from its estimator's previous solution whatever the
+    rows: its fits beyond the search (the other folds, the final fit on all of train) start from
+    the chosen candidate's solution and reach the same optimum in fewer steps. Not the TF-IDF
+    head: one-vs-rest refits fresh clones."""
     max_outputs: int | None = None
     """The staged grid leaves the head out past this many classes or labels (its cost grows with
     them); None: no limit."""
@@ -269,6 +274,10 @@ class Head:
     baseline: str | None = None
     """What a baseline stands for ("majority", "lexical"); None for heads on backbone features.
     Baselines read the texts, not the cached vectors."""
+    cost: int = 0
+    """Rank of a fit's cost beside the other heads' on the same rows (higher: longer). A probe
+    stage dispatches its longest jobs first, so the short ones fill the workers around them
+    instead of one long job starting last and running alone."""
     complexity: int = 0
     """Rank of simplicity for choosing among candidates within noise of the best (lower is
     simpler): no training, then the linear and MLP heads alike, then boosted trees. The small,
@@ -280,22 +289,22 @@ class Head:
 
 HEADS = {
     "identity": Head("identity", _identity, deterministic=True, grid=lambda task: [{}], complexity=0),
-    "ridge": Head("ridge", _ridge, deterministic=True, path=True, complexity=1,
+    "ridge": Head("ridge", _ridge, deterministic=True, cost=1, path=True, warm=True, complexity=1,
                   grid=lambda task: [{"alpha": a} for a in (1e-1, 1.0, 10.0, 100.0, 1000.0)]),
-    "logistic": Head("logistic", _logistic, deterministic=True, path=True, complexity=1, grid=lambda task: (
+    "logistic": Head("logistic", _logistic, deterministic=True, cost=2, path=True, warm=True, complexity=1, grid=lambda task: (
         [{"alpha": a} for a in (1e-1, 1.0, 10.0, 100.0, 1000.0)] if TASKS[task].regression
         else [{"C": c} for c in (1e-3, 1e-2, 1e-1, 1.0, 10.0)])),
-    "mlp": Head("mlp", _mlp, deterministic=False, complexity=1,
+    "mlp": Head("mlp", _mlp, deterministic=False, cost=3, complexity=1,
                 grid=lambda task: [{"alpha": a} for a in (1e-4, 1e-2, 1.0)]),
-    "lightgbm": Head("lightgbm", boosting.lightgbm, deterministic=False, max_outputs=20, complexity=2,
+    "lightgbm": Head("lightgbm", boosting.lightgbm, deterministic=False, cost=4, max_outputs=20, complexity=2,
                      grid=lambda task: [{"num_leaves": n} for n in (7, 31)]),
-    "logistic-torch": Head("logistic-torch", _logistic_torch, deterministic=True, path=True, complexity=1,
+    "logistic-torch": Head("logistic-torch", _logistic_torch, deterministic=True, cost=2, path=True, warm=True, complexity=1,
                            grid=lambda task: HEADS["logistic"].grid(task)),
-    "mlp-torch": Head("mlp-torch", _mlp_torch, deterministic=False, complexity=1,
+    "mlp-torch": Head("mlp-torch", _mlp_torch, deterministic=False, cost=3, complexity=1,
                       grid=lambda task: HEADS["mlp"].grid(task)),
     "majority": Head("majority", _majority, deterministic=True, grid=lambda task: [{}],
                      baseline="majority"),
-    "tfidf": Head("tfidf", lexical.tfidf, deterministic=False, path=True, prepare=lexical.LexicalFeatures,
+    "tfidf": Head("tfidf", lexical.tfidf, deterministic=False, cost=5, path=True, prepare=lexical.LexicalFeatures,
                   baseline="lexical", grid=lexical.tfidf_grid),
 }
 

@@ -23,7 +23,7 @@ from featx.pairs import combine
 from featx.recordschema import Record, new_record
 from featx.records import Predictions, cache_facts, probe_config_hash
 from featx.headfiles import save_heads
-from featx.search import Protocol, choose_protocol, select, selection_splits
+from featx.search import Protocol, choose_protocol, select, selection_splits, warmed
 from featx.tasks import TASKS
 from featx.varying import constant_labels
 
@@ -138,7 +138,8 @@ def fit_selected(cache_path: str | Path, features: Features, head: str, cfg: Pro
     with threadpool_limits(threads):
         chosen = select(head=head, task=p.task, n_classes=len(p.names), X=X, y=p.y, X_dev=X_dev, y_dev=p.y_dev,
                         protocol=p.protocol, cfg=cfg, metric=M.primary(p.task, cfg.metric), threads=threads)
-        fitted = chosen.fitted or H.fit(H.build(head, p.task, chosen.params, cfg.seeds[0], threads), X, p.y)
+        fitted = chosen.fitted or H.fit(warmed(head, p.task, chosen.params, start=chosen.start, y=p.y,
+                                               seed=cfg.seeds[0], threads=threads), X, p.y)
         return _saved(transformer, fitted)
 
 
@@ -170,8 +171,9 @@ def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeC
                 per_seed.append(per_seed[0])  # the seed cannot change this head: same fit, same scores
                 stack.append(stack[0])
                 continue
-            if fitted is None or seed != cfg.seeds[0]:
-                fitted = H.fit(H.build(head, task, chosen, seed, threads), X, p.y)
+            if fitted is None or seed != cfg.seeds[0]:  # from the search's fit, for a head that warm-starts
+                fitted = H.fit(warmed(head, task, chosen, start=selection.start, y=p.y, seed=seed,
+                                      threads=threads), X, p.y)
             t = time.perf_counter()
             scores = H.predict_scores(fitted, X_report, task, len(names))
             predict_seconds += time.perf_counter() - t
@@ -185,7 +187,8 @@ def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeC
         _predictions(p, task, np.stack(stack), threshold), selection_truth=np.asarray(selection.truth),
         selection_scores=np.asarray(selection.scores, dtype=TASKS[task].score_dtype()))
     record = new_record(
-        **p.base, protocol=vars(protocol) | ({"folds": cfg.folds} if protocol.name == "cv" else {}),
+        **p.base, protocol=vars(protocol) | {"select_on": selection.select_on} | (
+            {"folds": cfg.folds} if protocol.name == "cv" else {}),
         hyperparameters=chosen, search=selection.search, selection_score=selection.score, seeds=list(cfg.seeds), primary_metric=metric,
         # How far apart candidates must be before the selection split can tell them apart: the
         # report chooses among records within one standard error of the best (docs/verdict.md).

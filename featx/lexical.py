@@ -78,14 +78,16 @@ def tfidf(task: str, seed: int, threads: int, C: float = 1.0, alpha: float = 1.0
         # instead of 3 s).
         return VaryingLabels(MultiOutputClassifier(LogisticRegression(
             C=C, solver="liblinear", dual=True, tol=1e-3, max_iter=1000, random_state=seed)))
-    # One binary liblinear problem per class (one for a binary task), in its primal form (trust-
-    # region Newton): its cost hardly grows with C, where SAGA's multinomial epochs do. Measured
-    # on the built-in TREC fine (50 classes, 4,305 rows, 72,320 n-gram columns) along C = 1, 10,
-    # 100, 1000: 16 s against SAGA's 35 s (warm-started), the same test accuracy at each C within
-    # 0.3 points; SST-2 (binary, 60,615 rows): 57 s against 257 s, the same scores. lbfgs on the
-    # multinomial took 45 s (each step multiplies the whole features x classes matrix); the dual
-    # form, fast at small C, took 109 s at C = 100 on SST-2.
-    return OneVsRestClassifier(LogisticRegression(C=C, solver="liblinear", dual=False, tol=1e-3,
+    # One binary liblinear problem per class (one for a binary task). A binary task's problem
+    # is solved in liblinear's primal form (trust-region Newton), whose cost hardly grows with
+    # C: on a balanced binary set of many rows the dual's coordinate descent slows down past C =
+    # 10. A multiclass task's problems are each one class against all the others, few positive
+    # rows among many, where the dual converges in a fraction of the primal's time at every C of
+    # the path, to the same optimum (docs/benchmarks.md, Probe cost: TREC fine and 78 classes).
+    # The dual stops at liblinear's own default for it (0.1, on its largest violation of the
+    # optimality conditions): at 1e-3 it took twice the time for the same predictions.
+    dual = TASKS[task].n_classes is None  # multiclass: one class against the rest
+    return OneVsRestClassifier(LogisticRegression(C=C, solver="liblinear", dual=dual, tol=0.1 if dual else 1e-3,
                                                   max_iter=1000, random_state=seed))
 
 

@@ -160,6 +160,8 @@ def run_probe(pipeline: Pipeline) -> list[Record]:
             log.info("second stage on %s: %s", " and ".join(dict.fromkeys(
                 f.name for f, h in stage if f != TEXT)), ", ".join(later))
         if stage:
+            # The longest fits first (a stable sort keeps the plan's order among equals).
+            stage.sort(key=lambda job: -H.HEADS[job[1]].cost)
             # Known only now: the second stage runs on one feature set or two.
             manifest["planned"] = bar.total = len(records) + len(stage)
             write_run_status(directory, manifest)

@@ -132,14 +132,19 @@ class RidgeClassifierHead(ClassifierMixin, BaseEstimator):
         from scipy.optimize import minimize
 
         n, k = Y.shape
+        rows, codes = np.arange(n), Y.argmax(axis=1)  # Y is one-hot: each row's class
 
         def loss(theta):
             t, b = np.exp(theta[0]), theta[1:]
-            z = t * decision + b
+            z = t * decision + b  # (n, k)
             z -= z.max(axis=1, keepdims=True)
-            log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-            g = (np.exp(log_p) - Y) / n  # d loss / d z
-            return float(-(Y * log_p).sum() / n), np.concatenate([[t * (g * decision).sum()], g.sum(axis=0)])
+            e = np.exp(z)  # (n, k)
+            total = e.sum(axis=1)  # (n,)
+            g = e / total[:, None]  # (n, k) softmax; minus the one-hot below: d loss / d z, times n
+            g[rows, codes] -= 1.0
+            g /= n
+            value = (np.log(total) - z[rows, codes]).sum() / n  # mean -log p(true class)
+            return float(value), np.concatenate([[t * (g * decision).sum()], g.sum(axis=0)])
 
         if start is None:
             prior = np.log(np.clip(Y.mean(axis=0), 1e-12, None))

@@ -72,11 +72,17 @@ class Selection:
     threshold: float
     score: float
     """The chosen candidate's selection score: on dev, the held-out rows, or out of fold (cv)."""
+    select_on: str
+    """The rows `score` is on, in words: the protocol's, or the first fold's for a baseline
+    under cv."""
     search: list[dict]
     """Every candidate with its selection score (under cv: on the first fold's held rows), or
     `skipped: true`, in grid order."""
     fitted: object | None
     """The chosen candidate fitted on all of train when the protocol fitted it so (dev)."""
+    start: object | None
+    """Under cv and holdout, for a head that warm-starts (`Head.warm`): the chosen candidate
+    fitted on the first selection split, the final fit's starting point; else None."""
     scores: np.ndarray
     """The chosen candidate's predictions on the selection rows (dev, out of fold, held out)."""
     truth: np.ndarray
@@ -110,18 +116,20 @@ def select(*, head: str, task: str, n_classes: int, X: np.ndarray | sparse.csr_m
     X_fit, y_fit = (X, y) if fit_rows is None else (X[fit_rows], y[fit_rows])
     X_held = X_dev if rows is None else X[rows]
     fitter = _Head(head, task, n_classes, seed, threads)
+    spec = H.HEADS[head]
 
     def walk(grid: list[dict]) -> list[dict]:
-        # Under dev each fit is on all of train: the chosen one is kept, not refitted.
-        tried = _walk(fitter, grid, X_fit, y_fit, X_held, keep_fitted=rows is None,
-                      stop_early=H.HEADS[head].path, metric=metric, truth=truth)
+        # Under dev each fit is on all of train: the chosen one is kept, not refitted. Otherwise a
+        # head that warm-starts keeps its candidates' fits as starting points for the later ones.
+        tried = _walk(fitter, grid, X_fit, y_fit, X_held, keep_fitted=rows is None or spec.warm,
+                      stop_early=spec.path, metric=metric, truth=truth)
         for candidate in tried:
             if candidate["held"] is not None:
                 candidate["scored"] = candidate["scored"] or _score(task, truth, candidate["held"], metric)
         return tried
 
-    tried = walk(list(H.HEADS[head].grid(task)))
-    for side in ((0, -1) if H.HEADS[head].path else ()):
+    tried = walk(list(spec.grid(task)))
+    for side in ((0, -1) if spec.path else ()):
         for step in range(1, EDGE_STEPS + 1):
             best = _best(tried)
             beyond = _beyond([c["params"] for c in tried], side)
@@ -129,19 +137,26 @@ def select(*, head: str, task: str, n_classes: int, X: np.ndarray | sparse.csr_m
                 break
             extra = walk([beyond])
             for candidate in extra:
-                candidate["extension"] = step  # chosen only if strictly better than those nearer the grid
+                candidate["extension"] = step  # chosen only if clearly better than those nearer the grid
+                candidate["within_noise"] = not _clearly_above(task, metric, truth, tried[best], candidate)
             tried = extra + tried if side == 0 else tried + extra
             if _best(tried) == best + (side == 0):  # no better past the edge: the grid was enough
                 break
     best = tried[_best(tried)]
     search = [{"params": c["params"], "skipped": True} if c["held"] is None else
-              {"params": c["params"], "score": c["scored"][0], "threshold": c["scored"][1]} for c in tried]
-    if len(splits) == 1:
-        return Selection(best["params"], best["scored"][1], best["scored"][0], search, best["fitted"],
-                         best["held"], truth)
-    held = _out_of_fold(fitter, best["params"], X, y, splits, first=best["held"])
+              {"params": c["params"], "score": c["scored"][0], "threshold": c["scored"][1]}
+              | ({"within_noise": True} if c.get("within_noise") else {}) for c in tried]
+    fitted, start = (best["fitted"], None) if rows is None else (None, best["fitted"])
+    if len(splits) == 1 or spec.baseline is not None:
+        # A baseline's selection score is compared with no other record's on the selection rows
+        # (the verdict pairs its test predictions): under cv, the first fold's score stands for
+        # it, without k - 1 more fits of its costliest candidate.
+        select_on = protocol.select_on if len(splits) == 1 else f"the first fold of {protocol.select_on}"
+        return Selection(best["params"], best["scored"][1], best["scored"][0], select_on, search, fitted,
+                         start, best["held"], truth)
+    held = _out_of_fold(fitter, best["params"], X, y, splits, first=best["held"], start=start)
     score, threshold = _score(task, y, held, metric)
-    return Selection(best["params"], threshold, score, search, None, held, y)
+    return Selection(best["params"], threshold, score, protocol.select_on, search, None, start, held, y)
 
 
 @dataclass(frozen=True)
@@ -154,15 +169,30 @@ class _Head:
     threads: int
 
 
-def _out_of_fold(head: _Head, params: dict, X, y, splits, *, first: np.ndarray) -> np.ndarray:
+def _out_of_fold(head: _Head, params: dict, X, y, splits, *, first: np.ndarray, start) -> np.ndarray:
     """The chosen candidate's predictions on every training row, each from the fold that held it
-    out: `first` (the first fold's, from the search) and a fresh fit per other fold."""
+    out: `first` (the first fold's, from the search) and a fit per other fold, from `start`'s
+    solution when the head warm-starts (a convex head's optimum does not depend on where its
+    solver starts, so no held row leaks in through it), else fresh."""
     held = np.zeros((len(y),) + first.shape[1:])
     held[splits[0][1]] = first
     for fit_rows, held_rows in splits[1:]:
-        estimator = H.fit(H.build(head.name, head.task, params, head.seed, head.threads), X[fit_rows], y[fit_rows])
+        estimator = H.fit(warmed(head.name, head.task, params, start=start, y=y[fit_rows], seed=head.seed,
+                                 threads=head.threads), X[fit_rows], y[fit_rows])
         held[held_rows] = H.predict_scores(estimator, X[held_rows], head.task, head.n_classes)
     return held
+
+
+def warmed(head: str, task: str, params: dict, *, start, y: np.ndarray, seed: int, threads: int):
+    """An estimator for `params` to fit on rows labelled `y`: a copy of `start` (the same head
+    and hyperparameters, fitted on other rows), whose fit begins at its solution, when it has
+    the same classes; else a fresh one."""
+    if start is not None:
+        final = start[-1] if hasattr(start, "steps") else start
+        classes = getattr(final, "classes_", None)
+        if not TASKS[task].classes or classes is None or np.array_equal(classes, np.unique(y)):
+            return copy.deepcopy(start)
+    return H.build(head, task, params, seed, threads)
 
 
 def _walk(head: _Head, grid: list[dict], X_fit, y_fit, X_held, *, keep_fitted: bool, stop_early: bool,
@@ -181,11 +211,10 @@ def _walk(head: _Head, grid: list[dict], X_fit, y_fit, X_held, *, keep_fitted: b
                            previous=estimator)
         H.fit(estimator, X_fit, y_fit)
         scores = H.predict_scores(estimator, X_held, head.task, head.n_classes)
-        if keep_fitted:
-            candidate["held"] = scores
+        # float64, as the out-of-fold predictions it may become part of (`_out_of_fold`)
+        candidate["held"] = np.asarray(scores, dtype=np.float64)
+        if keep_fitted:  # a path's estimator goes on to the next candidate: this one's fit is a copy
             candidate["fitted"] = copy.deepcopy(estimator) if H.HEADS[head.name].path else estimator
-        else:  # float64, as the out-of-fold predictions it may become part of (`_out_of_fold`)
-            candidate["held"] = np.asarray(scores, dtype=np.float64)
         if stop_early:
             held = candidate["held"]
             candidate["scored"] = _score(head.task, truth, held, metric)
@@ -210,12 +239,26 @@ def _clearly_below(task: str, metric: str, truth, best: tuple, candidate: tuple,
     return se is not None and gap > 2 * se
 
 
+def _clearly_above(task: str, metric: str, truth, edge: dict, candidate: dict) -> bool:
+    """Whether a candidate past the grid's edge beats the edge by more than one standard error
+    of their paired difference on the selection rows. Within it the two are one pick of noise,
+    and the grid's own candidate stands (the one-standard-error rule's choice): on a flat top
+    the path would otherwise go on to its weakest penalty, the costliest fit, for a gain no
+    rows can show (TF-IDF on 78 classes: docs/benchmarks.md, Probe cost)."""
+    gap = candidate["scored"][0] - edge["scored"][0]
+    if not gap > TIE:
+        return False
+    se = bootstrap.difference_se(task, metric, truth, (candidate["held"], candidate["scored"][1]),
+                                 (edge["held"], edge["scored"][1]))
+    return se is None or gap > se
+
+
 def _best(tried: list[dict]) -> int:
     """The position of the best scored candidate: among equals, the one nearest the grid (a
-    candidate past its edge counts only when strictly better), then the first."""
+    candidate past its edge counts only when clearly better, `_clearly_above`), then the first."""
     best = None
     for j, candidate in enumerate(tried):
-        if candidate["scored"] is None:
+        if candidate["scored"] is None or candidate.get("within_noise"):
             continue
         if best is None or _better(candidate["scored"][0], tried[best]["scored"][0]) or (
                 not _better(tried[best]["scored"][0], candidate["scored"][0])

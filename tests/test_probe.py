@@ -335,6 +335,9 @@ def test_staged_grid_runs_the_other_heads_on_the_best_features(make_pipeline, cs
     # the baselines run beside the second stage, not before it: the scouts finish first
     heads = [r.head for r in records]
     assert heads.index("majority") > max(i for i, h in enumerate(heads) if h == "logistic")
+    # the second stage dispatches its longest fits first: the short ones fill in around them
+    second = [H.HEADS[r.head].cost for r in records if r.head in ("mlp", "lightgbm", "majority")]
+    assert second == sorted(second, reverse=True) and second[0] == H.HEADS["lightgbm"].cost
 
 
 def test_lightgbm_leaves_the_staged_grid_past_twenty_classes(tmp_path, caplog):
@@ -445,6 +448,112 @@ def test_a_grid_whose_edge_wins_goes_on_past_it(monkeypatch):
     _scripted_head(monkeypatch, [80, 40, 20])  # the low edge wins: nothing beyond it is better
     chosen = _select_scripted(choose_protocol("cv", ["train", "test"], 5), folds=2)
     assert [c["params"]["C"] for c in chosen.search] == [320, 160, 80, 40, 20] and chosen.params == {"C": 160}
+
+
+def _listed_head(monkeypatch, right: dict, *, baseline=None):
+    """A binary head whose candidate C is right exactly on the rows `right[C]` (a bool mask over
+    the rows it is asked to score, in order), counting its fits."""
+    from sklearn.base import BaseEstimator, ClassifierMixin
+
+    fits = []
+
+    class Listed(ClassifierMixin, BaseEstimator):
+        def __init__(self, C=1.0):
+            self.C = C
+
+        def fit(self, X, y):
+            fits.append(self.C)
+            self.classes_ = np.unique(y)
+            return self
+
+        def predict_proba(self, X):
+            rows = X[:, 1].astype(int)  # each row carries its own number
+            truth = X[:, 0].astype(int)
+            return np.eye(2)[np.where(right[self.C][rows], truth, 1 - truth)]
+
+    grid = sorted(right)[:3]
+    monkeypatch.setitem(H.HEADS, "listed", H.Head("listed", lambda task, seed, threads, C: Listed(C),
+                                                  deterministic=True, path=True, baseline=baseline,
+                                                  grid=lambda task: [{"C": c} for c in grid]))
+    return fits
+
+
+def _select_listed(protocol, n: int, **cfg):
+    from featx.search import select
+
+    y = np.arange(n) % 2
+    X = np.stack([y, np.arange(n)], axis=1).astype(float)
+    X_dev, y_dev = (X, y) if protocol.name == "dev" else (None, None)
+    return select(head="listed", task="binary", n_classes=2, X=X, y=y, X_dev=X_dev, y_dev=y_dev,
+                  protocol=protocol, cfg=ProbeConfig(**cfg), metric="accuracy", threads=1)
+
+
+def test_a_candidate_past_the_edge_within_noise_of_it_is_not_chosen(monkeypatch):
+    n = 400
+    rows = np.arange(n)
+    edge = rows < 300  # C = 100: right on 300 rows
+    # C = 1000 is right on 2 rows more, net: it fixes 12 rows the edge gets wrong and breaks 10 it
+    # gets right, a gain (0.005) well within one standard error of the paired difference
+    beyond = edge.copy()
+    beyond[300:312], beyond[:10] = True, False
+    right = {1: rows < 100, 10: rows < 200, 100: edge, 1000: beyond, 10_000: rows < 400}
+    dev = choose_protocol("dev", ["train", "dev", "test"], 5)
+    fits = _listed_head(monkeypatch, right)
+    chosen = _select_listed(dev, n)
+    assert chosen.params == {"C": 100} and chosen.fitted.C == 100
+    assert [c["params"]["C"] for c in chosen.search] == [1, 10, 100, 1000]  # and no further
+    assert [c.get("within_noise", False) for c in chosen.search] == [False, False, False, True]
+    assert fits == [1, 10, 100, 1000]
+    # a clear gain past the edge (30 rows more, none broken) is taken, and the path goes on
+    right[1000] = rows < 330
+    chosen = _select_listed(dev, n)
+    assert chosen.params == {"C": 10_000} and not any(c.get("within_noise") for c in chosen.search)
+
+
+def test_a_baseline_under_cv_is_scored_on_the_first_fold_alone(monkeypatch):
+    n = 200
+    rows = np.arange(n)
+    right = {1: rows < 100, 10: rows < 150, 100: rows < 120}
+    cv = choose_protocol("cv", ["train", "test"], 4)
+    fits = _listed_head(monkeypatch, right, baseline="lexical")
+    chosen = _select_listed(cv, n, folds=4)
+    # its selection score is compared with no other record's on the selection rows: no fits on
+    # the other folds, and the record says which rows its score is on
+    assert fits == [1, 10, 100] and chosen.params == {"C": 10}
+    assert len(chosen.scores) == len(chosen.truth) == n // 4
+    assert chosen.select_on == "the first fold of 4-fold cv on train"
+    fits.clear()
+    _listed_head(monkeypatch, right)  # the same head as a probe: every fold
+    probe = _select_listed(cv, n, folds=4)
+    assert len(probe.scores) == n and probe.select_on == cv.select_on
+
+
+def test_warm_started_folds_and_final_fit_match_fresh_fits():
+    """Under cv a convex head's other folds and its final fit start from the chosen candidate's
+    first-fold solution: the same optimum as a fresh start, so the same predictions."""
+    from featx.search import select, selection_splits, warmed
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 5, 500)
+    X = rng.normal(size=(500, 16)) + np.eye(16)[y] * 1.5
+    cv = choose_protocol("cv", ["train", "test"], 5)
+    for head in ("logistic", "ridge"):
+        chosen = select(head=head, task="multiclass", n_classes=5, X=X, y=y, X_dev=None, y_dev=None,
+                        protocol=cv, cfg=ProbeConfig(), metric="accuracy", threads=1)
+        assert chosen.start is not None and chosen.fitted is None
+        for fit_rows, held_rows in selection_splits("multiclass", y, cv, 5, 0)[1:]:
+            fresh = H.fit(H.build(head, "multiclass", chosen.params), X[fit_rows], y[fit_rows])
+            np.testing.assert_allclose(chosen.scores[held_rows],
+                                       H.predict_scores(fresh, X[held_rows], "multiclass", 5), atol=2e-3)
+        final = H.fit(warmed(head, "multiclass", chosen.params, start=chosen.start, y=y, seed=0, threads=1), X, y)
+        fresh = H.fit(H.build(head, "multiclass", chosen.params), X, y)
+        np.testing.assert_allclose(H.predict_scores(final, X, "multiclass", 5),
+                                   H.predict_scores(fresh, X, "multiclass", 5), atol=2e-3)
+    # a start with other classes than the rows to fit is not used: a fresh estimator is
+    start = H.fit(H.build("logistic", "multiclass", {"C": 1.0}), X[y < 4], y[y < 4])
+    assert warmed("logistic", "multiclass", {"C": 1.0}, start=start, y=y, seed=0, threads=1) is not start
+    assert not hasattr(warmed("logistic", "multiclass", {"C": 1.0}, start=start, y=y, seed=0, threads=1)[-1],
+                       "coef_")
 
 
 def test_joint_multilabel_logistic_equals_one_fit_per_label():
