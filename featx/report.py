@@ -157,7 +157,8 @@ def configuration_of(inputs: Inputs) -> dict:
             "extract": recorded.get("extract") or tuned.get("extract") or {},
             "data": recorded.get("data") or tuned.get("data") or {},
             "probe": recorded.get("probe"), "probe_config_hash": probe_hash,
-            "protocol": probe.protocol if probe else None,
+            # A backbone probe's (under cv a baseline's selection score is its first fold's alone).
+            "protocol": max(probes, key=lambda r: (not r.baseline, r.created)).protocol if probes else None,
             "finetune": None if tune is None else tune.hyperparameters,
             "finetune_settings": tuned.get("finetune") or (dataclasses.asdict(current.finetune) if current else None),
             "run_hash": tune.run_hash if tune else None,
