@@ -403,7 +403,11 @@ def select(values, assignment: np.ndarray | None, code: int, record: int):
 def check_states(source) -> None:
     """Refuse a pass over a source whose files changed since pass 1 read them."""
     for path, state in zip(source.files, source.states):
-        if _state(path) != state:
+        try:
+            now = _state(path)
+        except OSError:
+            now = None  # removed
+        if now != state:
             raise FeatxError(f"{path} changed while featx was reading it (its texts are read again "
                              "from the file, a block at a time); rerun once it stays as it is")
 

@@ -213,10 +213,12 @@ def _file_batches(path: Path, arrow: bool, columns: list[str], skip: int):
         groups = []
         for g in range(parquet.metadata.num_row_groups):
             rows = parquet.metadata.row_group(g).num_rows
-            if at + rows > skip:
-                groups.append(g)
+            if not groups and at + rows <= skip:
+                at += rows  # a group wholly before row `skip`, unread
             else:
-                at += rows
+                groups.append(g)
+        if not groups:
+            return  # (iter_batches reads every row group when given none)
         for batch in parquet.iter_batches(batch_size=BATCH_ROWS, row_groups=groups, columns=columns):
             yield at, batch
             at += batch.num_rows

@@ -244,10 +244,10 @@ def _line_blocks(path: Path, start: int, stop: int):
                                  "stays as it is")
             start += len(data)
             cut = len(data) if start >= stop else data.rfind(b"\n") + 1
+            if not cut:  # inside a line longer than a block
+                pending += data
+                continue
             pending += data[:cut]
-            if cut and pending:
-                yield at, bytes(pending)
-                at += len(pending)
-                pending = bytearray(data[cut:])
-        if pending:
             yield at, bytes(pending)
+            at += len(pending)
+            pending = bytearray(data[cut:])
