@@ -209,7 +209,9 @@ def _file_batches(path: Path, arrow: bool, columns: list[str], skip: int):
         return
     import pyarrow.parquet as pq
 
-    with pq.ParquetFile(path) as parquet:
+    # Without pre-buffering and threads, pyarrow holds about a batch of the row group (2M rows:
+    # its pool's peak 21 MB instead of 82, process 141 MB instead of 233, and no slower).
+    with pq.ParquetFile(path, pre_buffer=False) as parquet:
         groups = []
         for g in range(parquet.metadata.num_row_groups):
             rows = parquet.metadata.row_group(g).num_rows
@@ -219,6 +221,7 @@ def _file_batches(path: Path, arrow: bool, columns: list[str], skip: int):
                 groups.append(g)
         if not groups:
             return  # (iter_batches reads every row group when given none)
-        for batch in parquet.iter_batches(batch_size=BATCH_ROWS, row_groups=groups, columns=columns):
+        for batch in parquet.iter_batches(batch_size=BATCH_ROWS, row_groups=groups, columns=columns,
+                                          use_threads=False):
             yield at, batch
             at += batch.num_rows
