@@ -1,7 +1,7 @@
 """Datasets: files (or a built-in) -> `(ids, texts | text pairs, labels, task)` per split. No torch.
 
 It owns the `Split` and `Dataset` a cache is built from and their fingerprints, the assembly of
-one from a pipeline's [data] (whole, or large CSV/TSV files in a stream), and predict's reading
+one from a pipeline's [data] (whole, or large files and folders in a stream), and predict's reading
 of new texts. The parts are featx.readers (files -> tables), featx.builtin (built-in datasets),
 featx.labels (rows and labels, checked) and featx.splits (rows -> train / dev / test).
 """
@@ -18,13 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-from featx import spans, stream
+from featx import spans, stream, streamformats
 from featx.builtin import BUILTINS
 from featx.config import DataConfig
 from featx.errors import FeatxError, shown
 from featx.labels import (SPLIT_ALIASES, Columns, Distinct, LabelEncoder, check_unique_ids, class_key,
                           dropped_per_split, empty_message, infer_task, natural_key)
-from featx.readers import SUFFIX_FORMATS, Table, folder_files, format_from_suffix, read_table, read_tables
+from featx.readers import SUFFIX_FORMATS, Table, folder_files, read_table, read_tables
 from featx.splits import SPLITS, split_single, stratified_assignment
 from featx.tasks import TASKS
 
@@ -195,12 +195,12 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
 
 
 # ---------------------------------------------------------------------------------------------
-# Large files, read in a stream (featx.stream)
+# Large files, read in a stream (featx.stream, featx.streamformats)
 
 
 def _streamable(cfg: DataConfig) -> bool:
     """Whether `_load_streamed` may read this configuration (the files' size and content
-    decide next): one CSV/TSV file per split of texts and class labels, and pyarrow installed."""
+    decide next): one file or folder per split of texts and class labels, and pyarrow installed."""
     if importlib.util.find_spec("pyarrow") is None:
         return False
     single = [cfg.path] if cfg.path is not None else [cfg.train, cfg.dev, cfg.test]
@@ -212,12 +212,12 @@ def _streamable(cfg: DataConfig) -> bool:
 
 
 def _load_streamed(cfg: DataConfig, name: str) -> Dataset:
-    """The Dataset of large CSV/TSV files (featx.stream): the same ids, texts, labels and splits
-    as the whole-file reader builds from them; its fingerprint is the files' bytes' (`_fingerprint`).
+    """The Dataset of large files (featx.stream): the same ids, texts, labels and splits as the
+    whole-file reader builds from them; its fingerprint is the files' bytes' (`_fingerprint`).
     stream.Fallback for anything that reader must report or read."""
-    sources = _stream_sources(cfg)
+    sources = streamformats.sources_of(cfg)
     columns = Columns.from_config(cfg, (), None)
-    parsed = {s: stream.parse(src, columns.text, columns.labels[0], cfg.split_column if s is None else None)
+    parsed = {s: src.parse(columns.text, columns.labels[0], cfg.split_column if s is None else None)
               for s, src in sources.items()}
     # Each file's digest when a fingerprint is first asked for (a load that needs no key reads
     # no more of the file), then kept for its other splits.
@@ -237,10 +237,11 @@ class Share:
 
 
 def load_share(cfg: DataConfig, name: str, rank: int, size: int, gather) -> Share | None:
-    """This rank's contiguous share of the rows of large CSV/TSV files, each rank parsing only
-    about 1/size of every file (`spans.span_of`) and the ranks exchanging what the split and the
-    classes need: per row a label code (and split code), never a text. `gather` is the
-    collective that returns every rank's value (torch.distributed.all_gather_object).
+    """This rank's contiguous share of the rows of large files, each rank parsing only about
+    1/size of every file (`spans.share_of`: byte ranges of CSV/TSV, JSONL and label-text, rows
+    of Parquet and Arrow) and the ranks exchanging what the split and the classes need: per row
+    a label code (and split code), never a text. `gather` is the collective that returns every
+    rank's value (torch.distributed.all_gather_object).
 
     None, alike on every rank, when the data is not streamed or cannot be cut with certainty:
     every rank then reads it whole (`load_dataset`)."""
@@ -248,24 +249,25 @@ def load_share(cfg: DataConfig, name: str, rank: int, size: int, gather) -> Shar
         return None
     columns = Columns.from_config(cfg, (), None)
     try:
-        everyone = spans.agreed(gather, lambda: _stream_sources(cfg))
+        everyone = spans.agreed(gather, lambda: streamformats.sources_of(cfg))
         sources = everyone[rank]  # each its own (a host may hold its own copy, at the same path)
         for s, src in sources.items():
-            if len({other[s].state[0] for other in everyone}) > 1:
+            sizes = {tuple(state[0] for state in other[s].states) for other in everyone}
+            if len(sizes) > 1:
                 raise FeatxError(f"the ranks see different files at {src.path} (sizes "
-                                 f"{sorted({other[s].state[0] for other in everyone})}): give every "
-                                 "host the same file, or put it where every host reads it")
-        cut = {s: spans.span_of(src, rank, size, gather) for s, src in sources.items()}
+                                 f"{sorted(sizes)}): give every host the same files, or put them "
+                                 "where every host reads them")
+        cut = {s: spans.share_of(src, rank, size, gather) for s, src in sources.items()}
         if None in cut.values():
             return None
-        parts = {s: spans.agreed(gather, lambda s=s, src=src: stream.parse(
-                     dataclasses.replace(src, span=cut[s]), columns.text, columns.labels[0],
-                     cfg.split_column if s is None else None)) for s, src in sources.items()}
+        parts = {s: spans.agreed(gather, lambda s=s, src=src: dataclasses.replace(src, span=cut[s]).parse(
+                     columns.text, columns.labels[0], cfg.split_column if s is None else None))
+                 for s, src in sources.items()}
         digests = {s: spans.digest(src, rank, size, gather) for s, src in sources.items()}
         parsed = {s: spans.merge(p, sources[s]) for s, p in parts.items()}
         first = {s: sum(q.n for q in p[:rank]) for s, p in parts.items()}
-        share = {s: (dataclasses.replace(src, span=cut[s]), first[s], first[s] + parts[s][rank].n)
-                 for s, src in sources.items()}
+        share = {s: (dataclasses.replace(src, span=cut[s]), first[s], first[s] + parts[s][rank].n,
+                     parts[s][rank].nbytes) for s, src in sources.items()}
         dataset, mine, offsets = _streamed(cfg, name, parsed, digests, share)
     except stream.Fallback as why:
         log.debug("the data is read whole by every rank (not sharded): %s", why)
@@ -273,25 +275,13 @@ def load_share(cfg: DataConfig, name: str, rank: int, size: int, gather) -> Shar
     return Share(dataset, mine, offsets)
 
 
-def _stream_sources(cfg: DataConfig) -> dict[str | None, stream.Source]:
-    """The files to stream (key None: one file featx splits itself), or stream.Fallback."""
-    if cfg.path is not None or not (cfg.dev or cfg.test):
-        files = {None: cfg.path or cfg.train}
-    else:
-        files = {s: f for s, f in (("train", cfg.train), ("dev", cfg.dev), ("test", cfg.test)) if f}
-    sizes = {s: Path(f).stat().st_size for s, f in files.items() if Path(f).is_file()}
-    if len(sizes) != len(files) or sum(sizes.values()) < stream.threshold():
-        raise stream.Fallback("small or missing files")
-    if cfg.split_column is not None and None not in files:
-        raise stream.Fallback("a split column beside split files")
-    return {s: stream.source_of(Path(f), cfg, cfg.format or format_from_suffix(Path(f))) for s, f in files.items()}
-
-
 def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: dict | None = None):
     """(whole Dataset, this rank's Dataset or None, per split the rank's first row) from pass 1
     over every file (`parsed`, whole-file codes) and their digests. `share`: per file, this
     rank's span Source and its records [lo, hi)."""
     columns = Columns.from_config(cfg, (), None)
+    for p in parsed.values():
+        streamformats.check_labels(p.labels)  # JSON's, Parquet's and Arrow's labels may be anything
     task, parts, numbered = _stream_splits(cfg, columns, parsed)
     # Per split, its rows' label codes: 2 bytes a row, with the split codes all that is held per row.
     in_split = {split: p.codes if a is None else p.codes[a == code] for split, (p, a, code) in parts.items()}
@@ -314,21 +304,23 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
         key = None if None in parsed else split  # the file the split's rows are in
         by_record = numbered == "record"
         whole[split] = _stream_split(split, p.source, columns.text, a, code, labels=labels, records=p.n,
-                                     by_record=by_record)
-        _fingerprint(whole[split], digests[key], a, code)
+                                     nbytes=p.nbytes, by_record=by_record)
+        _fingerprint(whole[split], digests[key], a, code, reading=p.source.reading() + [columns.text])
         if share is not None:
-            source, lo, hi = share[key]
+            source, lo, hi, nbytes = share[key]
             offsets[split] = lo if a is None else int((a[:lo] == code).sum())
             rows = labels[offsets[split]:offsets[split] + (hi - lo if a is None else int((a[lo:hi] == code).sum()))]
             mine[split] = _stream_split(split, source, columns.text, None if a is None else a[lo:hi], code,
-                                        labels=rows, records=hi - lo, by_record=by_record,
+                                        labels=rows, records=hi - lo, nbytes=nbytes, by_record=by_record,
                                         start=lo if by_record else offsets[split])
             # A shard's splits are never compared with a file's: a name, not a pass over its texts.
             mine[split].with_fingerprint(f"{whole[split].fingerprint()}:rows-{offsets[split]}+{len(rows)}")
-    paths = [str(src.path) for src in (p.source for p in parsed.values())]
-    log.info("read %s in a stream (%s rows): texts stay in the file until the cache holds them",
-             ", ".join(paths), f"{sum(len(s) for s in whole.values()):,}")
-    make = lambda splits: Dataset(name, task, names, splits, ", ".join(paths), tuple(paths))  # noqa: E731
+    # As the whole-file reader names them: a folder's files joined by " + ", the splits' by ", ".
+    source = ", ".join(" + ".join(str(f) for f in p.source.files) for p in parsed.values())
+    paths = tuple(str(f) for p in parsed.values() for f in p.source.files)
+    log.info("read %s in a stream (%s rows): texts stay in the files until the cache holds them",
+             source, f"{sum(len(s) for s in whole.values()):,}")
+    make = lambda splits: Dataset(name, task, names, splits, source, paths)  # noqa: E731
     return make(whole), (make(mine) if share is not None else None), offsets
 
 
@@ -359,29 +351,29 @@ def _stream_splits(cfg: DataConfig, columns: Columns, parsed: dict):
 
 
 def _stream_split(split: str, source, text: str, assignment, code: int, *, labels: np.ndarray, records: int,
-                  by_record: bool, start: int = 0) -> Split:
+                  nbytes: int, by_record: bool, start: int = 0) -> Split:
     """A Split whose ids are numbered and whose texts are read from `source`, a block at a time.
-    `records`: how many records `assignment` (or the split) covers. One file split by featx
-    numbers its rows in the file (`by_record`); a split's own file or column, in the split."""
+    `records`: how many records `assignment` (or the split) covers, holding at most `nbytes` of
+    text. One file split by featx numbers its rows in the file (`by_record`); a split's own file
+    or column, in the split."""
     n = len(labels)
-    # Bytes its texts take at most: its records' share of the file (of a rank's span, if it has one).
-    extent = source.state[0] if source.span is None else source.span[1] - source.span[0]
-    share = extent * n // max(records, 1)
+    share = nbytes * n // max(records, 1)  # its records' share of the bytes (for disk estimates)
     ids = (stream.RowIds("row-", assignment, code, n, start=start) if by_record
            else stream.RowIds(f"{split}-", None, 0, n, start=start))
     return Split(split, ids,
                  stream.Column(source, text, assignment, code, n, nbytes=share), None, labels)
 
 
-def _fingerprint(split: Split, file_digest, assignment, code: int) -> None:
+def _fingerprint(split: Split, file_digest, assignment, code: int, *, reading: list) -> None:
     """A streamed split's fingerprint: the digest of its file's bytes (`spans.digest`, which any
-    number of ranks compute alike without reading the whole file each), which rows of the file
+    number of ranks compute alike without reading the whole file each), how its texts are read
+    from them (`reading`: the format, its options, the text column), which rows of the file
     are its (`assignment`), and its labels. Not the whole-file reader's hash of ids and texts,
     which one pass over every text would take: the same file read whole has another key.
     `file_digest`: the digest, or how to compute it when first asked for."""
     def compute() -> str:
         digest = file_digest() if callable(file_digest) else file_digest
-        h = hashlib.sha256(json.dumps(["stream-1", split.name, digest, code]).encode())
+        h = hashlib.sha256(json.dumps(["stream-2", split.name, digest, code, reading]).encode())
         if assignment is not None:
             h.update(np.ascontiguousarray(assignment))
         h.update(str(split.labels.dtype).encode() + repr(split.labels.shape).encode())

@@ -2,8 +2,8 @@
 
     torchrun --nproc-per-node N -m featx extract PIPELINE [overrides]
 
-Large CSV/TSV inputs (the streamed ones) are shared by byte ranges: each rank parses only its
-part of every file, and the ranks exchange what the split and the classes need (a label code
+Large inputs (the streamed ones) are shared by byte ranges (CSV/TSV, JSONL, label-text) or rows
+(Parquet, saved datasets): each rank parses only its part of every file, and the ranks exchange what the split and the classes need (a label code
 per row, never a text). Any other input is loaded by every rank, which deals the length-sorted
 rows round-robin, so each gets the same share of tokens. Each rank builds its own resumable shard (the same `.partial`,
 done-mask and lock rules as one process) under `<cache_dir>/<key>.shards/`; after they all
@@ -147,8 +147,8 @@ def _share(pipeline: Pipeline, rank: int, size: int, dist):
     """(plan of the whole dataset, this rank's rows of each group, its dataset of them, whether
     those rows are one contiguous run of each split, rank after rank).
 
-    Large CSV/TSV files are shared by byte ranges (`data.load_share`): each rank parses only
-    its part of every file, and its rows are one contiguous run of each split. Anything else is
+    Large (streamed) inputs are shared by byte ranges or rows (`data.load_share`): each rank
+    parses only its part of every file, and its rows are one contiguous run of each split. Anything else is
     read whole by every rank, and the length-sorted rows are dealt round-robin (`deal`)."""
     from featx.data import load_share
     from featx.plan import make_plan

@@ -82,7 +82,7 @@ def _read_spec(path: Path, cfg: DataConfig) -> list[Table]:
         return [read_table(path, cfg)]
     files = folder_files(path)
     if folder_kind(path) == "arrow":
-        names = _arrow_names(path)
+        names = arrow_names(path)
         return [_read_arrow(f, names) for f in files]
     return [read_table(f, cfg) for f in files]
 
@@ -132,7 +132,7 @@ def _holds(folder: Path) -> str:
     return f" (it holds {', '.join(inside)}{', ...' if len(inside) == 5 else ''})" if inside else ""
 
 
-def _arrow_names(folder: Path) -> dict[str, list[str]]:
+def arrow_names(folder: Path) -> dict[str, list[str]]:
     """{column: class names} of a saved dataset's ClassLabel columns (alone or in a Sequence,
     one label list per row), from its dataset_info.json: labels are read as their names."""
     try:

@@ -1,10 +1,13 @@
-"""A large CSV/TSV file shared between torchrun ranks by byte ranges. No torch.
+"""A large input shared between torchrun ranks, each reading about 1/N of it. No torch.
 
-    span_of    where this rank's records begin and end: cuts near 1/N, 2/N, ... of the file,
-               placed at record boundaries by the parity of the quotes before them (the ranks
-               count their own stretches and exchange the counts), and checked
-    digest     the file's fingerprint: a sha256 of each block, any rank hashing any block
-    merge      the ranks' pass 1 (featx.stream.parse over their spans) as one over the file
+    share_of   this rank's share of a source (featx.stream, featx.streamformats):
+    span_of      of a CSV/TSV, JSONL or label-text file, the bytes where its records begin and
+                 end: cuts near 1/N, 2/N, ... of the file, placed at record boundaries (for
+                 CSV/TSV by the parity of the quotes before them: the ranks count their own
+                 stretches and exchange the counts; for a file of lines, after a line feed)
+    row_span_of  of Parquet or Arrow files, a range of rows (the footers count them)
+    digest     the files' fingerprint: a sha256 of each block, any rank hashing any block
+    merge      the ranks' pass 1 (a source's parse over their shares) as one over the files
     agreed     a step every rank takes, whose failure on one fails them all
 
 The collective (`gather`, torch.distributed's all_gather_object) is passed in.
@@ -12,6 +15,7 @@ The collective (`gather`, torch.distributed's all_gather_object) is passed in.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from pathlib import Path
 
@@ -45,16 +49,26 @@ def agreed(gather, compute):
     return [value for _, value in everyone]
 
 
-def span_of(source: stream.Source, rank: int, size: int, gather) -> tuple[int, int] | None:
+def share_of(source, rank: int, size: int, gather) -> tuple[int, int] | None:
+    """This rank's span of a source (what its `span` field takes): bytes of a file of records,
+    rows of Parquet or Arrow files; None, alike on every rank, when every rank reads it all."""
+    if source.kind == "columnar":
+        return row_span_of(source, rank, size, gather)
+    return span_of(source, rank, size, gather)
+
+
+def span_of(source, rank: int, size: int, gather) -> tuple[int, int] | None:
     """This rank's records: the bytes [start, stop) of the file between the record boundaries
     nearest rank/size and (rank+1)/size of it. The ranks' spans cover every record once, in
     file order, and each rank reads about 1/size of the file to find and check them. None,
-    alike on every rank, when a cut cannot be placed with certainty (a quote that is a plain
-    character of an unquoted field, a line ending in a lone carriage return): every rank then
-    reads the whole file, as one process would."""
-    total, first = source.state[0], _header_end(source.path)
+    alike on every rank, when a CSV/TSV cut cannot be placed with certainty (a quote that is a
+    plain character of an unquoted field, a line ending in a lone carriage return): every rank
+    then reads the whole file, as one process would. A file of lines (JSONL, label-text) is
+    cut just after a line feed, which always ends a line there (featx.streamformats)."""
+    delimited = source.kind == "delimited"
+    total, first = source.state[0], _header_end(source.path) if delimited else 0
     cuts = [first + (total - first) * r // size for r in range(size + 1)]
-    quoted = source.quoting != "none"
+    quoted = delimited and source.quoting != "none"
     # Whether a cut falls inside a quoted field: the parity of the quotes before it, counted by
     # the ranks over their own stretches (exact once `_plain` holds for every stretch). Each rank
     # also hashes its stretch and the next one, so two ranks read every byte: hosts whose copies
@@ -69,7 +83,7 @@ def span_of(source: stream.Source, rank: int, size: int, gather) -> tuple[int, i
                 return first if r == 0 else total
             return _next_record(source.path, cuts[r], sum(counts[:r]) % 2 == 1, quoted, total)
         start, stop = boundary(rank), boundary(rank + 1)
-        return _plain(source, start, max(start, stop)), (start, max(start, stop))
+        return not delimited or _plain(source, start, max(start, stop)), (start, max(start, stop))
 
     found = agreed(gather, mine)  # every rank's cut, found and checked, or every rank's error
     if all(plain for plain, _ in found):
@@ -77,6 +91,29 @@ def span_of(source: stream.Source, rank: int, size: int, gather) -> tuple[int, i
     log.warning("%s: its quotes leave record boundaries uncertain, so every rank reads the whole "
                 "file (quote every field that holds a quote or a line break to shard it)", source.path)
     return None
+
+
+def row_span_of(source, rank: int, size: int, gather) -> tuple[int, int]:
+    """This rank's rows of Parquet or Arrow files: [n * rank // size, n * (rank + 1) // size)
+    of their n rows joined. As for a file cut by bytes, every byte of every file is hashed by
+    two ranks, so hosts whose copies differ are refused instead of mixed."""
+    def count() -> tuple[int, list]:
+        stretches = []
+        for state, path in zip(source.states, source.files):
+            cuts = [state[0] * r // size for r in range(size + 1)]
+            stretches.append(_stretch(path, cuts, rank, False))
+        return source.rows(), stretches
+
+    everyone = agreed(gather, count)
+    for k, (state, path) in enumerate(zip(source.states, source.files)):
+        _check_same_bytes(path, [stretches[k] for _, stretches in everyone],
+                          [state[0] * r // size for r in range(size + 1)])
+    rows = {n for n, _ in everyone}
+    if len(rows) > 1:
+        raise FeatxError(f"the ranks count different rows in {source.path} ({sorted(rows)}): every host "
+                         "must see the same files")
+    n = rows.pop()
+    return n * rank // size, n * (rank + 1) // size
 
 
 def _stretch(path: Path, cuts: list[int], rank: int, quoted: bool) -> tuple[int, str, str | None]:
@@ -183,38 +220,47 @@ def _plain(source: stream.Source, start: int, stop: int) -> bool:
     return not inside
 
 
-def digest(source: stream.Source, rank: int = 0, size: int = 1, gather=None) -> str:
+def digest(source, rank: int = 0, size: int = 1, gather=None) -> str:
     """sha256 over the sha256 of every DIGEST_BYTES block of the file: the same value whichever
     ranks hash which blocks (each hashes 1/size of them), so a streamed dataset's fingerprint
-    is the same for one process and for any number of ranks or nodes."""
-    total = source.state[0]
-    n_blocks = -(-total // DIGEST_BYTES)
+    is the same for one process and for any number of ranks or nodes. A folder's: of each of
+    its files' digests, with their names."""
+    files = list(zip(source.files, source.states))
+    blocks = [(i, k) for i, (_, state) in enumerate(files) for k in range(-(-state[0] // DIGEST_BYTES))]
 
     def mine() -> dict[int, str]:
         out = {}
-        for k in range(rank, n_blocks, size):
-            out[k] = _sha256(source.path, k * DIGEST_BYTES, min(total, (k + 1) * DIGEST_BYTES))
-        if stream._state(source.path) != source.state:
-            raise FeatxError(f"{source.path} changed while featx was reading it; rerun once it stays as it is")
+        for j in range(rank, len(blocks), size):
+            i, k = blocks[j]
+            path, state = files[i]
+            out[j] = _sha256(path, k * DIGEST_BYTES, min(state[0], (k + 1) * DIGEST_BYTES))
+        stream.check_states(source)
         return out
 
-    blocks: dict[int, str] = {}
+    hashed: dict[int, str] = {}
     for part in (agreed(gather, mine) if gather is not None else [mine()]):
-        blocks |= part
-    h = hashlib.sha256(f"featx-file-1:{total}".encode())
-    for k in range(n_blocks):
-        h.update(bytes.fromhex(blocks[k]))
-    return h.hexdigest()
+        hashed |= part
+    digests = []
+    for i, (path, state) in enumerate(files):
+        h = hashlib.sha256(f"featx-file-1:{state[0]}".encode())
+        for j, (file, _) in enumerate(blocks):
+            if file == i:
+                h.update(bytes.fromhex(hashed[j]))
+        digests.append(h.hexdigest())
+    if source.files == (source.path,):
+        return digests[0]
+    return hashlib.sha256(json.dumps(["featx-folder-1", [[path.name, d] for (path, _), d in zip(files, digests)]])
+                          .encode()).hexdigest()
 
 
-def merge(parts: list[stream.Parsed], source: stream.Source) -> stream.Parsed:
+def merge(parts: list[stream.Parsed], source) -> stream.Parsed:
     """The ranks' pass 1 over their spans (in file order) as one pass over the whole file:
     labels and split values in order of first appearance, codes renumbered to them."""
-    index: dict[str, int] = {}
-    split_index: dict[str, int] = {}
+    index: dict = {}  # stream.value_key(value) -> code
+    split_index: dict = {}
     codes, splits = [], []
     for part in parts:
-        local = np.array([index.setdefault(v, len(index)) for v in part.labels], dtype=np.int64)
+        local = np.array([index.setdefault(stream.value_key(v), len(index)) for v in part.labels], dtype=np.int64)
         codes.append(local[part.codes] if len(part.codes) else np.zeros(0, np.int64))
         if part.splits is not None:
             names = np.array([split_index.setdefault(v, len(split_index)) for v in part.split_values],
@@ -228,5 +274,6 @@ def merge(parts: list[stream.Parsed], source: stream.Source) -> stream.Parsed:
         raise stream.Fallback("more than 100,000 distinct labels: not classes")
     dtype = np.int16 if len(index) < 2 ** 15 else np.int32
     with_splits = parts[0].splits is not None
-    return stream.Parsed(source, sum(p.n for p in parts), np.concatenate(codes).astype(dtype), list(index),
-                  np.concatenate(splits).astype(np.int8) if with_splits else None, list(split_index))
+    return stream.Parsed(source, sum(p.n for p in parts), np.concatenate(codes).astype(dtype),
+                         [value for _, value in index], np.concatenate(splits).astype(np.int8) if with_splits
+                         else None, list(split_index), sum(p.nbytes for p in parts))

@@ -1,17 +1,21 @@
-"""Large CSV/TSV files read in a stream (pyarrow), a block of rows at a time. No torch.
+"""Large files read in a stream, a block of rows at a time. No torch.
 
-`featx.data.load_dataset` reads a file whole into Python lists; past `STREAM_BYTES` a plain
-CSV/TSV of texts and class labels is read with these pieces instead (data.py assembles them):
+`featx.data.load_dataset` reads a file whole into Python lists; past `STREAM_BYTES` a file (or
+folder) of texts and class labels is read with these pieces instead (data.py assembles them):
 
-    parse           pass 1: every column parsed by pyarrow, checked with vectorised kernels; per
-                    row only a label code (int16) and a split column's code (int8), never a text
+    Source          one input and how to read it a block at a time: here a CSV/TSV file (parsed by
+                    pyarrow, every field a string); featx.streamformats holds JSONL, label-text,
+                    Parquet and saved Hugging Face datasets. Each has `parse` (pass 1), `values`
+                    (a column's values again, a block at a time), `files` and `states`
+    parse           pass 1: every row checked; per row only a label code (int16) and a split
+                    column's code (int8), never a text (`Codes` numbers the distinct values)
     Column, RowIds  sequences of str that read the file again (or number rows) when asked, a
                     block at a time: the fingerprint, the cache's text datasets and the
                     extraction's windows each read them in order
 
-Anything pass 1 finds wrong, or any file pyarrow cannot parse, raises `Fallback`: data.py's
-exact reader reads the file again and names the row and the fix, so a bad file gives one
-error message, whatever the path.
+Anything pass 1 finds wrong, or any file it cannot parse, raises `Fallback`: data.py's exact
+reader reads the file again and names the row and the fix, so a bad file gives one error
+message, whatever the path.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -60,6 +65,7 @@ class Fallback(Exception):
 class Source:
     """A delimited file and how pyarrow parses it as featx's csv reader does: every field a
     string, nothing read as null ("NA" is a class name, "" an empty field), a header row."""
+    kind: ClassVar[str] = "delimited"  # how featx.spans shares it: byte ranges cut between records
     path: Path
     delimiter: str
     quoting: str
@@ -70,14 +76,40 @@ class Source:
     """Only the records in bytes [start, stop) of the file (a torchrun rank's share, cut at
     record boundaries by `span_of`), read after the header line; None: every record."""
 
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return (self.path,)
+
+    @property
+    def states(self) -> tuple[tuple[int, int, int], ...]:
+        return (self.state,)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of its records (of its span): a bound on their texts' bytes."""
+        return self.state[0] if self.span is None else self.span[1] - self.span[0]
+
+    def reading(self) -> list:
+        """What picks the texts out of the bytes (the fingerprint covers it, beside the bytes)."""
+        return ["csv", self.delimiter, self.quoting]
+
+    def parse(self, text: str, label: str, split_column: str | None) -> "Parsed":
+        return parse(self, text, label, split_column)
+
+    def values(self, column: str, assignment: np.ndarray | None, code: int):
+        """Lists of the str values of `column` of the records whose split code is `code` (every
+        record when `assignment` is None), a block at a time, in file order."""
+        record = 0
+        for batch in self.batches([column]):
+            yield select(batch.column(0), assignment, code, record).to_pylist()
+            record += batch.num_rows
+
     def batches(self, columns: list[str]):
         """Record batches of `columns`, in file order."""
         import pyarrow as pa
         import pyarrow.csv as pv
 
-        if _state(self.path) != self.state:  # a pass over other rows than the first one read
-            raise FeatxError(f"{self.path} changed while featx was reading it (its texts are read "
-                             "again from the file, a block at a time); rerun once it stays as it is")
+        check_states(self)  # a pass over other rows than the first one read
 
         quoted = self.quoting != "none"
         reader = pv.open_csv(
@@ -176,15 +208,9 @@ class Column(Lazy):
         return f"column {self.column!r} of {self.source.path}"
 
     def _blocks(self):
-        record = 0
-        for batch in self.source.batches([self.column]):
-            values = batch.column(0)
-            if self.assignment is not None:
-                mine = self.assignment[record:record + len(values)] == self.code
-                values = values.filter(_arrow_mask(mine))
-            record += batch.num_rows
+        for values in self.source.values(self.column, self.assignment, self.code):
             if len(values):
-                yield values.to_pylist()
+                yield values
 
 
 class RowIds(Lazy):
@@ -213,9 +239,49 @@ class Parsed:
     source: Source
     n: int
     codes: np.ndarray            # (n,) int16 (int32 past 32,767 labels) index into `labels`
-    labels: list[str]            # distinct raw label values, first appearance first
+    labels: list                 # distinct raw label values (str; JSON's and Arrow's may be numbers or booleans), first appearance first
     splits: np.ndarray | None    # (n,) int8 index into `split_values`, from the split column
-    split_values: list[str]      # distinct raw values of the split column
+    split_values: list[str]      # distinct values of the split column, as str
+    nbytes: int = 0              # at most this many bytes of text in its records (disk estimates)
+
+
+def value_key(value) -> tuple:
+    """A distinct value as featx's rules tell them apart: by type and value (JSON's 1, 1.0 and
+    true are equal in Python, not to featx: class_key("True") is not "1")."""
+    return type(value), value
+
+
+class Codes:
+    """Per row, the code of its value among the distinct values seen so far, first appearance
+    first, in the smallest integer type that holds them; at most `limit` distinct values (past
+    it, `Fallback` with `what`)."""
+
+    def __init__(self, limit: int, what: str):
+        self.limit, self.what = limit, what
+        self.index: dict = {}  # value_key(value) -> code: pass 1 may fill it row by row itself
+        self._blocks: list[np.ndarray] = []
+
+    @property
+    def values(self) -> list:
+        return [value for _, value in self.index]
+
+    def add(self, codes) -> None:
+        """A block's codes (already into `index`)."""
+        if len(self.index) > self.limit:
+            raise Fallback(f"more than {self.limit:,} distinct {self.what}")
+        dtype = np.int8 if self.limit < 2 ** 7 else (np.int16 if len(self.index) < 2 ** 15 else np.int32)
+        if self._blocks and self._blocks[0].dtype != dtype:
+            self._blocks = [b.astype(dtype) for b in self._blocks]  # the few blocks so far widened
+        self._blocks.append(np.asarray(codes, dtype=np.int64).astype(dtype))
+
+    def add_encoded(self, distinct: list, indices: np.ndarray) -> None:
+        """A block given as its distinct values and each row's index into them."""
+        local = np.array([self.index.setdefault(value_key(v), len(self.index)) for v in distinct], dtype=np.int64)
+        self.add(local[indices] if len(indices) else np.zeros(0, np.int64))
+
+    def codes(self) -> np.ndarray:
+        dtype = np.int8 if self.limit < 2 ** 7 else np.int16
+        return np.concatenate(self._blocks) if self._blocks else np.zeros(0, dtype)
 
 
 def source_of(path: Path, cfg, fmt: str) -> Source:
@@ -289,9 +355,7 @@ def parse(source: Source, text: str, label: str, split_column: str | None) -> Pa
     wanted = [c for c in (text, label, split_column) if c is not None]
     if any(c not in source.columns for c in wanted):
         raise Fallback("a configured column is missing")  # data.py lists the columns there are
-    index: dict[str, int] = {}
-    codes, splits = [], []
-    split_index: dict[str, int] = {}
+    labels, splits = label_codes(), split_codes()
     n = 0
     try:
         for batch in source.batches(wanted):
@@ -299,32 +363,53 @@ def parse(source: Source, text: str, label: str, split_column: str | None) -> Pa
             if _has_blank(texts) \
                     or pc.any(pc.match_substring(texts, "\x00")).as_py():
                 raise Fallback("an empty text or a NUL byte")
-            labels = batch.column(wanted.index(label))
-            if _has_blank(labels) \
-                    or pc.any(pc.match_substring(labels, "\x00")).as_py():
+            values = batch.column(wanted.index(label))
+            if _has_blank(values) \
+                    or pc.any(pc.match_substring(values, "\x00")).as_py():
                 raise Fallback("a missing label or a NUL byte")
-            encoded = pc.dictionary_encode(labels)
-            local = np.array([index.setdefault(v, len(index)) for v in encoded.dictionary.to_pylist()],
-                             dtype=np.int32)
-            if len(index) >= 2 ** 15 and codes and codes[0].dtype == np.int16:
-                codes = [c.astype(np.int32) for c in codes]  # past int16: the few blocks so far widened
-            codes.append(local.astype(np.int16 if len(index) < 2 ** 15 else np.int32)[
-                _indices(encoded)])
+            encoded = pc.dictionary_encode(values)
+            labels.add_encoded(encoded.dictionary.to_pylist(), _indices(encoded))
             if split_column is not None:
                 names = pc.dictionary_encode(batch.column(wanted.index(split_column)))
-                local = np.array([split_index.setdefault(v, len(split_index))
-                                  for v in names.dictionary.to_pylist()], dtype=np.int32)
-                if len(split_index) > 100:
-                    raise Fallback("more than 100 distinct split names")
-                splits.append(local.astype(np.int8)[_indices(names)])
+                splits.add_encoded(names.dictionary.to_pylist(), _indices(names))
             n += batch.num_rows
-            if len(index) > 100_000:
-                raise Fallback("more than 100,000 distinct labels: not classes")
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowKeyError, UnicodeError) as exc:  # data.py names the row
         raise Fallback(f"pyarrow: {str(exc)[:200]}") from None
-    return Parsed(source, n, np.concatenate(codes) if codes else np.zeros(0, np.int16), list(index),
-                  None if split_column is None else (np.concatenate(splits) if splits else np.zeros(0, np.int8)),
-                  list(split_index))
+    return Parsed(source, n, labels.codes(), labels.values,
+                  None if split_column is None else splits.codes(), splits.values, source.nbytes)
+
+
+def label_codes() -> Codes:
+    return Codes(100_000, "labels: not classes")
+
+
+def split_codes() -> Codes:
+    return Codes(100, "split names")
+
+
+def select(values, assignment: np.ndarray | None, code: int, record: int):
+    """The values (an Arrow array, or a list) of a block starting at record `record` whose
+    split code is `code`; all of them when `assignment` is None."""
+    if assignment is None:
+        return values
+    mine = assignment[record:record + len(values)] == code
+    if isinstance(values, list):
+        import itertools
+
+        return list(itertools.compress(values, mine))
+    return values.filter(_arrow_mask(mine))
+
+
+def check_states(source) -> None:
+    """Refuse a pass over a source whose files changed since pass 1 read them."""
+    for path, state in zip(source.files, source.states):
+        try:
+            now = _state(path)
+        except OSError:
+            now = None  # removed
+        if now != state:
+            raise FeatxError(f"{path} changed while featx was reading it (its texts are read again "
+                             "from the file, a block at a time); rerun once it stays as it is")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -106,6 +106,41 @@ def test_two_ranks_share_a_streamed_file_and_write_the_single_process_cache(tmp_
         assert stats["world_size"] == 2 and sum(r["rows_total"] for r in stats["per_rank"]) == 300
 
 
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet shards"])
+def test_two_ranks_share_a_streamed_jsonl_or_parquet_input(tmp_path, tiny_bert, monkeypatch, fmt):
+    """JSONL shared by byte ranges cut after line feeds, a folder of Parquet shards by rows."""
+    import json
+
+    from featx import stream
+
+    rows = [{"text": r["text"], "label": [1, "1", 2, "two"][i % 4]} for i, r in enumerate(classification_rows(300, seed=5))]
+    if fmt == "jsonl":
+        data = tmp_path / "rows.jsonl"
+        data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        pq = pytest.importorskip("pyarrow.parquet")
+        import pyarrow as pa
+
+        data = tmp_path / "shards"
+        data.mkdir()
+        for k in range(3):
+            part = rows[k * 100:(k + 1) * 100]
+            pq.write_table(pa.table({"text": [r["text"] for r in part], "label": [str(r["label"]) for r in part]}),
+                           data / f"part-{k}.parquet", row_group_size=30)
+
+    def pipeline(name: str) -> Path:
+        path = write_pipeline_toml(tmp_path / f"{name}.toml", data, tiny_bert, tmp_path / name, store_dtype="float32")
+        path.write_text(path.read_text().replace('id = "id"\n', ""))
+        return path
+
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    single = extract(load_pipeline(pipeline("single")))
+    run = torchrun(pipeline("sharded"), env=ENV | {"FEATX_STREAM_BYTES": "0"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "rank 0 reads only its share" in run.stderr and "rank 1 reads only its share" in run.stderr
+    assert_same_cache(Path(run.stdout.strip().splitlines()[-1]), single.path)
+
+
 def _children(pid: int) -> list[int]:
     try:
         return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]

@@ -1,0 +1,253 @@
+"""Large files of other formats read in a stream, as featx.stream reads CSV/TSV. No torch.
+
+    LineSource      JSONL and `label text...` files: a block of whole lines at a time, split as
+                    featx.readers splits the whole text (str.splitlines, blank lines skipped);
+                    each JSON line parsed by Python's json, with the readers' rules
+    ColumnarSource  Parquet files and saved Hugging Face datasets (featx.streamcolumns)
+    sources_of      the Sources of a pipeline's [data] (CSV/TSV files: featx.stream.source_of)
+
+JSON is parsed by Python, not pyarrow.json: pyarrow reads `1` and `1.0` of one column alike and
+accepts lines Python's json refuses (several objects on a line, raw control characters), where
+the whole-file reader must give the same rows or the same error. Every value the readers would
+report (a bad line, a repeated key, a missing or empty field, a NUL, a lone surrogate) raises
+`stream.Fallback`, and that reader names the row.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from featx import stream
+from featx.errors import FeatxError
+from featx.readers import folder_files, folder_kind, format_from_suffix, is_missing
+from featx.streamcolumns import ColumnarSource
+
+
+def sources_of(cfg) -> dict:
+    """The files or folders of `cfg` (a DataConfig) to stream, per split (key None: one that
+    featx splits itself), when together they reach the threshold; or Fallback."""
+    if cfg.path is not None or not (cfg.dev or cfg.test):
+        files = {None: Path(cfg.path or cfg.train)}
+    else:
+        files = {s: Path(f) for s, f in (("train", cfg.train), ("dev", cfg.dev), ("test", cfg.test)) if f}
+    sizes = [_size(path) for path in files.values()]
+    if -1 in sizes or sum(sizes) < stream.threshold():
+        raise stream.Fallback("small or missing files, or not data folders")  # the reader says which
+    if cfg.split_column is not None and None not in files:
+        raise stream.Fallback("a split column beside split files")
+    return {s: source_for(path, cfg, cfg.format) for s, path in files.items()}
+
+
+def _size(path: Path) -> int:
+    """Bytes of a file, or of a folder's data files; -1: missing, not a regular file, or a
+    folder featx does not read."""
+    try:
+        if path.is_file():
+            return path.stat().st_size
+        return sum(f.stat().st_size for f in folder_files(path)) if path.is_dir() else -1
+    except (FeatxError, OSError):
+        return -1
+
+
+def source_for(path: Path, cfg, fmt: str | None):
+    """The Source of a configured file or folder (`fmt`: data.format), or Fallback."""
+    if path.is_dir():
+        try:
+            files, kind = folder_files(path), folder_kind(path)
+        except FeatxError as exc:  # the whole-file reader says what the folder holds
+            raise stream.Fallback(str(exc)) from None
+        if kind == "parquet" and fmt not in (None, "parquet"):
+            raise stream.Fallback(f"Parquet shards read as {fmt}")
+        return ColumnarSource.of(path, tuple(files), arrow=kind == "arrow")
+    if fmt is None:
+        try:
+            fmt = format_from_suffix(path)
+        except FeatxError as exc:
+            raise stream.Fallback(str(exc)) from None
+    if fmt == "parquet":
+        return ColumnarSource.of(path, (path,), arrow=False)
+    if fmt in ("jsonl", "label-text"):
+        return LineSource.of(path, cfg, fmt)
+    return stream.source_of(path, cfg, fmt)
+
+
+# ---------------------------------------------------------------------------------------------
+# JSONL and label-text
+
+
+class _Repeated(Exception):
+    pass
+
+
+def _unique(pairs):
+    """featx.readers' rule: a key twice in one object (at any depth) is an error."""
+    record = dict(pairs)
+    if len(record) != len(pairs):
+        raise _Repeated
+    return record
+
+
+_STRICT = json.JSONDecoder(object_pairs_hook=_unique)
+# Escapes that can put a NUL or a lone surrogate into a parsed string: a block without them needs
+# no per-text check (raw NULs and surrogates are not valid JSON text, nor valid UTF-8).
+_RISKY = re.compile(rb"\\u(0000|[dD][89a-fA-F])")
+
+
+@dataclass(frozen=True)
+class LineSource:
+    """A UTF-8 file of one record a line: a JSON object (`jsonl`) or `label text...`
+    (`label-text`), read a block of whole lines at a time."""
+    kind: ClassVar[str] = "lines"  # how featx.spans shares it: byte ranges cut after a line feed
+    path: Path
+    fmt: str
+    state: tuple[int, int, int]
+    span: tuple[int, int] | None = None
+    """Only the lines in bytes [start, stop) (a torchrun rank's share, cut just after line feeds)."""
+
+    @classmethod
+    def of(cls, path: Path, cfg, fmt: str) -> "LineSource":
+        if cfg.encoding.replace("_", "-").lower() not in ("utf-8", "utf8"):
+            raise stream.Fallback(f"encoding {cfg.encoding}")
+        with open(path, "rb") as f:
+            head = f.read(4000)
+        if head.startswith((b"\xff\xfe", b"\xfe\xff")) or head.count(b"\x00"):
+            raise stream.Fallback("UTF-16 or NUL bytes")  # the reader names the encoding to set
+        return cls(path, fmt, stream._state(path))
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return (self.path,)
+
+    @property
+    def states(self) -> tuple[tuple[int, int, int], ...]:
+        return (self.state,)
+
+    @property
+    def nbytes(self) -> int:
+        return self.state[0] if self.span is None else self.span[1] - self.span[0]
+
+    def reading(self) -> list:
+        return [self.fmt]
+
+    def lines(self):
+        """(the block's bytes, its non-blank lines), in file order: the lines featx.readers gets
+        from the whole decoded text, since a block ends just after a line feed (which always ends
+        a line, and a CRLF is never cut)."""
+        stream.check_states(self)
+        start, stop = self.span or (0, self.state[0])
+        for offset, data in _line_blocks(self.path, start, stop):
+            text = data.decode("utf-8-sig" if offset == 0 else "utf-8")  # a BOM is no part of a line
+            yield data, [line for line in text.splitlines() if line and not line.isspace()]
+
+    def parse(self, text: str, label: str, split_column: str | None) -> stream.Parsed:
+        labels, splits = stream.label_codes(), stream.split_codes()
+        n = 0
+        try:
+            for data, lines in self.lines():
+                if self.fmt == "jsonl":
+                    codes, places = _jsonl_block(lines, (text, label, split_column), labels.index, splits.index,
+                                                 careful=_RISKY.search(data) is not None)
+                else:
+                    codes, places = _label_text_block(data, lines, (text, label, split_column), labels.index)
+                labels.add(codes)
+                if split_column is not None:
+                    splits.add(places)
+                n += len(lines)
+        except (ValueError, RecursionError, KeyError, TypeError, _Repeated) as exc:  # UnicodeError is a ValueError
+            raise stream.Fallback(f"{self.fmt}: {type(exc).__name__} {str(exc)[:200]}") from None
+        return stream.Parsed(self, n, labels.codes(), labels.values,
+                             None if split_column is None else splits.codes(), splits.values, self.nbytes)
+
+    def values(self, column: str, assignment: np.ndarray | None, code: int):
+        record = 0
+        for _, lines in self.lines():
+            mine = stream.select(lines, assignment, code, record)
+            record += len(lines)
+            if self.fmt == "jsonl":
+                yield [json.loads(line)[column] for line in mine]
+            else:
+                yield [line.strip().partition(" ")[2] for line in mine]
+
+
+def _jsonl_block(lines: list[str], columns: tuple, labels: dict, splits: dict, *, careful: bool):
+    """Pass 1 over a block of JSON lines: (label codes, split codes), the distinct values put
+    in `labels` and `splits`; an exception at anything featx.readers or featx.labels reports."""
+    text, label, split = columns
+    decode, key = _STRICT.decode, stream.value_key
+    codes, places = [], []
+    for line in lines:
+        record = decode(line)
+        if type(record) is not dict:
+            raise TypeError("a line that is not a JSON object")
+        value = record[text]
+        if type(value) is not str or not value or value.isspace():
+            raise TypeError("a missing or empty text, or one that is not a string")
+        if careful:
+            _check_storable(value)
+        codes.append(labels.setdefault(key(record[label]), len(labels)))
+        if split is not None:
+            places.append(splits.setdefault(key(str(record[split])), len(splits)))
+    return codes, places
+
+
+def _label_text_block(data: bytes, lines: list[str], columns: tuple, labels: dict):
+    """Pass 1 over a block of `label text...` lines (featx.readers' columns "label", "text")."""
+    if columns != ("text", "label", None):
+        raise KeyError("label-text files have the columns label and text only")
+    if b"\x00" in data:  # every character of a non-blank line is in its label or its text
+        raise ValueError("a NUL byte")
+    codes = []
+    for line in lines:
+        name, _, rest = line.strip().partition(" ")
+        if not rest or rest.isspace():
+            raise ValueError("a line with no text")
+        codes.append(labels.setdefault((str, name), len(labels)))
+    return codes, []
+
+
+def _check_storable(value: str) -> None:
+    """featx.labels' rule for a text or label: no NUL, no lone surrogate (a ValueError)."""
+    if "\x00" in value:
+        raise ValueError("a NUL")
+    value.encode("utf-8")  # UnicodeEncodeError on a lone surrogate
+
+
+def check_labels(values: list) -> None:
+    """The distinct labels of a pass 1 (any format's), checked as featx.labels checks each row's:
+    present (no null, NaN or blank string), a scalar (a list or an object is not a class), no NUL
+    or lone surrogate; Fallback otherwise."""
+    for value in values:
+        if is_missing(value) or isinstance(value, (list, dict)):
+            raise stream.Fallback("a missing label, or one that is not a single value")
+        if isinstance(value, str):
+            try:
+                _check_storable(value)
+            except ValueError:
+                raise stream.Fallback("a label with a NUL or a lone surrogate") from None
+
+
+def _line_blocks(path: Path, start: int, stop: int):
+    """(offset, bytes) of [start, stop), about BLOCK_BYTES at a time, each block ending just
+    after a line feed (but the last); a line longer than a block is read whole."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        pending, at = bytearray(), start
+        while start < stop:
+            data = f.read(min(stream.BLOCK_BYTES, stop - start))
+            if not data:
+                raise FeatxError(f"{path} is shorter than when featx first read it; rerun once it "
+                                 "stays as it is")
+            start += len(data)
+            cut = len(data) if start >= stop else data.rfind(b"\n") + 1
+            if not cut:  # inside a line longer than a block
+                pending += data
+                continue
+            pending += data[:cut]
+            yield at, bytes(pending)
+            at += len(pending)
+            pending = bytearray(data[cut:])

@@ -1,0 +1,540 @@
+"""Streamed reading of JSONL, label-text, Parquet (files and shard folders) and saved Hugging Face
+datasets: the dataset the whole-file reader gives (ids, texts, labels, label names, splits, task),
+the same error for a bad row, texts read again a block at a time; torchrun ranks that each read
+only their share, and one fingerprint however many ranks hashed it."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from featx import spans, stream, streamcolumns
+from featx.config import DataConfig
+from featx.data import load_dataset
+from featx.errors import FeatxError
+from tests.conftest import ROOT, classification_rows
+from tests.test_stream import Ranks, assert_same_dataset
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+pytest.importorskip("pandas")
+
+
+@pytest.fixture(autouse=True)
+def small_blocks(monkeypatch):
+    """Many blocks and batches even for a small file: every cut between them is exercised."""
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 1 << 12)
+    monkeypatch.setattr(streamcolumns, "BATCH_ROWS", 7)
+
+
+def read_both(monkeypatch, **cfg):
+    """(whole-file dataset, streamed dataset) of the same configuration."""
+    monkeypatch.setattr(stream, "STREAM_BYTES", 1 << 40)
+    whole = load_dataset(DataConfig(**cfg))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    streamed = load_dataset(DataConfig(**cfg))
+    assert isinstance(next(iter(streamed.splits.values())).texts, stream.Column)
+    return whole, streamed
+
+
+def assert_streams(monkeypatch, **cfg) -> None:
+    """The configuration is read in a stream (so that its damaged twin tests the stream's checks)."""
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    assert isinstance(load_dataset(DataConfig(**cfg)).splits["train"].texts, stream.Column)
+
+
+def errors_of(monkeypatch, **cfg) -> tuple[str, str]:
+    """The whole-file reader's error and the streamed path's, for one configuration."""
+    messages = []
+    for threshold in (1 << 40, 0):
+        monkeypatch.setattr(stream, "STREAM_BYTES", threshold)
+        with pytest.raises(FeatxError) as error:
+            load_dataset(DataConfig(**cfg))
+        messages.append(str(error.value))
+    return messages[0], messages[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Files with tricky content, one writer per format
+
+JSON_LABELS = [7, "7", "007", 1, 1.0, "1", "NA", "none", True, "ünï", " spaced ", 2.5]
+
+
+def tricky_records(n: int = 360, seed: int = 3) -> list[dict]:
+    rows = [{"text": r["text"], "label": JSON_LABELS[i % len(JSON_LABELS)]}
+            for i, r in enumerate(classification_rows(n, seed=seed))]
+    rows[3]["text"] = 'a "quoted" text,\twith a tab\nand a line feed'
+    rows[4]["text"] = "ünïcödé ✓ 漢字 😀, and a line separator \u2028 escaped"
+    rows[5]["text"] = "   leading and trailing spaces   "
+    rows[6]["text"] = "long " * 3000  # longer than a block
+    rows[7] = {"meta": {"nested": [1, {"k": None}]}, "label": rows[7]["label"], "text": "keys in another order"}
+    rows[8]["extra"] = None
+    return rows
+
+
+def write_jsonl(path, rows: list[dict], *, bom: bool = True, crlf: bool = True):
+    """JSON lines, ASCII-escaped or not line by line (so surrogate pairs are escaped on some),
+    with blank and whitespace-only lines, a byte-order mark and CRLF line ends."""
+    # (json.dumps leaves U+2028 raw without ensure_ascii, and featx's reader ends a line there)
+    lines = [json.dumps(r, ensure_ascii=i % 2 == 0).replace("\u2028", "\\u2028") for i, r in enumerate(rows)]
+    for i in range(10, len(lines), 37):
+        lines[i] += "\n\n   \t"
+    newline = "\r\n" if crlf else "\n"
+    path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + (newline.join(lines) + newline).encode("utf-8"))
+    return path
+
+
+def write_label_text(path, rows: list[dict]):
+    """`label text...` lines with what str.splitlines splits on inside some lines (a form feed,
+    U+2028, NEL, a lone carriage return), runs of spaces, tabs, blank lines and a BOM."""
+    lines = [f"{r['label']} {r['text']}" for r in rows]
+    lines[2] = "LOC:city   Where is\ta  tab ?"
+    lines[3] = "NUM:dist How far\x0cform feed splits the line"
+    lines[4] = "  ünï:x text with U+2028\u2028and NEL\x85 inside here"
+    lines[5] = "DESC one line\rwith a lone carriage return"
+    for i in range(9, len(lines), 31):
+        lines[i] += "\r\n  \n"
+    path.write_bytes(b"\xef\xbb\xbf" + ("\n".join(lines) + "\n").encode("utf-8"))
+    return path
+
+
+def arrow_table(rows: list[dict], label_type=None):
+    columns = {k: [r[k] for r in rows] for k in rows[0]}
+    table = pa.table({k: pa.array(v) for k, v in columns.items() if k != "label"})
+    return table.append_column("label", pa.array(columns["label"], type=label_type))
+
+
+def write_parquet(path, rows: list[dict], label_type=None, row_group_size: int = 23):
+    pq.write_table(arrow_table(rows, label_type), path, row_group_size=row_group_size)
+    return path
+
+
+def string_rows(n: int = 300, seed: int = 4) -> list[dict]:
+    labels = ["007", "7", "7.0", "NA", "none", " spaced ", "ünï"]
+    return [{"text": r["text"] + " ✓", "label": labels[i % len(labels)]}
+            for i, r in enumerate(classification_rows(n, seed=seed))]
+
+
+def save_to_disk(path, rows: list[dict], *, shards: int = 3, file_format: bool = False):
+    """A Hugging Face dataset saved with save_to_disk, its labels a ClassLabel (code -1 is
+    the last name, as featx.readers reads it); `file_format`: its Arrow files rewritten in the
+    IPC file format instead of the stream format `datasets` writes."""
+    datasets = pytest.importorskip("datasets")
+    names = ["neg", "pos", "NA", "007"]
+    features = datasets.Features({"sentence": datasets.Value("string"), "split": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=names)})
+    data = {"sentence": [r["text"] for r in rows], "split": [r.get("split", "train") for r in rows],
+            "label": [(i % 4) - 1 for i in range(len(rows))]}
+    datasets.Dataset.from_dict(data, features=features).save_to_disk(str(path), num_shards=shards)
+    if file_format:
+        for arrow in sorted(path.glob("*.arrow")):
+            with pa.OSFile(str(arrow)) as source:  # read, not mapped: the file is written over next
+                table = pa.ipc.open_stream(source).read_all()
+            with pa.ipc.new_file(str(arrow), table.schema) as writer:
+                for batch in table.to_batches(max_chunksize=13):
+                    writer.write_batch(batch)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# The same dataset as the whole-file reader
+
+
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+def test_jsonl_reads_as_the_whole_file_reader_does(monkeypatch, tmp_path, layout):
+    rows = tricky_records()
+    if layout == "one file":
+        cfg = {"path": str(write_jsonl(tmp_path / "rows.jsonl", rows))}
+    elif layout == "split column":
+        for i, row in enumerate(rows):
+            row["split"] = ("train", "validation", " TEST ")[i % 3] if i > 20 else "train"
+        cfg = {"path": str(write_jsonl(tmp_path / "rows.json", rows)), "split_column": "split"}
+    else:
+        train = [r for r in rows if r["label"] != "ünï"]
+        cfg = {"train": str(write_jsonl(tmp_path / "train.jsonl", train[:200])),
+               "dev": str(write_jsonl(tmp_path / "dev.ndjson", train[200:260], bom=False)),
+               "test": str(write_jsonl(tmp_path / "test.jsonl", train[260:], crlf=False))}
+    whole, streamed = read_both(monkeypatch, **cfg)
+    assert whole.task == "multiclass" and {"007", "7", "1", "NA", "none", "True", "2.5"} <= set(whole.label_names)
+    assert_same_dataset(whole, streamed)
+
+
+def test_json_numbers_and_strings_infer_the_task_as_the_whole_file_reader_does(monkeypatch, tmp_path):
+    rows = [{"text": r["text"], "label": [0, 1, 1.0, "1", "0", 0.0][i % 6]}
+            for i, r in enumerate(classification_rows(120))]
+    whole, streamed = read_both(monkeypatch, path=str(write_jsonl(tmp_path / "b.jsonl", rows)))
+    assert whole.task == "binary" and whole.label_names == ("0", "1")
+    assert_same_dataset(whole, streamed)
+    for row in rows:  # a boolean is its own class, not 1
+        row["label"] = [True, 1, "yes"][len(row["text"]) % 3]
+    whole, streamed = read_both(monkeypatch, path=str(write_jsonl(tmp_path / "m.jsonl", rows)))
+    assert whole.task == "multiclass" and whole.label_names == ("1", "True", "yes")
+    assert_same_dataset(whole, streamed)
+
+
+@pytest.mark.parametrize("layout", ["one file", "split files"])
+def test_label_text_reads_as_the_whole_file_reader_does(monkeypatch, tmp_path, layout):
+    rows = [{"label": ["NUM:dist", "007", "7", "LOC:city"][i % 4], "text": r["text"]}
+            for i, r in enumerate(classification_rows(400, seed=6))]
+    if layout == "one file":
+        cfg = {"path": str(write_label_text(tmp_path / "rows.label", rows)), "format": "label-text"}
+    else:
+        cfg = {"train": str(write_label_text(tmp_path / "train.txt", rows[:300])),
+               "dev": str(write_label_text(tmp_path / "dev.txt", rows[300:])), "format": "label-text"}
+    whole, streamed = read_both(monkeypatch, **cfg)
+    assert {"NUM:dist", "007", "7", "form", "with"} <= set(whole.label_names)  # split lines are rows
+    assert_same_dataset(whole, streamed)
+
+
+@pytest.mark.parametrize("labels", ["strings", "int64", "uint8", "float64", "bool", "dictionary"])
+def test_a_parquet_file_reads_as_the_whole_file_reader_does(monkeypatch, tmp_path, labels):
+    rows = string_rows()
+    label_type = None
+    for i, row in enumerate(rows):
+        row["label"] = {"strings": row["label"], "int64": [3, 7, 11][i % 3], "uint8": [0, 255][i % 2],
+                        "float64": [1.0, 2.0, 7.0][i % 3], "bool": i % 3 == 0,
+                        "dictionary": ["b", "a"][i % 2]}[labels]
+    if labels == "uint8":
+        label_type = pa.uint8()
+    if labels == "dictionary":
+        label_type = pa.dictionary(pa.int8(), pa.string())
+    path = write_parquet(tmp_path / "rows.parquet", rows, label_type)
+    whole, streamed = read_both(monkeypatch, path=str(path))
+    assert_same_dataset(whole, streamed)
+
+
+def test_a_folder_of_parquet_shards_and_a_split_column(monkeypatch, tmp_path):
+    import pandas as pd
+
+    rows = string_rows(400)
+    for i, row in enumerate(rows):
+        row["split"] = ["train", "dev", "test", "train", "val"][i % 5]
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    for k, (lo, hi) in enumerate(((0, 150), (150, 150), (150, 400))):  # an empty shard too
+        frame = pd.DataFrame(rows[lo:hi] or {"text": [], "label": [], "split": []}).astype(str)
+        frame.index = [f"r{i}" for i in range(lo, hi)]  # stored, read back as the index
+        frame.index.name = "key"
+        frame.to_parquet(folder / f"part-{k}.parquet", row_group_size=31)
+    whole, streamed = read_both(monkeypatch, path=str(folder), split_column="split")
+    assert len(whole.files) == 3 and " + " in whole.source
+    assert_same_dataset(whole, streamed)
+    assert errors_of(monkeypatch, path=str(folder), text="key")[0].startswith(f"{folder}/part-0.parquet")
+
+
+@pytest.mark.parametrize("file_format", [False, True])
+def test_a_saved_hugging_face_dataset_reads_its_class_names(monkeypatch, tmp_path, file_format):
+    rows = string_rows(300)
+    for i, row in enumerate(rows):
+        row["split"] = ["train", "validation", "test"][i % 3]
+    folder = save_to_disk(tmp_path / "saved", rows, file_format=file_format)
+    whole, streamed = read_both(monkeypatch, path=str(folder), text="sentence")
+    assert whole.label_names == ("007", "NA", "neg", "pos")  # -1 is the last name, as read whole
+    assert_same_dataset(whole, streamed)
+    assert_same_dataset(*read_both(monkeypatch, path=str(folder), text="sentence", split_column="split"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Anything to report: the whole-file reader's error, whichever path
+
+
+def jsonl_line(damage: str) -> str:
+    return {
+        "bad JSON": '{"text": "a", "label": }',
+        "repeated key": '{"text": "a", "label": "x", "label": "y"}',
+        "repeated nested key": '{"text": "a", "label": "x", "meta": {"k": 1, "k": 2}}',
+        "not an object": '["a", "animal"]',
+        "blank text": '{"text": " \\t\\u3000", "label": "animal"}',
+        "null text": '{"text": null, "label": "animal"}',
+        "number text": '{"text": 5, "label": "animal"}',
+        "no text key": '{"label": "animal"}',
+        "no label key": '{"text": "a"}',
+        "null label": '{"text": "a", "label": null}',
+        "NaN label": '{"text": "a", "label": NaN}',
+        "blank label": '{"text": "a", "label": "  "}',
+        "NUL text": '{"text": "a\\u0000b", "label": "animal"}',
+        "lone surrogate text": '{"text": "a\\ud800b", "label": "animal"}',
+        "lone surrogate label": '{"text": "a", "label": "x\\uDC00"}',
+        "raw line separator": '{"text": "a\u2028b", "label": "animal"}',
+        "two objects": '{"text": "a", "label": "animal"} {"text": "b", "label": "animal"}',
+        "unknown split": '{"text": "a", "label": "animal", "split": "holdout"}',
+    }[damage]
+
+
+@pytest.mark.parametrize("damage", ["bad JSON", "repeated key", "repeated nested key", "not an object",
+                                    "blank text", "null text", "number text", "no text key", "no label key",
+                                    "null label", "NaN label", "blank label", "NUL text", "lone surrogate text",
+                                    "lone surrogate label", "raw line separator", "two objects",
+                                    "unknown split", "bad UTF-8", "no rows", "one class", "unknown dev label",
+                                    "missing column"])
+def test_a_bad_json_line_gives_the_whole_file_readers_error(monkeypatch, tmp_path, damage):
+    rows = [{"text": r["text"], "label": r["label"], "split": "train"} for r in classification_rows(300, seed=1)]
+    path = write_jsonl(tmp_path / "bad.jsonl", rows)
+    cfg = {"path": str(path), "split_column": "split"}
+    assert_streams(monkeypatch, **cfg)
+    lines = path.read_bytes().split(b"\r\n")
+    if damage == "bad UTF-8":
+        lines[150] = lines[150].replace(b"the", b"th\xff", 1) if b"the" in lines[150] else lines[150] + b"\xff"
+    elif damage == "no rows":
+        lines = [b"", b"  "]
+    elif damage == "one class":
+        lines = [json.dumps({"text": f"text {i}", "label": "same", "split": "train"}).encode() for i in range(50)]
+    elif damage == "unknown dev label":
+        train = write_jsonl(tmp_path / "train.jsonl", rows[:200])
+        rows[250]["label"] = "never-in-train"
+        cfg = {"train": str(train), "dev": str(write_jsonl(tmp_path / "dev.jsonl", rows[200:]))}
+    elif damage == "missing column":
+        cfg["text"] = "sentence"
+    else:
+        lines[200] = jsonl_line(damage).encode("utf-8")
+    path.write_bytes(b"\r\n".join(lines))
+    whole, streamed = errors_of(monkeypatch, **cfg)
+    assert streamed == whole
+
+
+@pytest.mark.parametrize("damage", ["NUL", "label only", "unknown dev label", "latin-1", "text column"])
+def test_a_bad_label_text_line_gives_the_whole_file_readers_error(monkeypatch, tmp_path, damage):
+    rows = [{"label": r["label"], "text": r["text"]} for r in classification_rows(200, seed=2)]
+    path = write_label_text(tmp_path / "bad.txt", rows)
+    cfg = {"path": str(path), "format": "label-text"}
+    assert_streams(monkeypatch, **cfg)
+    lines = path.read_bytes().split(b"\n")
+    lines[100] = {"NUL": b"animal a\x00b", "label only": b"  animal  ", "latin-1": b"animal caf\xe9",
+                  "unknown dev label": lines[100], "text column": lines[100]}[damage]
+    path.write_bytes(b"\n".join(lines))
+    if damage == "unknown dev label":
+        rows[150]["label"] = "never-in-train"
+        cfg = {"train": str(write_label_text(tmp_path / "train.txt", rows[:120])),
+               "dev": str(write_label_text(tmp_path / "dev.txt", rows[120:])), "format": "label-text"}
+    if damage == "text column":
+        cfg["text"] = "question"
+    whole, streamed = errors_of(monkeypatch, **cfg)
+    assert streamed == whole
+
+
+@pytest.mark.parametrize("damage", ["null text", "null label", "NaN label", "blank text", "NUL label",
+                                    "missing column", "number text", "list label", "one class"])
+def test_a_bad_parquet_row_gives_the_whole_file_readers_error(monkeypatch, tmp_path, damage):
+    rows = string_rows(200)
+    assert_streams(monkeypatch, path=str(write_parquet(tmp_path / "good.parquet", rows)))
+    label_type = None
+    if damage == "null text":
+        rows[120]["text"] = None
+    elif damage == "null label":
+        rows[30]["label"] = None
+    elif damage == "NaN label":
+        for i, row in enumerate(rows):
+            row["label"] = float("nan") if i == 90 else float(i % 3)
+    elif damage == "blank text":
+        rows[170]["text"] = " \u3000 "
+    elif damage == "NUL label":
+        rows[10]["label"] = "a\x00b"
+    elif damage == "number text":
+        for i, row in enumerate(rows):
+            row["text"] = i
+    elif damage == "list label":
+        for i, row in enumerate(rows):
+            row["label"] = [["a"], ["b"]][i % 2]
+        label_type = pa.list_(pa.string())
+    elif damage == "one class":
+        for row in rows:
+            row["label"] = 7
+    path = write_parquet(tmp_path / "bad.parquet", rows, label_type)
+    cfg = {"path": str(path)} | ({"label": "target"} if damage == "missing column" else {})
+    if damage == "list label":  # lists of labels are multilabel: read whole, whatever the size
+        monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+        streamed = load_dataset(DataConfig(**cfg))
+        assert streamed.task == "multilabel" and isinstance(streamed.splits["train"].texts, list)
+        return
+    whole, streamed = errors_of(monkeypatch, **cfg)
+    assert streamed == whole
+
+
+def test_a_saved_dataset_with_an_empty_text_gives_the_whole_file_readers_error(monkeypatch, tmp_path):
+    rows = string_rows(120)
+    assert_streams(monkeypatch, path=str(save_to_disk(tmp_path / "good", rows)), text="sentence")
+    rows[77]["text"] = "   "
+    folder = save_to_disk(tmp_path / "saved", rows)
+    whole, streamed = errors_of(monkeypatch, path=str(folder), text="sentence")
+    assert streamed == whole
+
+
+def test_what_is_not_streamed_is_read_whole(monkeypatch, tmp_path):
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    rows = [{"text": r["text"], "label": i % 40} for i, r in enumerate(classification_rows(200))]
+    path = write_jsonl(tmp_path / "regression.jsonl", rows)  # 40 distinct integers: a regression
+    assert load_dataset(DataConfig(path=str(path))).task == "regression"
+    rows[5]["text"] = ""
+    for i, row in enumerate(rows):
+        row["label"] = "ab"[i % 2]
+    path = write_jsonl(tmp_path / "empty.jsonl", rows, bom=False)
+    dropped = load_dataset(DataConfig(path=str(path), drop_empty=True))
+    assert isinstance(dropped.splits["train"].texts, list) and dropped.dropped_empty == {"all": 1}
+    assert isinstance(load_dataset(DataConfig(path=str(path), encoding="latin-1", drop_empty=True))
+                      .splits["train"].texts, list)
+
+
+# ---------------------------------------------------------------------------------------------
+# Texts read again, fingerprints
+
+
+def test_texts_are_read_again_a_block_at_a_time_and_a_changed_file_is_an_error(monkeypatch, tmp_path):
+    path = write_jsonl(tmp_path / "rows.jsonl", tricky_records())
+    whole, streamed = read_both(monkeypatch, path=str(path))
+    texts, expected = streamed.splits["train"].texts, whole.splits["train"].texts
+    assert texts[:5] == expected[:5] and texts[-1] == expected[-1] and texts[100] == expected[100]
+    assert streamed.splits["train"].texts.nbytes <= path.stat().st_size
+    with open(path, "ab") as f:
+        f.write(b'{"text": "one more", "label": 7}\n')
+    with pytest.raises(FeatxError, match="changed while featx was reading it"):
+        list(streamed.splits["dev"].texts)
+    folder = save_to_disk(tmp_path / "saved", string_rows(60))
+    _, streamed = read_both(monkeypatch, path=str(folder), text="sentence")
+    save_to_disk(folder, string_rows(60, seed=5))
+    with pytest.raises(FeatxError, match="changed while featx was reading it"):
+        list(streamed.splits["train"].texts)
+
+
+def test_the_fingerprint_covers_the_text_column_and_each_file_of_a_folder(monkeypatch, tmp_path):
+    from tests.conftest import write_rows
+
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    rows = [{"text": r["text"], "title": r["text"][::-1], "label": r["label"]} for r in classification_rows(100)]
+    for path in (write_jsonl(tmp_path / "two.jsonl", rows), write_rows(tmp_path / "two.csv", rows)):
+        keys = {load_dataset(DataConfig(path=str(path), text=column)).fingerprint() for column in ("text", "title")}
+        assert len(keys) == 2  # the same bytes and labels, other texts: another cache
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    for k in range(2):
+        write_parquet(folder / f"part-{k}.parquet", string_rows(60, seed=k))
+    before = load_dataset(DataConfig(path=str(folder))).fingerprint()
+    assert load_dataset(DataConfig(path=str(folder))).fingerprint() == before
+    rows = string_rows(60, seed=1)
+    rows[59]["text"] = "another text"  # the second shard, its labels unchanged
+    write_parquet(folder / "part-1.parquet", rows)
+    assert load_dataset(DataConfig(path=str(folder))).fingerprint() != before
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet", "arrow"])
+def test_a_streamed_load_imports_no_pandas(tmp_path, fmt):
+    """pyarrow's Python-object conversions import pandas where it is installed (0.4-1 s)."""
+    rows = string_rows(50)
+    path = {"jsonl": lambda: write_jsonl(tmp_path / "rows.jsonl", rows),
+            "parquet": lambda: write_parquet(tmp_path / "rows.parquet", rows),
+            "arrow": lambda: save_to_disk(tmp_path / "saved", rows)}[fmt]()
+    text = "sentence" if fmt == "arrow" else "text"
+    code = ("import sys; from featx.config import DataConfig; from featx.data import load_dataset; "
+            f"d = load_dataset(DataConfig(path={str(path)!r}, text={text!r})); "
+            "assert type(d.splits['train'].texts).__name__ == 'Column'; list(d.splits['train'].texts); "
+            "d.fingerprint(); assert 'pandas' not in sys.modules, 'pandas imported'")
+    env = {"FEATX_STREAM_BYTES": "0", "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=env)
+
+
+def test_a_streamed_jsonl_file_extracts_into_the_same_vectors(monkeypatch, tmp_path, make_pipeline):
+    from featx.extract import extract
+    from tests.conftest import assert_same_vectors
+
+    rows = [{"text": r["text"], "label": [1, "1", 2][i % 3]} for i, r in enumerate(classification_rows(150))]
+    data = {"path": str(write_jsonl(tmp_path / "rows.jsonl", rows))}
+    monkeypatch.setattr(stream, "STREAM_BYTES", 1 << 40)
+    whole = extract(make_pipeline(data, data_dir=str(tmp_path / "whole"), extract={"store_dtype": "float32"}))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    streamed = extract(make_pipeline(data, data_dir=str(tmp_path / "streamed"), extract={"store_dtype": "float32"}))
+    assert_same_vectors(streamed.path, whole.path, same_key=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# torchrun ranks (threads meeting at a barrier, as in test_stream.py)
+
+
+def shares(monkeypatch, size: int, **cfg):
+    from featx.data import load_share
+
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    monkeypatch.setattr(spans, "SCAN_BYTES", 1 << 10)
+    monkeypatch.setattr(spans, "DIGEST_BYTES", 1 << 11)
+    return Ranks(size).run(lambda rank, gather: load_share(DataConfig(**cfg), "dataset", rank, size, gather))
+
+
+def layout_files(tmp_path, fmt: str, layout: str) -> dict:
+    rows = tricky_records(420) if fmt == "jsonl" else string_rows(420)
+    for i, row in enumerate(rows):
+        row["split"] = ["train", "dev", "test", "train", "train"][i % 5]  # every label in every split
+    if fmt == "label-text":
+        rows = [{"label": r["label"].strip().replace(" ", "_"), "text": r["text"], "split": r["split"]} for r in rows]
+
+    def write(name: str, part: list[dict]) -> str:
+        if fmt == "jsonl":
+            return str(write_jsonl(tmp_path / f"{name}.jsonl", part))
+        if fmt == "label-text":
+            return str(write_label_text(tmp_path / f"{name}.txt", part))
+        if fmt == "arrow":
+            return str(save_to_disk(tmp_path / name, part))
+        folder = tmp_path / name
+        folder.mkdir()
+        for k in range(3):
+            write_parquet(folder / f"part-{k}.parquet", part[k::3], row_group_size=17)
+        return str(folder)
+
+    extra = {"format": "label-text"} if fmt == "label-text" else {}
+    extra |= {"text": "sentence"} if fmt == "arrow" else {}
+    if layout == "split files":
+        return extra | {s: write(s, [r for r in rows if r["split"] == s]) for s in ("train", "dev", "test")}
+    return extra | {"path": write("rows", rows)} | ({"split_column": "split"} if layout == "split column" else {})
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+@pytest.mark.parametrize("fmt,layout", [("jsonl", "one file"), ("jsonl", "split column"), ("jsonl", "split files"),
+                                        ("label-text", "one file"), ("label-text", "split files"),
+                                        ("parquet", "one file"), ("parquet", "split column"),
+                                        ("parquet", "split files"), ("arrow", "one file"), ("arrow", "split column")])
+def test_ranks_share_the_rows_of_a_streamed_dataset(monkeypatch, tmp_path, size, fmt, layout):
+    cfg = layout_files(tmp_path, fmt, layout)
+    got = shares(monkeypatch, size, **cfg)
+    one = load_dataset(DataConfig(**cfg))  # one process, streamed
+    monkeypatch.setattr(stream, "STREAM_BYTES", 1 << 40)
+    whole = load_dataset(DataConfig(**cfg))
+    for share in got:
+        assert share.dataset.fingerprint() == one.fingerprint()  # any number of ranks, one key
+        assert_same_dataset(whole, share.dataset)
+    for name, split in whole.splits.items():
+        assert [s.offsets[name] for s in got] == list(np.cumsum([0] + [len(s.mine.splits[name]) for s in got])[:-1])
+        assert sum((list(s.mine.splits[name].ids) for s in got), []) == split.ids
+        assert sum((list(s.mine.splits[name].texts) for s in got), []) == split.texts
+        assert (np.concatenate([s.mine.splits[name].labels for s in got]) == split.labels).all()
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_each_rank_reads_only_its_own_share(monkeypatch, tmp_path, fmt):
+    cfg = layout_files(tmp_path, fmt, "one file")
+    got = shares(monkeypatch, 4, **cfg)
+    cuts = [s.mine.splits["train"].texts.source.span for s in got]
+    assert all(a[1] == b[0] for a, b in zip(cuts, cuts[1:]))  # contiguous, no record twice
+    if fmt == "jsonl":  # bytes, each cut just after a line feed
+        data = open(cfg["path"], "rb").read()
+        assert cuts[0][0] == 0 and cuts[-1][1] == len(data)
+        assert all(data[a - 1:a] == b"\n" for a, _ in cuts[1:])
+        assert max(b - a for a, b in cuts) < len(data) / 3
+    else:  # rows, about a quarter each
+        assert cuts[0][0] == 0 and cuts[-1][1] == 420 and max(b - a for a, b in cuts) == 105
+
+
+def test_hosts_whose_parquet_copies_differ_are_refused(monkeypatch, tmp_path):
+    cfg = layout_files(tmp_path, "parquet", "one file")
+    real = spans._stretch
+
+    def other_copy(path, cuts, rank, quoted):  # rank 1 reads another file of the same size
+        quotes, mine, following = real(path, cuts, rank, quoted)
+        return quotes, mine if rank == 0 else "0" * 64, following
+
+    monkeypatch.setattr(spans, "_stretch", other_copy)
+    from tests.test_stream import _catch
+    from featx.data import load_share
+
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    results = Ranks(2).run(lambda rank, gather: _catch(lambda: load_share(DataConfig(**cfg), "d", rank, 2, gather)))
+    assert all(isinstance(r, FeatxError) and "read different bytes" in str(r) for r in results)
