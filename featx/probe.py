@@ -9,6 +9,7 @@ the baselines' reuse featx/baselines.py's.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -136,10 +137,10 @@ def run_probe(pipeline: Pipeline) -> list[Record]:
     run = _Run(path, cfg, pipeline.name, directory, heads_dir, configuration(pipeline, "probe"),
                Baselines(pipeline.baselines_dir, pipeline.root, path, cfg, pipeline.name))
     total = len(first) + len(later)
-    # The baselines read no vector and decide nothing the second stage needs: they run beside
-    # it, not before it (the TF-IDF fit is the longest job; a second stage that waited for it
-    # left a worker idle for its whole length).
-    baselines = [job for job in first if job[0] == TEXT] if later else []
+    # The baselines read no vector and decide nothing the second stage needs: they start first
+    # and run beside both stages (the TF-IDF fit is the longest job; in a stage of its own it
+    # held the stage open with the other worker idle).
+    baselines = [job for job in first if job[0] == TEXT]
     first = [job for job in first if job not in baselines]
     log.info("probing %s: %d (features, head) fits%s", path.name, total,
              f" (then {len(later)} heads on the best of the first {len(first)}: one feature set, or "
@@ -148,24 +149,26 @@ def run_probe(pipeline: Pipeline) -> list[Record]:
     # What this run will write: the report tells an interrupted run from a finished one by it.
     manifest = {"config_hash": probe_config_hash(cfg), "planned": total, "finished": False}
     write_run_status(directory, manifest)
-    with progress(total=total, enabled=pipeline.progress, desc="probe", unit="fit") as bar:
-        records = _fit_stage(run, first, bar, scout=scout if later else None)
-        # The second stage: the other heads on the best feature set, beside the baselines. The
-        # scout head's rows rank the feature sets (not the no-training cosine, not the baselines).
+    with progress(total=total, enabled=pipeline.progress, desc="probe", unit="fit") as bar, \
+            _Workers(run, bar) as workers:
+        started = workers.submit(sorted(baselines, key=lambda job: -H.HEADS[job[1]].cost))
+        records = workers.gather(workers.submit(first, scout=scout if later else None))
+        # The second stage: the other heads on the best feature set. The scout head's rows rank
+        # the feature sets (not the no-training cosine, not the baselines).
         scouted = [r for r in records if r.head == scout]
-        stage = list(baselines)
+        stage = []
         if later and scouted:
             for chosen in _second_stage_features(scouted, first):
                 stage += [(chosen, head) for head in later]
-            log.info("second stage on %s: %s", " and ".join(dict.fromkeys(
-                f.name for f, h in stage if f != TEXT)), ", ".join(later))
-        if stage:
+            log.info("second stage on %s: %s", " and ".join(dict.fromkeys(f.name for f, _ in stage)),
+                     ", ".join(later))
             # The longest fits first (a stable sort keeps the plan's order among equals).
             stage.sort(key=lambda job: -H.HEADS[job[1]].cost)
             # Known only now: the second stage runs on one feature set or two.
-            manifest["planned"] = bar.total = len(records) + len(stage)
+            manifest["planned"] = bar.total = len(records) + len(baselines) + len(stage)
             write_run_status(directory, manifest)
-            records += _fit_stage(run, stage, bar)
+        second = workers.submit(stage)
+        records += workers.gather(started) + workers.gather(second)
     if cfg.sweep:
         _write_sweep(directory, records, cfg.sweep_pooling, sweep_head)
     write_run_status(directory, manifest | {"planned": len(records), "finished": True})
@@ -210,26 +213,71 @@ class _Run:
     store: Baselines
 
 
-def _fit_stage(run: _Run, jobs: list[tuple[Features, str]], bar, scout: str | None = None) -> list[Record]:
-    """Fit one stage's jobs (a stored baseline of the same data and settings is reused instead)
-    and write their records; `scout` names the head whose records rank the feature sets."""
-    reused = [(features, head) for features, head in jobs if features == TEXT
-              and run.store.reuse(head, run.directory, run.heads_dir, run.settings)]
-    records = []
-    for _, head in reused:
-        records.append(run.store.reused[head])
-        bar.update(1)
-    for record, predictions in _run_jobs([j for j in jobs if j not in reused], run.path, run.cfg, run.pipeline,
-                                         run.heads_dir):
-        # A scout's record ranks feature sets for the second stage; the verdict chooses among
-        # the heads that stage fitted (featx.choice).
-        record = write_record(run.directory, dataclasses.replace(
-            record, configuration=run.settings, scout=record.head == scout), predictions)
-        if record.baseline:
-            run.store.keep(record, predictions, run.heads_dir)
-        records.append(record)
-        bar.update(1)
-    return records
+class _Workers:
+    """The run's worker processes (probe.n_jobs, default one per core, each with its share of the
+    cores as threads), given jobs as they become known: the baselines at once, the second stage
+    once the scouts are in. With one worker the jobs run in this process, in order, when gathered."""
+
+    def __init__(self, run: _Run, bar):
+        cores = os.cpu_count() or 1
+        self.run, self.bar, self.workers = run, bar, run.cfg.n_jobs or cores
+        # The share of the configured processes, not of a stage's job count: a stage of one job
+        # (the MLP past 20 classes) once ran on every core's thread, and BLAS threads that spin on
+        # a shared machine made it 10x slower (docs/benchmarks.md, Probe cost). Fits also stay
+        # the same whatever the stage's size (threads change the products' rounding).
+        self.threads = max(1, cores // self.workers)
+        self._pool = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, trace):
+        if kind is not None and self._pool is not None:  # a failed or interrupted run: stop the others' fits
+            self._pool.shutdown(wait=True, kill_workers=True)
+
+    def submit(self, jobs: list[tuple[Features, str]], *, scout: str | None = None) -> list:
+        """Start `jobs` (a stored baseline of the same data and settings is reused instead);
+        `scout` names the head whose records rank the feature sets. Returns what `gather` takes."""
+        run = self.run
+        started = []
+        for features, head in jobs:
+            if features == TEXT and run.store.reuse(head, run.directory, run.heads_dir, run.settings):
+                started.append((run.store.reused[head], scout))
+                continue
+            fit = functools.partial(probe_one, str(run.path), features, head, run.cfg, pipeline=run.pipeline,
+                                    threads=self.threads, heads_dir=run.heads_dir)
+            started.append((self._executor().submit(fit) if self.workers > 1 else fit, scout))
+        return started
+
+    def gather(self, started: list) -> list[Record]:
+        """The records of submitted jobs, in the order submitted, each written as it comes."""
+        records = []
+        for job, scout in started:
+            if not isinstance(job, Record):
+                record, predictions = job.result() if self.workers > 1 else job()
+                # A scout's record ranks feature sets for the second stage; the verdict chooses
+                # among the heads that stage fitted (featx.choice).
+                job = write_record(self.run.directory, dataclasses.replace(
+                    record, configuration=self.run.settings, scout=record.head == scout), predictions)
+                if job.baseline:
+                    self.run.store.keep(job, predictions, self.run.heads_dir)
+            records.append(job)
+            self.bar.update(1)
+        return records
+
+    def _executor(self):
+        from joblib.externals.loky import get_reusable_executor
+
+        if self._pool is None:
+            # Thread caps for the libraries that read them at import, as joblib sets them.
+            caps = {name: os.environ.get(name, str(self.threads)) for name in THREAD_VARIABLES}
+            self._pool = get_reusable_executor(max_workers=self.workers, env=caps, timeout=300)
+        return self._pool
+
+
+# The variables the numeric libraries size their thread pools by (joblib's list).
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
+                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
 def _second_stage_features(scouted: list[Record], first: list[tuple[Features, str]]) -> list[Features]:
@@ -291,26 +339,6 @@ def _warn_constant_labels(cache: Cache) -> None:
         log.warning("%d of %d labels are never (or always) present in the training split: every head "
                     "predicts them as that constant (%s%s)", len(constant), len(cache.label_names),
                     ", ".join(constant[:10]), ", ..." if len(constant) > 10 else "")
-
-
-def _run_jobs(jobs: list[tuple[Features, str]], path: Path, cfg: ProbeConfig, pipeline: str,
-              heads_dir: Path | None):
-    """probe_one over the jobs in parallel processes: probe.n_jobs of them (default one per
-    core), each with its share of the cores as threads."""
-    from joblib import Parallel, delayed
-
-    cores = os.cpu_count() or 1
-    planned = cfg.n_jobs or cores
-    workers = max(1, min(planned, len(jobs)))
-    # The share of the configured processes, not of this stage's job count: a stage of one job
-    # (the MLP past 20 classes) once ran on every core's thread, and BLAS threads that spin on a
-    # shared machine made it 10x slower (TREC fine, 2 cores at a load of 5-7: the MLP fit 17 s
-    # with 2 threads, 1.5-2 s with one; the logistic fit 19-25 s against 0.6 s). Fits also stay
-    # the same whatever the stage's size (threads change the products' rounding).
-    threads = max(1, cores // planned)
-    tasks = (delayed(probe_one)(str(path), features, head, cfg, pipeline=pipeline, threads=threads,
-                                heads_dir=heads_dir) for features, head in jobs)
-    return Parallel(n_jobs=workers, return_as="generator")(tasks)
 
 
 def _write_sweep(directory: Path, records: list[Record], pooling: str, head: str) -> None:
