@@ -19,6 +19,7 @@ message, whatever the path.
 """
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import operator
@@ -35,7 +36,9 @@ from featx.errors import FeatxError
 log = logging.getLogger("featx")
 
 STREAM_BYTES = 64 << 20  # files this large or larger are streamed, smaller ones read whole
-BLOCK_BYTES = 1 << 20    # bytes of the file pyarrow parses at a time (its read-ahead holds several)
+# Bytes of the file pyarrow parses at a time (its read-ahead holds several): at 1 MiB its
+# per-block cost made the streamed reader take twice as long as at 4 MiB (docs/benchmarks.md).
+BLOCK_BYTES = 4 << 20
 
 
 # What str.strip() strips (str.isspace()): a text of only these is empty, in both readers. Written
@@ -319,11 +322,49 @@ def source_of(path: Path, cfg, fmt: str) -> Source:
 
 
 def _has_blank(values) -> bool:
-    """Whether a string array holds a value that is empty or only whitespace."""
+    """Whether a string array holds a value that is empty or only whitespace. Only a value that
+    starts with whitespace can be all whitespace: those alone are trimmed (trimming every value
+    copied every text)."""
     import pyarrow.compute as pc
 
-    shortest = pc.min(pc.utf8_length(pc.utf8_trim(values, WHITESPACE))).as_py()
-    return shortest is not None and shortest == 0
+    if not len(values):
+        return False
+    if pc.min(pc.binary_length(values)).as_py() == 0:
+        return True
+    lead = pc.is_in(pc.utf8_slice_codeunits(values, 0, 1), value_set=_whitespace())
+    if not pc.any(lead).as_py():
+        return False
+    return pc.min(pc.utf8_length(pc.utf8_trim(values.filter(lead), WHITESPACE))).as_py() == 0
+
+
+@functools.cache
+def _whitespace():
+    """WHITESPACE as an Arrow array of one-character strings (built from buffers: `pa.array`
+    imports pandas)."""
+    import pyarrow as pa
+
+    encoded = [c.encode() for c in WHITESPACE]
+    offsets = np.cumsum([0] + [len(e) for e in encoded]).astype(np.int32)
+    return pa.Array.from_buffers(pa.string(), len(encoded), [None, pa.py_buffer(offsets.tobytes()),
+                                                             pa.py_buffer(b"".join(encoded))])
+
+
+def has_nul(values) -> bool:
+    """Whether a string array holds a NUL byte: one memchr over its bytes (pyarrow's
+    match_substring, a substring search per value, took longer than parsing the file)."""
+    import pyarrow as pa
+
+    if not len(values) or not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+        import pyarrow.compute as pc
+
+        return bool(len(values)) and bool(pc.any(pc.match_substring(values, "\x00")).as_py())
+    _, offsets, data = values.buffers()
+    if data is None:
+        return False
+    dtype = np.dtype(np.int64 if pa.types.is_large_string(values.type) else np.int32)
+    start, stop = (int(np.frombuffer(offsets, dtype=dtype, count=1, offset=i * dtype.itemsize)[0])
+                   for i in (values.offset, values.offset + len(values)))
+    return data.slice(start, stop - start).to_pybytes().find(b"\x00") >= 0
 
 
 def _indices(encoded) -> np.ndarray:
@@ -360,12 +401,10 @@ def parse(source: Source, text: str, label: str, split_column: str | None) -> Pa
     try:
         for batch in source.batches(wanted):
             texts = batch.column(wanted.index(text))
-            if _has_blank(texts) \
-                    or pc.any(pc.match_substring(texts, "\x00")).as_py():
+            if _has_blank(texts) or has_nul(texts):
                 raise Fallback("an empty text or a NUL byte")
             values = batch.column(wanted.index(label))
-            if _has_blank(values) \
-                    or pc.any(pc.match_substring(values, "\x00")).as_py():
+            if _has_blank(values) or has_nul(values):
                 raise Fallback("a missing label or a NUL byte")
             encoded = pc.dictionary_encode(values)
             labels.add_encoded(encoded.dictionary.to_pylist(), _indices(encoded))

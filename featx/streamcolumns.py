@@ -98,7 +98,7 @@ class ColumnarSource:
         try:
             for batch in self.batches(wanted):
                 texts = _scalars(batch.column(wanted.index(text)), strings=True)
-                if stream._has_blank(texts) or pc.any(pc.match_substring(texts, "\x00")).as_py():
+                if stream._has_blank(texts) or stream.has_nul(texts):
                     raise stream.Fallback("an empty text or a NUL byte")
                 nbytes += pc.sum(pc.binary_length(texts)).as_py() or 0
                 for column, codes, as_str in ((label, labels, False), (split_column, splits, True)):

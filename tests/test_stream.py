@@ -58,6 +58,27 @@ def test_the_whitespace_stripped_is_what_str_strip_strips():
     assert stream.WHITESPACE == "".join(chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace())
 
 
+def test_the_blank_and_nul_checks_of_a_block_are_pythons():
+    """The vectorised checks of pass 1 (only values that start with whitespace trimmed; NUL by
+    one search over the bytes) against str.strip and `in`, on string and large_string arrays,
+    sliced anywhere."""
+    import random
+
+    import pyarrow as pa
+
+    draw = random.Random(0)
+    chars = list(stream.WHITESPACE) + list("ab é中\x00")
+    for trial in range(2000):
+        values = ["".join(draw.choice(chars) for _ in range(draw.randint(0 if trial % 7 == 0 else 1, 4)))
+                  for _ in range(draw.randint(1, 6))]
+        array = pa.array(values, type=pa.large_string() if trial % 2 else pa.string())
+        start = draw.randint(0, len(values) - 1)
+        stop = draw.randint(start, len(values))
+        part = values[start:stop]
+        assert stream._has_blank(array.slice(start, stop - start)) == any(not v.strip() for v in part), part
+        assert stream.has_nul(array.slice(start, stop - start)) == any("\x00" in v for v in part), part
+
+
 def test_one_csv_is_split_and_read_as_the_whole_file_reader_does(monkeypatch, tmp_path):
     path = write_rows(tmp_path / "rows.csv", tricky_rows())
     whole, streamed = read_both(monkeypatch, path=str(path))
