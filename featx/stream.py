@@ -36,9 +36,9 @@ from featx.errors import FeatxError
 log = logging.getLogger("featx")
 
 STREAM_BYTES = 64 << 20  # files this large or larger are streamed, smaller ones read whole
-# Bytes of the file pyarrow parses at a time (its read-ahead holds several): at 1 MiB its
-# per-block cost made the streamed reader take twice as long as at 4 MiB (docs/benchmarks.md).
-BLOCK_BYTES = 4 << 20
+# Bytes of the file pyarrow parses at a time. Its read-ahead holds about 40 blocks: at 4 MiB
+# its pool peaked at 150 MB against 40 MB, for no faster a read (docs/benchmarks.md, Scale).
+BLOCK_BYTES = 1 << 20
 
 
 # What str.strip() strips (str.isspace()): a text of only these is empty, in both readers. Written
