@@ -189,6 +189,26 @@ def test_non_finite_vectors_in_a_split_other_than_train_are_a_clear_error(tmp_pa
         probe_one(path, Features("mean", (0,)), "ridge", ProbeConfig())
 
 
+def test_a_job_failing_in_a_worker_process_fails_the_probe_with_its_error(tmp_path):
+    """Jobs run in worker processes (probe.n_jobs = 2): one job's FeatxError is the stage's,
+    the records of the jobs before it are written, and the workers still fitting are stopped."""
+    from featx.probe import _Run, _Workers
+    from featx.progress import progress
+
+    features, labels, names = make_task("binary", True)
+    features = {s: np.concatenate([x, x], axis=1) for s, x in features.items()}  # layers 0 and 1
+    features["train"][5, 1, 2] = np.nan
+    path = write_synthetic_cache(tmp_path / "bad", "binary", features, labels, names, layers=(0, 1))
+    run = _Run(path, ProbeConfig(n_jobs=2), "synthetic", tmp_path / "run", None, {}, store=None)
+    run.directory.mkdir()
+    with pytest.raises(FeatxError, match="the train mean@1 vectors hold NaN or infinity"):
+        with progress(total=3, enabled=False) as bar, _Workers(run, bar) as workers:
+            workers.gather(workers.submit([(Features("mean", (0,)), "ridge"), (Features("mean", (1,)), "ridge"),
+                                           (Features("mean", (0,)), "mlp")]))
+    assert [p.name for p in run.directory.glob("*.json")] == ["mean@0__ridge.json"]
+    assert workers._pool is not None and not any(p.is_alive() for p in (workers._pool._processes or {}).values())
+
+
 def test_saved_heads_are_tied_to_their_record(tmp_path):
     features, labels, names = make_task("binary", True)
     estimator = H.fit(H.build("logistic", "binary", {"C": 1.0}), features["train"][:, 0], labels["train"])
