@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,8 +23,9 @@ from featx import spans, stream, streamformats
 from featx.builtin import BUILTINS
 from featx.config import DataConfig
 from featx.errors import FeatxError, shown
-from featx.labels import (SPLIT_ALIASES, Columns, Distinct, LabelEncoder, check_unique_ids, class_key,
-                          dropped_per_split, empty_message, infer_task, natural_key)
+from featx.labels import (MAX_INFERRED_CLASSES, MAX_TARGET, SPLIT_ALIASES, Columns, Distinct, LabelEncoder,
+                          as_number, check_unique_ids, class_key, dropped_per_split, empty_message, infer_task,
+                          natural_key)
 from featx.readers import SUFFIX_FORMATS, Table, folder_files, read_table, read_tables
 from featx.splits import SPLITS, split_single, stratified_assignment
 from featx.tasks import TASKS
@@ -200,15 +202,35 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
 
 def _streamable(cfg: DataConfig) -> bool:
     """Whether `_load_streamed` may read this configuration (the files' size and content
-    decide next): one file or folder per split of texts and class labels, and pyarrow installed."""
+    decide next): one file or folder per split of texts (or text pairs), an id column or none,
+    and class labels or regression targets (several target columns: the task unset or a
+    regression), and pyarrow installed. Multilabel data is read whole."""
     if importlib.util.find_spec("pyarrow") is None:
         return False
     single = [cfg.path] if cfg.path is not None else [cfg.train, cfg.dev, cfg.test]
+    task = None if cfg.task is None else TASKS[cfg.task]
     return (cfg.builtin is None and all(f is None or isinstance(f, str) for f in single)
-            and cfg.text_pair is None and (cfg.label is None or isinstance(cfg.label, str))
+            and (cfg.label is None or isinstance(cfg.label, str) or task is None or task.regression)
             and cfg.label_sep is None and cfg.label_regex is None and cfg.label_names is None
-            and not cfg.keep and cfg.max_rows is None and cfg.id is None
-            and (cfg.task is None or TASKS[cfg.task].classes))
+            and not cfg.keep and cfg.max_rows is None
+            and (task is None or task.classes or task.regression))
+
+
+def _passes(cfg: DataConfig, columns: Columns) -> list[stream.Wanted]:
+    """How pass 1 reads the labels, in the order to try: as codes of classes (a task unset may
+    turn out a regression of few distinct values), then, past the classes' limit with the task
+    unset, as numbers; as targets at once for a regression or several label columns."""
+    wanted = stream.Wanted(columns.text, columns.labels, pair=columns.pair, id=columns.id)
+    if (cfg.task is not None and TASKS[cfg.task].regression) or len(columns.labels) > 1:
+        return [dataclasses.replace(wanted, targets=True)]
+    if cfg.task is None:
+        return [wanted, dataclasses.replace(wanted, targets=True, plain=True)]
+    return [wanted]
+
+
+def _for(wanted: stream.Wanted, cfg: DataConfig, split) -> stream.Wanted:
+    """What to read of the file of `split` (None: one file, whose split column featx reads)."""
+    return dataclasses.replace(wanted, split=cfg.split_column if split is None else None)
 
 
 def _load_streamed(cfg: DataConfig, name: str) -> Dataset:
@@ -216,9 +238,14 @@ def _load_streamed(cfg: DataConfig, name: str) -> Dataset:
     whole-file reader builds from them; its fingerprint is the files' bytes' (`_fingerprint`).
     stream.Fallback for anything that reader must report or read."""
     sources = streamformats.sources_of(cfg)
-    columns = Columns.from_config(cfg, (), None)
-    parsed = {s: src.parse(columns.text, columns.labels[0], cfg.split_column if s is None else None)
-              for s, src in sources.items()}
+    passes = _passes(cfg, Columns.from_config(cfg, (), cfg.id))
+    for k, wanted in enumerate(passes):
+        try:
+            parsed = {s: src.parse(_for(wanted, cfg, s)) for s, src in sources.items()}
+            break
+        except stream.TooManyLabels:
+            if k == len(passes) - 1:
+                raise
     # Each file's digest when a fingerprint is first asked for (a load that needs no key reads
     # no more of the file), then kept for its other splits.
     digests = {s: functools.cache(functools.partial(spans.digest, src)) for s, src in sources.items()}
@@ -240,14 +267,13 @@ def load_share(cfg: DataConfig, name: str, rank: int, size: int, gather) -> Shar
     """This rank's contiguous share of the rows of large files, each rank parsing only about
     1/size of every file (`spans.share_of`: byte ranges of CSV/TSV, JSONL and label-text, rows
     of Parquet and Arrow) and the ranks exchanging what the split and the classes need: per row
-    a label code (and split code), never a text. `gather` is the collective that returns every
-    rank's value (torch.distributed.all_gather_object).
+    a label code (or its targets), a split code and an id's hash, never a text. `gather` is the
+    collective that returns every rank's value (torch.distributed.all_gather_object).
 
     None, alike on every rank, when the data is not streamed or cannot be cut with certainty:
     every rank then reads it whole (`load_dataset`)."""
     if not _streamable(cfg):
         return None
-    columns = Columns.from_config(cfg, (), None)
     try:
         everyone = spans.agreed(gather, lambda: streamformats.sources_of(cfg))
         sources = everyone[rank]  # each its own (a host may hold its own copy, at the same path)
@@ -260,11 +286,27 @@ def load_share(cfg: DataConfig, name: str, rank: int, size: int, gather) -> Shar
         cut = {s: spans.share_of(src, rank, size, gather) for s, src in sources.items()}
         if None in cut.values():
             return None
-        parts = {s: spans.agreed(gather, lambda s=s, src=src: dataclasses.replace(src, span=cut[s]).parse(
-                     columns.text, columns.labels[0], cfg.split_column if s is None else None))
-                 for s, src in sources.items()}
+        passes = _passes(cfg, Columns.from_config(cfg, (), cfg.id))
+        for k, wanted in enumerate(passes):
+            last = k == len(passes) - 1
+
+            def parse(s, src, wanted=wanted, last=last):
+                try:
+                    return dataclasses.replace(src, span=cut[s]).parse(_for(wanted, cfg, s))
+                except stream.TooManyLabels:
+                    if last:
+                        raise
+                    return None  # every rank reads its share again, as numbers
+            parts = {s: spans.agreed(gather, lambda s=s, src=src: parse(s, src)) for s, src in sources.items()}
+            if any(part is None for p in parts.values() for part in p):
+                continue
+            try:  # the same on every rank (each merges every rank's parts)
+                parsed = {s: spans.merge(p, sources[s]) for s, p in parts.items()}
+                break
+            except stream.TooManyLabels:
+                if last:
+                    raise
         digests = {s: spans.digest(src, rank, size, gather) for s, src in sources.items()}
-        parsed = {s: spans.merge(p, sources[s]) for s, p in parts.items()}
         first = {s: sum(q.n for q in p[:rank]) for s, p in parts.items()}
         share = {s: (dataclasses.replace(src, span=cut[s]), first[s], first[s] + parts[s][rank].n,
                      parts[s][rank].nbytes) for s, src in sources.items()}
@@ -277,40 +319,49 @@ def load_share(cfg: DataConfig, name: str, rank: int, size: int, gather) -> Shar
 
 def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: dict | None = None):
     """(whole Dataset, this rank's Dataset or None, per split the rank's first row) from pass 1
-    over every file (`parsed`, whole-file codes) and their digests. `share`: per file, this
-    rank's span Source and its records [lo, hi)."""
-    columns = Columns.from_config(cfg, (), None)
+    over every file (`parsed`, whole-file codes or targets) and their digests. `share`: per
+    file, this rank's span Source and its records [lo, hi)."""
+    columns = Columns.from_config(cfg, (), cfg.id)
     for p in parsed.values():
-        streamformats.check_labels(p.labels)  # JSON's, Parquet's and Arrow's labels may be anything
-    task, parts, numbered = _stream_splits(cfg, columns, parsed)
-    # Per split, its rows' label codes: 2 bytes a row, with the split codes all that is held per row.
-    in_split = {split: p.codes if a is None else p.codes[a == code] for split, (p, a, code) in parts.items()}
-    train_values = [parts["train"][0].labels[c] for c in np.unique(in_split["train"])]
-    task = task or infer_task(Distinct(train_values), columns)
-    if not TASKS[task].classes:
+        if p.codes is not None:
+            streamformats.check_labels(p.labels)  # JSON's, Parquet's and Arrow's labels may be anything
+    if columns.id is not None:  # featx.labels.check_unique_ids, over every split: by the ids' hashes
+        hashes = np.sort(np.concatenate([p.ids for p in parsed.values()]))
+        if (hashes[1:] == hashes[:-1]).any():
+            raise stream.Fallback("two ids of one hash")  # the same id twice, named with its rows, or not
+    parts, numbered = _stream_splits(cfg, columns, parsed)
+    # Per split, which records of its file are its rows (None: all of them).
+    mask = {split: None if a is None else a == code for split, (p, a, code) in parts.items()}
+    task = cfg.task or _task_of(parts["train"][0], mask["train"], columns)  # as read whole: train's labels'
+    if TASKS[task].classes:
+        names, labels = _class_labels(task, parts, mask)
+    elif TASKS[task].regression:
+        names = columns.labels
+        labels = {split: _targets(p) if m is None else _targets(p)[m] for split, (p, _, _) in parts.items()
+                  for m in [mask[split]]}
+        if any((np.abs(t) > MAX_TARGET).any() for t in labels.values()):
+            raise stream.Fallback("a regression target beyond the limit")  # named with its row
+    else:
         raise stream.Fallback(f"task {task}")
-    names = tuple(sorted({class_key(v) for v in train_values}, key=natural_key))
-    if len(names) < 2 or TASKS[task].n_classes not in (None, len(names)):
-        raise stream.Fallback("too few or too many classes")  # the whole-file reader says which
-    index = {n: i for i, n in enumerate(names)}
     whole, mine, offsets = {}, {}, {}
     for split in SPLITS:
         if split not in parts:
             continue
         p, a, code = parts[split]
-        labels = np.array([index.get(class_key(v), -1) for v in p.labels], dtype=np.int64)[in_split.pop(split)]
-        if (labels < 0).any():
-            raise stream.Fallback("a label of dev or test that train lacks")  # named with its row
         key = None if None in parsed else split  # the file the split's rows are in
         by_record = numbered == "record"
-        whole[split] = _stream_split(split, p.source, columns.text, a, code, labels=labels, records=p.n,
+        whole[split] = _stream_split(split, p.source, columns, a, code, labels=labels[split], records=p.n,
                                      nbytes=p.nbytes, by_record=by_record)
-        _fingerprint(whole[split], digests[key], a, code, reading=p.source.reading() + [columns.text])
+        reading = p.source.reading() + [columns.text]
+        reading += [["pair", columns.pair]] if columns.pair is not None else []
+        reading += [["id", columns.id]] if columns.id is not None else []
+        _fingerprint(whole[split], digests[key], a, code, reading=reading)
         if share is not None:
             source, lo, hi, nbytes = share[key]
             offsets[split] = lo if a is None else int((a[:lo] == code).sum())
-            rows = labels[offsets[split]:offsets[split] + (hi - lo if a is None else int((a[lo:hi] == code).sum()))]
-            mine[split] = _stream_split(split, source, columns.text, None if a is None else a[lo:hi], code,
+            count = hi - lo if a is None else int((a[lo:hi] == code).sum())
+            rows = labels[split][offsets[split]:offsets[split] + count]
+            mine[split] = _stream_split(split, source, columns, None if a is None else a[lo:hi], code,
                                         labels=rows, records=hi - lo, nbytes=nbytes, by_record=by_record,
                                         start=lo if by_record else offsets[split])
             # A shard's splits are never compared with a file's: a name, not a pass over its texts.
@@ -324,44 +375,100 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
     return make(whole), (make(mine) if share is not None else None), offsets
 
 
+def _class_labels(task: str, parts: dict, mask: dict) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
+    """(class names, per split its rows' class indices (n,) int64) of labels coded by pass 1."""
+    if any(p.codes is None for p, _, _ in parts.values()):
+        raise stream.Fallback("classes among more distinct labels than pass 1 codes")
+    # Per split, its rows' label codes: 2 bytes a row, with the split codes all that is held per row.
+    in_split = {split: p.codes if mask[split] is None else p.codes[mask[split]] for split, (p, _, _) in parts.items()}
+    train = parts["train"][0]
+    names = tuple(sorted({class_key(train.labels[c]) for c in np.unique(in_split["train"])}, key=natural_key))
+    if len(names) < 2 or TASKS[task].n_classes not in (None, len(names)):
+        raise stream.Fallback("too few or too many classes")  # the whole-file reader says which
+    index = {n: i for i, n in enumerate(names)}
+    labels = {}
+    for split, (p, _, _) in parts.items():
+        labels[split] = np.array([index.get(class_key(v), -1) for v in p.labels], dtype=np.int64)[in_split[split]]
+        if (labels[split] < 0).any():
+            raise stream.Fallback("a label of dev or test that train lacks")  # named with its row
+    return names, labels
+
+
+def _targets(p: stream.Parsed) -> np.ndarray:
+    """(n, n_targets) float64 regression targets of a pass 1: read as numbers, or the numbers of
+    its coded distinct labels (as featx.labels.as_number reads them); Fallback on any that is
+    not a finite number."""
+    if p.targets is not None:
+        return p.targets
+    numbers = [None if isinstance(v, (list, dict)) else as_number(v) for v in p.labels]
+    if any(x is None or not math.isfinite(x) for x in numbers):
+        raise stream.Fallback("a regression target that is not a finite number")  # named with its row
+    return np.array(numbers, dtype=np.float64).reshape(-1, 1)[p.codes]
+
+
+def _task_of(p: stream.Parsed, mask, columns: Columns) -> str:
+    """The task featx.labels.infer_task gives the labels of the records of `mask` (None: all)."""
+    if p.codes is not None:
+        codes = p.codes if mask is None else p.codes[mask]
+        return infer_task(Distinct([p.labels[c] for c in np.unique(codes)]), columns)
+    targets = p.targets if mask is None else p.targets[mask]  # plain numbers (stream.Wanted.plain)
+    if len(columns.labels) > 1:
+        return "multilabel" if np.isin(targets, (0.0, 1.0)).all() else "regression"
+    distinct = np.unique(targets[:, 0])
+    if len(distinct) <= MAX_INFERRED_CLASSES:
+        return infer_task(Distinct(distinct.tolist()), columns)
+    if (distinct == np.floor(distinct)).all():
+        log.warning("column %r holds %d distinct integers: read as a regression target (more than "
+                    "%d); if they are classes, set data.task = \"multiclass\"", columns.labels[0], len(distinct),
+                    MAX_INFERRED_CLASSES)
+    return "regression"
+
+
 def _stream_splits(cfg: DataConfig, columns: Columns, parsed: dict):
-    """(task if known, per split (Parsed, its records' split codes or None, its code), how rows
-    are numbered): one file split as the whole-file reader splits it, or one file per split."""
-    task = cfg.task
+    """(per split (Parsed, its records' split codes or None, its code), how rows are numbered):
+    one file split as the whole-file reader splits it, or one file per split."""
     if None not in parsed:
-        return task, {split: (p, None, 0) for split, p in parsed.items()}, "split"
+        return {split: (p, None, 0) for split, p in parsed.items()}, "split"
     one = parsed[None]
     if one.splits is not None:  # the split column's values -> 0 train, 1 dev, 2 test
         known = [SPLIT_ALIASES.get(v.strip().lower()) for v in one.split_values]
         if None in known:
             raise stream.Fallback("a split value featx does not know")  # named with its row
         assignment = np.array([SPLITS.index(k) for k in known], dtype=np.int8)[one.splits]
-    else:
-        task = task or infer_task(Distinct(one.labels), columns)
-        if not TASKS[task].classes:
+    else:  # featx.splits.split_single: strata of the task of every row's labels
+        task = cfg.task or _task_of(one, None, columns)
+        if TASKS[task].classes and one.codes is not None:
+            keys = [class_key(v) for v in one.labels]
+            rank = {k: i for i, k in enumerate(sorted(set(keys)))}
+            strata = np.array([rank[k] for k in keys], dtype=one.codes.dtype)[one.codes]
+        elif TASKS[task].regression:  # deciles of the first target (featx.splits._strata)
+            values = _targets(one)[:, 0]
+            strata = np.searchsorted(np.quantile(values, np.linspace(0, 1, 11)[1:-1]), values)
+        else:
             raise stream.Fallback(f"task {task}")
-        keys = [class_key(v) for v in one.labels]
-        rank = {k: i for i, k in enumerate(sorted(set(keys)))}
-        strata = np.array([rank[k] for k in keys], dtype=one.codes.dtype)[one.codes]
         assignment = stratified_assignment(strata, cfg.dev_fraction, cfg.test_fraction, cfg.split_seed)
     parts = {split: (one, assignment, code) for code, split in enumerate(SPLITS) if (assignment == code).any()}
     if "train" not in parts:
         raise stream.Fallback("no training rows")  # the whole-file reader says so
-    return task, parts, "record" if one.splits is None else "split"
+    return parts, "record" if one.splits is None else "split"
 
 
-def _stream_split(split: str, source, text: str, assignment, code: int, *, labels: np.ndarray, records: int,
-                  nbytes: int, by_record: bool, start: int = 0) -> Split:
-    """A Split whose ids are numbered and whose texts are read from `source`, a block at a time.
-    `records`: how many records `assignment` (or the split) covers, holding at most `nbytes` of
-    text. One file split by featx numbers its rows in the file (`by_record`); a split's own file
-    or column, in the split."""
+def _stream_split(split: str, source, columns: Columns, assignment, code: int, *, labels: np.ndarray,
+                  records: int, nbytes: int, by_record: bool, start: int = 0) -> Split:
+    """A Split whose texts (and second texts, and ids) are read from `source`, a block at a
+    time, or whose ids are numbered. `records`: how many records `assignment` (or the split)
+    covers, holding at most `nbytes` of text. One file split by featx numbers its rows in the
+    file (`by_record`); a split's own file or column, in the split."""
     n = len(labels)
     share = nbytes * n // max(records, 1)  # its records' share of the bytes (for disk estimates)
-    ids = (stream.RowIds("row-", assignment, code, n, start=start) if by_record
-           else stream.RowIds(f"{split}-", None, 0, n, start=start))
-    return Split(split, ids,
-                 stream.Column(source, text, assignment, code, n, nbytes=share), None, labels)
+    if columns.id is not None:
+        ids = stream.IdColumn(source, columns.id, assignment, code, n, nbytes=share)
+    elif by_record:
+        ids = stream.RowIds("row-", assignment, code, n, start=start)
+    else:
+        ids = stream.RowIds(f"{split}-", None, 0, n, start=start)
+    pairs = None if columns.pair is None else stream.Column(source, columns.pair, assignment, code, n, nbytes=share)
+    return Split(split, ids, stream.Column(source, columns.text, assignment, code, n, nbytes=share), pairs, labels)
 
 
 def _fingerprint(split: Split, file_digest, assignment, code: int, *, reading: list) -> None:

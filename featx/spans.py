@@ -255,13 +255,15 @@ def digest(source, rank: int = 0, size: int = 1, gather=None) -> str:
 
 def merge(parts: list[stream.Parsed], source) -> stream.Parsed:
     """The ranks' pass 1 over their spans (in file order) as one pass over the whole file:
-    labels and split values in order of first appearance, codes renumbered to them."""
+    labels and split values in order of first appearance, codes renumbered to them; targets and
+    id hashes one after the other."""
     index: dict = {}  # stream.value_key(value) -> code
     split_index: dict = {}
     codes, splits = [], []
     for part in parts:
-        local = np.array([index.setdefault(stream.value_key(v), len(index)) for v in part.labels], dtype=np.int64)
-        codes.append(local[part.codes] if len(part.codes) else np.zeros(0, np.int64))
+        if part.codes is not None:
+            local = np.array([index.setdefault(stream.value_key(v), len(index)) for v in part.labels], dtype=np.int64)
+            codes.append(local[part.codes] if len(part.codes) else np.zeros(0, np.int64))
         if part.splits is not None:
             names = np.array([split_index.setdefault(v, len(split_index)) for v in part.split_values],
                              dtype=np.int64)
@@ -271,9 +273,11 @@ def merge(parts: list[stream.Parsed], source) -> stream.Parsed:
     if len(split_index) > 100:
         raise stream.Fallback("more than 100 distinct split names")
     if len(index) > 100_000:
-        raise stream.Fallback("more than 100,000 distinct labels: not classes")
+        raise stream.TooManyLabels("more than 100,000 distinct labels: not classes")
     dtype = np.int16 if len(index) < 2 ** 15 else np.int32
-    with_splits = parts[0].splits is not None
-    return stream.Parsed(source, sum(p.n for p in parts), np.concatenate(codes).astype(dtype),
+    with_codes, with_splits = parts[0].codes is not None, parts[0].splits is not None
+    joined = lambda arrays: None if arrays[0] is None else np.concatenate(arrays)  # noqa: E731
+    return stream.Parsed(source, sum(p.n for p in parts), np.concatenate(codes).astype(dtype) if with_codes else None,
                          [value for _, value in index], np.concatenate(splits).astype(np.int8) if with_splits
-                         else None, list(split_index), sum(p.nbytes for p in parts))
+                         else None, list(split_index), sum(p.nbytes for p in parts),
+                         joined([p.targets for p in parts]), joined([p.ids for p in parts]))

@@ -24,6 +24,7 @@ import io
 import logging
 import operator
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from typing import ClassVar
 import numpy as np
 
 from featx.errors import FeatxError
+from featx.labels import MAX_TARGET, PLAIN_NUMBER
 
 log = logging.getLogger("featx")
 
@@ -62,6 +64,38 @@ def threshold() -> int:
 
 class Fallback(Exception):
     """The file needs the exact reader (data.py): something to report, or not streamable."""
+
+
+class TooManyLabels(Fallback):
+    """More distinct labels than classes may have: with the task unset, pass 1 reads them again
+    as numbers (`Wanted.targets`), a regression's targets."""
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What pass 1 reads of each record: the columns, and how its labels are kept."""
+    text: str
+    labels: tuple[str, ...]
+    split: str | None = None
+    pair: str | None = None
+    """A second text, checked as the text is."""
+    id: str | None = None
+    """Ids: present, storable, kept as 8-byte hashes (`string_hashes`) that data.py checks unique."""
+    targets: bool = False
+    """The labels as regression targets, float64 per record and column (`Parsed.targets`),
+    instead of codes of their distinct values."""
+    plain: bool = False
+    """Targets only written as plain numbers (featx.labels.PLAIN_NUMBER): the task is inferred
+    from them, which reads "007" as a class code."""
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        return (self.text,) if self.pair is None else (self.text, self.pair)
+
+    @property
+    def columns(self) -> list[str]:
+        """Every column read, once each, in a fixed order."""
+        return list(dict.fromkeys(c for c in (*self.texts, *self.labels, self.split, self.id) if c is not None))
 
 
 @dataclass(frozen=True)
@@ -96,8 +130,8 @@ class Source:
         """What picks the texts out of the bytes (the fingerprint covers it, beside the bytes)."""
         return ["csv", self.delimiter, self.quoting]
 
-    def parse(self, text: str, label: str, split_column: str | None) -> "Parsed":
-        return parse(self, text, label, split_column)
+    def parse(self, wanted: Wanted) -> "Parsed":
+        return parse(self, wanted)
 
     def values(self, column: str, assignment: np.ndarray | None, code: int):
         """Lists of the str values of `column` of the records whose split code is `code` (every
@@ -216,6 +250,15 @@ class Column(Lazy):
                 yield values
 
 
+class IdColumn(Column):
+    """A split's ids read from its file's id column: each value as featx.labels reads it, str()
+    of it (JSON's and Parquet's integers are ids too)."""
+
+    def _blocks(self):
+        for values in super()._blocks():
+            yield [v if type(v) is str else str(v) for v in values]
+
+
 class RowIds(Lazy):
     """The ids `data.py` numbers rows with: f"{prefix}{i}", i the record's position in the file
     (a split of one file keeps its records' numbers) or in its split."""
@@ -238,14 +281,49 @@ class RowIds(Lazy):
 @dataclass
 class Parsed:
     """Pass 1 over one file: per record the code of its label (and of its split column's value),
-    the distinct raw values they index; never the texts."""
+    the distinct raw values they index, or its regression targets; its id's hash; never the texts."""
     source: Source
     n: int
-    codes: np.ndarray            # (n,) int16 (int32 past 32,767 labels) index into `labels`
+    codes: np.ndarray | None     # (n,) int16 (int32 past 32,767 labels) index into `labels`; None: targets
     labels: list                 # distinct raw label values (str; JSON's and Arrow's may be numbers or booleans), first appearance first
     splits: np.ndarray | None    # (n,) int8 index into `split_values`, from the split column
     split_values: list[str]      # distinct values of the split column, as str
     nbytes: int = 0              # at most this many bytes of text in its records (disk estimates)
+    targets: np.ndarray | None = None  # (n, n_targets) float64, finite, when read as targets (Wanted.targets)
+    ids: np.ndarray | None = None      # (n,) uint64 hashes of the ids (Wanted.id)
+
+
+class Pass:
+    """What pass 1 keeps of the records of one source, a block at a time (`add_*`), and the
+    Parsed it makes of them (`parsed`)."""
+
+    def __init__(self, wanted: Wanted):
+        self.wanted = wanted
+        self.labels, self.splits = label_codes(), split_codes()
+        self._targets: list[np.ndarray] = []
+        self._ids: list[np.ndarray] = []
+
+    def add_targets(self, block: np.ndarray) -> None:
+        """A block's targets, (rows, n_targets) float64: Fallback on any featx.labels refuses."""
+        if not np.isfinite(block).all() or (np.abs(block) > MAX_TARGET).any():
+            raise Fallback("a regression target that is not a finite number, or too large")
+        self._targets.append(block)
+
+    def add_ids(self, hashes: np.ndarray) -> None:
+        self._ids.append(hashes)
+
+    def parsed(self, source, n: int, nbytes: int) -> "Parsed":
+        wanted = self.wanted
+        targets = ids = None
+        if wanted.targets:
+            targets = (np.concatenate(self._targets) if self._targets
+                       else np.zeros((0, len(wanted.labels)), np.float64))
+        if wanted.id is not None:
+            ids = np.concatenate(self._ids) if self._ids else np.zeros(0, np.uint64)
+        return Parsed(source, n, None if wanted.targets else self.labels.codes(),
+                      [] if wanted.targets else self.labels.values,
+                      None if wanted.split is None else self.splits.codes(), self.splits.values, nbytes,
+                      targets, ids)
 
 
 def value_key(value) -> tuple:
@@ -259,8 +337,8 @@ class Codes:
     first, in the smallest integer type that holds them; at most `limit` distinct values (past
     it, `Fallback` with `what`)."""
 
-    def __init__(self, limit: int, what: str):
-        self.limit, self.what = limit, what
+    def __init__(self, limit: int, what: str, error: type = Fallback):
+        self.limit, self.what, self.error = limit, what, error
         self.index: dict = {}  # value_key(value) -> code: pass 1 may fill it row by row itself
         self._blocks: list[np.ndarray] = []
 
@@ -271,7 +349,7 @@ class Codes:
     def add(self, codes) -> None:
         """A block's codes (already into `index`)."""
         if len(self.index) > self.limit:
-            raise Fallback(f"more than {self.limit:,} distinct {self.what}")
+            raise self.error(f"more than {self.limit:,} distinct {self.what}")
         dtype = np.int8 if self.limit < 2 ** 7 else (np.int16 if len(self.index) < 2 ** 15 else np.int32)
         if self._blocks and self._blocks[0].dtype != dtype:
             self._blocks = [b.astype(dtype) for b in self._blocks]  # the few blocks so far widened
@@ -387,39 +465,147 @@ def _state(path: Path) -> tuple[int, int, int]:
     return stat.st_size, stat.st_mtime_ns, stat.st_ino
 
 
-def parse(source: Source, text: str, label: str, split_column: str | None) -> Parsed:
-    """Pass 1: check every text (present, not only whitespace, no NUL) and label (present),
-    code the labels and split values; Fallback on anything the exact reader must report."""
+def parse(source: Source, wanted: Wanted) -> Parsed:
+    """Pass 1: check every text (present, not only whitespace, no NUL), label (present) and id
+    (present, no NUL), code the labels and split values (or read the targets, hash the ids);
+    Fallback on anything the exact reader must report."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    wanted = [c for c in (text, label, split_column) if c is not None]
-    if any(c not in source.columns for c in wanted):
+    columns = wanted.columns
+    if any(c not in source.columns for c in columns):
         raise Fallback("a configured column is missing")  # data.py lists the columns there are
-    labels, splits = label_codes(), split_codes()
+    kept = Pass(wanted)
     n = 0
     try:
-        for batch in source.batches(wanted):
-            texts = batch.column(wanted.index(text))
-            if _has_blank(texts) or has_nul(texts):
-                raise Fallback("an empty text or a NUL byte")
-            values = batch.column(wanted.index(label))
-            if _has_blank(values) or has_nul(values):
-                raise Fallback("a missing label or a NUL byte")
-            encoded = pc.dictionary_encode(values)
-            labels.add_encoded(encoded.dictionary.to_pylist(), _indices(encoded))
-            if split_column is not None:
-                names = pc.dictionary_encode(batch.column(wanted.index(split_column)))
-                splits.add_encoded(names.dictionary.to_pylist(), _indices(names))
+        for batch in source.batches(columns):
+            for text in wanted.texts:
+                texts = batch.column(columns.index(text))
+                if _has_blank(texts) or has_nul(texts):
+                    raise Fallback("an empty text or a NUL byte")
+            if wanted.targets:
+                kept.add_targets(np.stack([string_targets(batch.column(columns.index(c)), plain=wanted.plain)
+                                           for c in wanted.labels], axis=1))
+            else:
+                values = batch.column(columns.index(wanted.labels[0]))
+                if _has_blank(values) or has_nul(values):
+                    raise Fallback("a missing label or a NUL byte")
+                encoded = pc.dictionary_encode(values)
+                kept.labels.add_encoded(encoded.dictionary.to_pylist(), _indices(encoded))
+            if wanted.id is not None:
+                ids = batch.column(columns.index(wanted.id))
+                if _has_blank(ids) or has_nul(ids):
+                    raise Fallback("a missing id or a NUL byte")
+                kept.add_ids(string_hashes(ids))
+            if wanted.split is not None:
+                names = pc.dictionary_encode(batch.column(columns.index(wanted.split)))
+                kept.splits.add_encoded(names.dictionary.to_pylist(), _indices(names))
             n += batch.num_rows
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowKeyError, UnicodeError) as exc:  # data.py names the row
         raise Fallback(f"pyarrow: {str(exc)[:200]}") from None
-    return Parsed(source, n, labels.codes(), labels.values,
-                  None if split_column is None else splits.codes(), splits.values, source.nbytes)
+    return kept.parsed(source, n, source.nbytes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Regression targets and ids, a block at a time
+
+
+# What featx.labels.as_number reads as a number, less what Python's float also takes ("1_0",
+# "nan", "inf", non-ASCII digits): those are the exact reader's. Anchored for pyarrow's RE2.
+NUMBER = r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?"
+
+
+def _pattern(plain: bool) -> str:
+    return PLAIN_NUMBER.pattern if plain else NUMBER
+
+
+def string_targets(values, *, plain: bool) -> np.ndarray:
+    """A string array's values as float64 (n,), as featx.labels.as_number reads them (stripped,
+    then float(); pyarrow's parse rounds as Python's does); Fallback on a value it cannot be
+    sure of. `plain`: only plain numbers (the task is then inferred from them)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+        raise Fallback(f"targets of {values.type}")
+    trimmed = pc.utf8_trim(values, WHITESPACE)
+    if not pc.all(pc.match_substring_regex(trimmed, f"^{_pattern(plain)}$")).as_py():
+        raise Fallback("a regression target that is not written as a number")
+    return float_values(pc.cast(trimmed, pa.float64()))
+
+
+def float_values(values) -> np.ndarray:
+    """A float64 Arrow array without nulls as numpy (a view of its buffer)."""
+    return np.frombuffer(values.buffers()[1], dtype=np.float64, count=len(values),
+                         offset=values.offset * 8)
+
+
+def python_target(value, plain: bool) -> float:
+    """One JSON (or label-text) value as featx.labels.as_number reads it; ValueError on one it
+    would refuse, or that Python's float reads otherwise than `NUMBER` does."""
+    if type(value) is bool or type(value) is float:
+        return float(value)
+    if type(value) is int:
+        return float(value) if abs(value) < 2 ** 1023 else float("inf")
+    if type(value) is str and re.fullmatch(_pattern(plain), value.strip()):
+        return float(value.strip())
+    raise ValueError(f"a regression target {type(value).__name__}")
+
+
+# Odd 64-bit constants: the polynomial's base, and splitmix64's finaliser.
+_BASE, _MIX1, _MIX2 = np.uint64(0x100000001B3), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def string_hashes(values) -> np.ndarray:
+    """(n,) uint64 hashes of a string array's values (their UTF-8 bytes), the same in every
+    process: how pass 1 tells ids apart without holding them. Equal ids, equal hashes; two
+    ids of one hash send the file to the exact reader (`Fallback`), which says whether they
+    are the same."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    if pa.types.is_integer(values.type):
+        values = pc.cast(values, pa.string())  # str() of an integer, as the exact reader's id
+    if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+        raise Fallback(f"ids of {values.type}")
+    if not len(values):
+        return np.zeros(0, np.uint64)
+    _, offsets, data = values.buffers()
+    dtype = np.dtype(np.int64 if pa.types.is_large_string(values.type) else np.int32)
+    offsets = np.frombuffer(offsets, dtype=dtype, count=len(values) + 1, offset=values.offset * dtype.itemsize)
+    raw = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+    return _hash_bytes(raw[offsets[0]:offsets[-1]], (offsets - offsets[0]).astype(np.int64))
+
+
+def python_hashes(values: list[str]) -> np.ndarray:
+    """`string_hashes` of a list of str."""
+    encoded = [v.encode("utf-8") for v in values]
+    offsets = np.zeros(len(encoded) + 1, np.int64)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    return _hash_bytes(np.frombuffer(b"".join(encoded), np.uint8), offsets)
+
+
+def _hash_bytes(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Per string data[offsets[i]:offsets[i+1]]: sum of byte_j * BASE^j mod 2^64 (one prefix
+    sum over the block's bytes), its length mixed in, through splitmix64's finaliser."""
+    lengths = np.diff(offsets)
+    longest = int(lengths.max()) if len(lengths) else 0
+    powers = np.ones(max(longest, 1), np.uint64)
+    powers[1:] = _BASE
+    powers = np.cumprod(powers, dtype=np.uint64)  # BASE^j, wrapping mod 2^64
+    position = np.arange(len(data), dtype=np.int64) - np.repeat(offsets[:-1], lengths)
+    prefix = np.zeros(len(data) + 1, np.uint64)
+    np.cumsum((data.astype(np.uint64) + np.uint64(1)) * powers[position], out=prefix[1:])
+    z = (prefix[offsets[1:]] - prefix[offsets[:-1]]) ^ (lengths.astype(np.uint64) * _MIX2)
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
 
 
 def label_codes() -> Codes:
-    return Codes(100_000, "labels: not classes")
+    return Codes(100_000, "labels: not classes", TooManyLabels)
 
 
 def split_codes() -> Codes:

@@ -86,31 +86,46 @@ class ColumnarSource:
         except (pa.ArrowException, OSError) as exc:  # the whole-file reader says what is wrong
             raise stream.Fallback(f"pyarrow: {str(exc)[:200]}") from None
 
-    def parse(self, text: str, label: str, split_column: str | None) -> stream.Parsed:
+    def parse(self, wanted: stream.Wanted) -> stream.Parsed:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        wanted = [c for c in (text, label, split_column) if c is not None]
-        if any(c not in self.columns for c in wanted):
+        columns = wanted.columns
+        if any(c not in self.columns for c in columns):
             raise stream.Fallback("a configured column is missing")  # the reader lists the columns
-        labels, splits = stream.label_codes(), stream.split_codes()
+        if any(c in dict(self.names) for c in (wanted.id, *(wanted.labels if wanted.targets else ()))):
+            raise stream.Fallback("ids or targets in a ClassLabel column")
+        kept = stream.Pass(wanted)
         n = nbytes = 0
         try:
-            for batch in self.batches(wanted):
-                texts = _scalars(batch.column(wanted.index(text)), strings=True)
-                if stream._has_blank(texts) or stream.has_nul(texts):
-                    raise stream.Fallback("an empty text or a NUL byte")
-                nbytes += pc.sum(pc.binary_length(texts)).as_py() or 0
-                for column, codes, as_str in ((label, labels, False), (split_column, splits, True)):
-                    if column is not None:
-                        encoded = pc.dictionary_encode(_scalars(batch.column(wanted.index(column))))
-                        named = [self._named(column, v) for v in encoded.dictionary.to_pylist()]
+            for batch in self.batches(columns):
+                column = lambda name: batch.column(columns.index(name))  # noqa: E731
+                for text in wanted.texts:
+                    texts = _scalars(column(text), strings=True)
+                    if stream._has_blank(texts) or stream.has_nul(texts):
+                        raise stream.Fallback("an empty text or a NUL byte")
+                    if text == wanted.text:
+                        nbytes += pc.sum(pc.binary_length(texts)).as_py() or 0
+                if wanted.targets:
+                    kept.add_targets(np.stack([_targets(_scalars(column(c)), wanted.plain) for c in wanted.labels],
+                                              axis=1))
+                if wanted.id is not None:
+                    ids = _scalars(column(wanted.id))
+                    if pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type):
+                        ids.validate(full=True)
+                        if stream._has_blank(ids) or stream.has_nul(ids):
+                            raise stream.Fallback("an empty id or a NUL byte")
+                    kept.add_ids(stream.string_hashes(ids))  # Fallback on floats and booleans
+                for name, codes, as_str in ((None if wanted.targets else wanted.labels[0], kept.labels, False),
+                                            (wanted.split, kept.splits, True)):
+                    if name is not None:
+                        encoded = pc.dictionary_encode(_scalars(column(name)))
+                        named = [self._named(name, v) for v in encoded.dictionary.to_pylist()]
                         codes.add_encoded([str(v) for v in named] if as_str else named, stream._indices(encoded))
                 n += batch.num_rows
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, UnicodeError) as exc:
             raise stream.Fallback(f"pyarrow: {str(exc)[:200]}") from None
-        return stream.Parsed(self, n, labels.codes(), labels.values,
-                             None if split_column is None else splits.codes(), splits.values, nbytes)
+        return kept.parsed(self, n, nbytes)
 
     def _named(self, column: str, value):
         """featx.readers' rule: a ClassLabel code is its class name (a code outside them stays)."""
@@ -122,8 +137,21 @@ class ColumnarSource:
     def values(self, column: str, assignment: np.ndarray | None, code: int):
         record = 0
         for batch in self.batches([column]):
-            yield stream.select(_scalars(batch.column(0), strings=True), assignment, code, record).to_pylist()
+            # Strings (a text, an id), or integers (an id; str() of each, as stream.IdColumn reads them)
+            yield stream.select(_scalars(batch.column(0)), assignment, code, record).to_pylist()
             record += batch.num_rows
+
+
+def _targets(values, plain: bool) -> np.ndarray:
+    """A column of numbers (or of numbers written as strings) as float64 regression targets, as
+    featx.labels.as_number reads each (a boolean is 0 or 1)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        return stream.string_targets(values, plain=plain)
+    # Unsafe: an integer past 2^53 rounds to the nearest float, as Python's float() rounds it.
+    return stream.float_values(pc.cast(values, pa.float64(), safe=False))
 
 
 def _scalars(values, strings: bool = False):

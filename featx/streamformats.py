@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
@@ -144,24 +144,27 @@ class LineSource:
             text = data.decode("utf-8-sig" if offset == 0 else "utf-8")  # a BOM is no part of a line
             yield data, [line for line in text.splitlines() if line and not line.isspace()]
 
-    def parse(self, text: str, label: str, split_column: str | None) -> stream.Parsed:
-        labels, splits = stream.label_codes(), stream.split_codes()
+    def parse(self, wanted: stream.Wanted) -> stream.Parsed:
+        kept = stream.Pass(wanted)
         n = 0
         try:
             for data, lines in self.lines():
                 if self.fmt == "jsonl":
-                    codes, places = _jsonl_block(lines, (text, label, split_column), labels.index, splits.index,
-                                                 careful=_RISKY.search(data) is not None)
+                    block = _jsonl_block(lines, wanted, kept, careful=_RISKY.search(data) is not None)
                 else:
-                    codes, places = _label_text_block(data, lines, (text, label, split_column), labels.index)
-                labels.add(codes)
-                if split_column is not None:
-                    splits.add(places)
+                    block = _label_text_block(data, lines, wanted, kept)
+                if wanted.targets:
+                    kept.add_targets(np.array(block.targets, dtype=np.float64).reshape(len(lines), len(wanted.labels)))
+                else:
+                    kept.labels.add(block.codes)
+                if wanted.id is not None:
+                    kept.add_ids(stream.python_hashes(block.ids))
+                if wanted.split is not None:
+                    kept.splits.add(block.places)
                 n += len(lines)
         except (ValueError, RecursionError, KeyError, TypeError, _Repeated) as exc:  # UnicodeError is a ValueError
             raise stream.Fallback(f"{self.fmt}: {type(exc).__name__} {str(exc)[:200]}") from None
-        return stream.Parsed(self, n, labels.codes(), labels.values,
-                             None if split_column is None else splits.codes(), splits.values, self.nbytes)
+        return kept.parsed(self, n, self.nbytes)
 
     def values(self, column: str, assignment: np.ndarray | None, code: int):
         record = 0
@@ -174,40 +177,69 @@ class LineSource:
                 yield [line.strip().partition(" ")[2] for line in mine]
 
 
-def _jsonl_block(lines: list[str], columns: tuple, labels: dict, splits: dict, *, careful: bool):
-    """Pass 1 over a block of JSON lines: (label codes, split codes), the distinct values put
-    in `labels` and `splits`; an exception at anything featx.readers or featx.labels reports."""
-    text, label, split = columns
-    decode, key = _STRICT.decode, stream.value_key
-    codes, places = [], []
+@dataclass
+class _Block:
+    """What pass 1 keeps of a block of lines: per line its label code (or targets), split
+    code and id."""
+    codes: list = field(default_factory=list)
+    targets: list = field(default_factory=list)
+    places: list = field(default_factory=list)
+    ids: list = field(default_factory=list)
+
+
+def _jsonl_block(lines: list[str], wanted: stream.Wanted, kept: stream.Pass, *, careful: bool) -> _Block:
+    """Pass 1 over a block of JSON lines, the distinct labels and split values put in `kept`'s
+    codes; an exception at anything featx.readers or featx.labels reports."""
+    decode, key, target = _STRICT.decode, stream.value_key, stream.python_target
+    labels, splits = kept.labels.index, kept.splits.index
+    texts, label, split, id_, plain = wanted.texts, wanted.labels[0], wanted.split, wanted.id, wanted.plain
+    targets = wanted.labels if wanted.targets else None
+    out = _Block()
     for line in lines:
         record = decode(line)
         if type(record) is not dict:
             raise TypeError("a line that is not a JSON object")
-        value = record[text]
-        if type(value) is not str or not value or value.isspace():
-            raise TypeError("a missing or empty text, or one that is not a string")
-        if careful:
-            _check_storable(value)
-        codes.append(labels.setdefault(key(record[label]), len(labels)))
+        for text in texts:
+            value = record[text]
+            if type(value) is not str or not value or value.isspace():
+                raise TypeError("a missing or empty text, or one that is not a string")
+            if careful:
+                _check_storable(value)
+        if targets is None:
+            out.codes.append(labels.setdefault(key(record[label]), len(labels)))
+        else:
+            out.targets.extend(target(record[c], plain) for c in targets)
+        if id_ is not None:
+            value = record[id_]
+            if type(value) is not str and type(value) is not int:
+                raise TypeError("an id that is not a string or an integer")
+            value = str(value)
+            if not value or value.isspace():
+                raise TypeError("an empty id")
+            if careful:
+                _check_storable(value)
+            out.ids.append(value)
         if split is not None:
-            places.append(splits.setdefault(key(str(record[split])), len(splits)))
-    return codes, places
+            out.places.append(splits.setdefault(key(str(record[split])), len(splits)))
+    return out
 
 
-def _label_text_block(data: bytes, lines: list[str], columns: tuple, labels: dict):
+def _label_text_block(data: bytes, lines: list[str], wanted: stream.Wanted, kept: stream.Pass) -> _Block:
     """Pass 1 over a block of `label text...` lines (featx.readers' columns "label", "text")."""
-    if columns != ("text", "label", None):
+    if (wanted.texts, wanted.labels, wanted.split, wanted.id) != (("text",), ("label",), None, None):
         raise KeyError("label-text files have the columns label and text only")
     if b"\x00" in data:  # every character of a non-blank line is in its label or its text
         raise ValueError("a NUL byte")
-    codes = []
+    labels, out = kept.labels.index, _Block()
     for line in lines:
         name, _, rest = line.strip().partition(" ")
         if not rest or rest.isspace():
             raise ValueError("a line with no text")
-        codes.append(labels.setdefault((str, name), len(labels)))
-    return codes, []
+        if wanted.targets:
+            out.targets.append(stream.python_target(name, wanted.plain))
+        else:
+            out.codes.append(labels.setdefault((str, name), len(labels)))
+    return out
 
 
 def _check_storable(value: str) -> None:

@@ -34,6 +34,9 @@ def assert_same_dataset(a, b):
         other = b.splits[name]
         assert list(other.ids) == split.ids
         assert list(other.texts) == split.texts
+        assert (other.text_pairs is None) == (split.text_pairs is None)
+        if split.text_pairs is not None:
+            assert list(other.text_pairs) == split.text_pairs
         assert other.labels.dtype == split.labels.dtype and (other.labels == split.labels).all()
     # The streamed fingerprint is the file's bytes' (no pass over every text): another key.
     assert a.fingerprint() != b.fingerprint()
@@ -141,7 +144,7 @@ def test_a_bad_row_gives_the_whole_file_readers_error(monkeypatch, tmp_path, dam
 def test_what_is_not_streamed_is_read_whole(monkeypatch, tmp_path):
     monkeypatch.setattr(stream, "STREAM_BYTES", 0)
     path = write_rows(tmp_path / "p.csv", classification_rows(60, pairs=True))
-    for cfg in ({"text_pair": "text2"}, {"id": "id"}, {"max_rows": 10}, {"keep": ("id",)}):
+    for cfg in ({"max_rows": 10}, {"keep": ("id",)}):
         assert isinstance(load_dataset(DataConfig(path=str(path), **cfg)).splits["train"].texts, list)
     monkeypatch.setattr(stream, "STREAM_BYTES", 1 << 30)  # a small file
     assert isinstance(load_dataset(DataConfig(path=str(path))).splits["train"].texts, list)
