@@ -27,7 +27,7 @@ def read_both(monkeypatch, **cfg):
     return whole, streamed
 
 
-def assert_same_dataset(a, b):
+def assert_same_dataset(a, b, same_key: bool = False):
     assert (a.task, a.label_names, list(a.splits), a.source, a.files) == \
            (b.task, b.label_names, list(b.splits), b.source, b.files)
     for name, split in a.splits.items():
@@ -39,7 +39,7 @@ def assert_same_dataset(a, b):
             assert list(other.text_pairs) == split.text_pairs
         assert other.labels.dtype == split.labels.dtype and (other.labels == split.labels).all()
     # The streamed fingerprint is the file's bytes' (no pass over every text): another key.
-    assert a.fingerprint() != b.fingerprint()
+    assert (a.fingerprint() == b.fingerprint()) == same_key
 
 
 def tricky_rows(n: int = 400) -> list[dict]:
@@ -376,3 +376,217 @@ def test_what_pyarrow_cannot_read_is_read_whole(monkeypatch, tmp_path, layout):
     assert shares(monkeypatch, 2, **cfg) == [None, None]
     dataset = load_dataset(DataConfig(**cfg))  # streamed at STREAM_BYTES = 0: read whole instead
     assert isinstance(dataset.splits["train"].texts, list) and sum(len(s) for s in dataset.splits.values()) == 60
+
+
+# ---------------------------------------------------------------------------------------------
+# Text pairs, id columns and regression targets, streamed: the whole-file reader's dataset
+
+
+def pair_rows(n: int = 300, seed: int = 5) -> list[dict]:
+    rows = [{"id": f" id-{i:04d}" if i % 7 else str(i), "text": r["text"], "text2": r["text2"], "label": r["label"]}
+            for i, r in enumerate(classification_rows(n, seed=seed, pairs=True))]
+    rows[3]["text2"] = 'a "quoted" second text, with a comma\nand a line feed'
+    rows[4]["id"] = "007"  # another id than "7"
+    rows[5]["id"] = "NA"
+    return rows
+
+
+def target_rows(n: int = 300, seed: int = 6) -> list[dict]:
+    import random
+
+    draw = random.Random(seed)
+    rows = [{"text": r["text"], "score": repr(draw.uniform(-50, 50)), "other": str(draw.randint(0, 9))}
+            for r in classification_rows(n, seed=seed)]
+    rows[1]["score"] = " 2.5 "  # stripped, as float() strips it
+    rows[2]["score"] = "1e3"
+    rows[3]["score"] = "-0"
+    return rows
+
+
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+def test_text_pairs_and_ids_stream(monkeypatch, tmp_path, layout):
+    rows = pair_rows()
+    for i, row in enumerate(rows):
+        row["split"] = ["train", "dev", "test", "train"][i % 4]
+    if layout == "split files":
+        cfg = {s: str(write_rows(tmp_path / f"{s}.csv", [r for r in rows if r["split"] == s]))
+               for s in ("train", "dev", "test")}
+    else:
+        cfg = {"path": str(write_rows(tmp_path / "rows.csv", rows))}
+        cfg |= {"split_column": "split"} if layout == "split column" else {}
+    for extra in ({"text_pair": "text2"}, {"id": "id"}, {"text_pair": "text2", "id": "id"}):
+        whole, streamed = read_both(monkeypatch, **cfg, **extra)
+        assert_same_dataset(whole, streamed)
+        split = streamed.splits["train"]
+        assert isinstance(split.text_pairs, stream.Column) == ("text_pair" in extra)
+        assert isinstance(split.ids, stream.IdColumn) == ("id" in extra)
+
+
+def test_the_fingerprint_covers_the_pair_and_id_columns(monkeypatch, tmp_path):
+    rows = [r | {"text3": r["text2"][::-1], "id2": r["id"] + "x"} for r in pair_rows(100)]
+    path = str(write_rows(tmp_path / "rows.csv", rows))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    keys = {load_dataset(DataConfig(path=path, **extra)).fingerprint()
+            for extra in ({}, {"text_pair": "text2"}, {"text_pair": "text3"}, {"id": "id"}, {"id": "id2"})}
+    assert len(keys) == 5
+
+
+@pytest.mark.parametrize("damage", ["empty pair", "NUL pair", "duplicate id", "empty id", "NUL id"])
+def test_a_bad_pair_or_id_gives_the_whole_file_readers_error(monkeypatch, tmp_path, damage):
+    rows = pair_rows()
+    if damage == "empty pair":
+        rows[120]["text2"] = " \u3000"
+    elif damage == "NUL pair":
+        rows[77]["text2"] = "a\x00b"
+    elif damage == "duplicate id":
+        rows[250]["id"] = rows[20]["id"]
+    elif damage == "empty id":
+        rows[99]["id"] = "  "
+    else:
+        rows[42]["id"] = "a\x00"
+    cfg = {"path": str(write_rows(tmp_path / "bad.csv", rows)), "text_pair": "text2", "id": "id"}
+    with pytest.raises(FeatxError) as whole:
+        load_dataset(DataConfig(**cfg))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    with pytest.raises(FeatxError) as streamed:
+        load_dataset(DataConfig(**cfg))
+    assert str(streamed.value) == str(whole.value)
+
+
+def test_a_duplicate_id_across_split_files_gives_the_whole_file_readers_error(monkeypatch, tmp_path):
+    rows = pair_rows()
+    rows[250]["id"] = rows[3]["id"]
+    cfg = {"train": str(write_rows(tmp_path / "train.csv", rows[:200])),
+           "dev": str(write_rows(tmp_path / "dev.csv", rows[200:])), "id": "id"}
+    with pytest.raises(FeatxError, match="duplicate id") as whole:
+        load_dataset(DataConfig(**cfg))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    with pytest.raises(FeatxError) as streamed:
+        load_dataset(DataConfig(**cfg))
+    assert str(streamed.value) == str(whole.value)
+
+
+def test_ids_of_one_hash_are_read_whole(monkeypatch, tmp_path):
+    """Two ids of one hash may be one id twice or a collision: the exact reader tells."""
+    path = write_rows(tmp_path / "rows.csv", pair_rows())
+    monkeypatch.setattr(stream, "string_hashes", lambda values: np.zeros(len(values), np.uint64))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    dataset = load_dataset(DataConfig(path=str(path), id="id"))
+    assert isinstance(dataset.splits["train"].texts, list)  # read whole: no error, the ids are unique
+    monkeypatch.setattr(stream, "STREAM_BYTES", 1 << 40)
+    assert_same_dataset(load_dataset(DataConfig(path=str(path), id="id")), dataset, same_key=True)
+
+
+def test_the_hashes_of_ids_tell_apart_what_the_bytes_do():
+    import random
+
+    import pyarrow as pa
+
+    draw = random.Random(1)
+    values = ["", "a", "ab", "ba", "7", "007", "é", "e\u0301", "a" * 300] + \
+             ["".join(draw.choice("ab\u00e9\u4e2d ") for _ in range(draw.randint(1, 12))) for _ in range(3000)]
+    hashes = stream.python_hashes(values)
+    assert len(set(hashes.tolist())) == len(set(values))
+    for array in (pa.array(values), pa.array(values, type=pa.large_string())):
+        assert (stream.string_hashes(array) == hashes).all()
+        assert (stream.string_hashes(array.slice(5, 100)) == hashes[5:105]).all()
+    assert (stream.string_hashes(pa.array([7, -3])) == stream.python_hashes(["7", "-3"])).all()
+
+
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+@pytest.mark.parametrize("task", [None, "regression"])
+def test_regression_targets_stream(monkeypatch, tmp_path, layout, task):
+    rows = target_rows()
+    for i, row in enumerate(rows):
+        row["split"] = ["train", "dev", "test", "train"][i % 4]
+    if layout == "split files":
+        cfg = {s: str(write_rows(tmp_path / f"{s}.tsv", [r for r in rows if r["split"] == s]))
+               for s in ("train", "dev", "test")}
+    else:
+        cfg = {"path": str(write_rows(tmp_path / "rows.csv", rows))}
+        cfg |= {"split_column": "split"} if layout == "split column" else {}
+    cfg |= {"label": "score", "task": task, "text_pair": "other", "id": None}
+    whole, streamed = read_both(monkeypatch, **cfg)
+    assert whole.task == "regression" and whole.label_names == ("score",)
+    assert streamed.splits["train"].labels.shape == (len(whole.splits["train"]), 1)
+    assert_same_dataset(whole, streamed)
+
+
+def test_several_targets_and_targets_past_the_class_limit_stream(monkeypatch, tmp_path):
+    rows = target_rows()
+    path = str(write_rows(tmp_path / "rows.csv", rows))
+    for task in (None, "regression"):
+        whole, streamed = read_both(monkeypatch, path=path, label=("score", "other"), task=task)
+        assert whole.task == "regression" and whole.label_names == ("score", "other")
+        assert_same_dataset(whole, streamed)
+    # More distinct labels than classes may have (here 50): read again as numbers, task unset.
+    monkeypatch.setattr(stream, "label_codes", lambda: stream.Codes(50, "labels", stream.TooManyLabels))
+    whole, streamed = read_both(monkeypatch, path=path, label="score")
+    assert whole.task == "regression"
+    assert_same_dataset(whole, streamed)
+    # Integers: few are classes (inferred from train's, as the whole-file reader does), many a target.
+    for i, row in enumerate(rows):
+        row["score"] = str(i % 5)
+    path = str(write_rows(tmp_path / "ints.csv", rows))
+    whole, streamed = read_both(monkeypatch, path=path, label="score")
+    assert whole.task == "multiclass"
+    assert_same_dataset(whole, streamed)
+
+
+@pytest.mark.parametrize("value", ["abc", "nan", "inf", "", "1e400", "1e200", "[1]"])
+def test_a_bad_regression_target_gives_the_whole_file_readers_error(monkeypatch, tmp_path, value):
+    rows = target_rows()
+    rows[170]["score"] = value
+    cfg = {"path": str(write_rows(tmp_path / "bad.csv", rows)), "label": "score", "task": "regression"}
+    with pytest.raises(FeatxError) as whole:
+        load_dataset(DataConfig(**cfg))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    with pytest.raises(FeatxError) as streamed:
+        load_dataset(DataConfig(**cfg))
+    assert str(streamed.value) == str(whole.value)
+
+
+@pytest.mark.parametrize("value", ["1_000", "\u0661\u0662", " +.5e1 ", "007"])
+def test_targets_only_pythons_float_reads_are_read_whole(monkeypatch, tmp_path, value):
+    rows = target_rows()
+    rows[33]["score"] = value
+    path = str(write_rows(tmp_path / "rows.csv", rows))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 1 << 40)
+    whole = load_dataset(DataConfig(path=path, label="score", task="regression"))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    streamed = load_dataset(DataConfig(path=path, label="score", task="regression"))
+    assert_same_dataset(whole, streamed, same_key=isinstance(streamed.splits["train"].texts, list))
+
+
+def test_multilabel_columns_are_read_whole(monkeypatch, tmp_path):
+    rows = [{"text": r["text"], "a": str(i % 2), "b": str(i // 2 % 2)} for i, r in enumerate(classification_rows(120))]
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    dataset = load_dataset(DataConfig(path=str(write_rows(tmp_path / "m.csv", rows)), label=("a", "b")))
+    assert dataset.task == "multilabel" and isinstance(dataset.splits["train"].texts, list)
+
+
+@pytest.mark.parametrize("size", [1, 3])
+@pytest.mark.parametrize("what", ["pairs and ids", "regression", "regression past the class limit"])
+def test_ranks_share_pairs_ids_and_targets(monkeypatch, tmp_path, size, what):
+    rows = [r | t for r, t in zip(pair_rows(600), target_rows(600))]
+    for i, row in enumerate(rows):
+        row["split"] = ["train", "dev", "test", "train"][i % 4]
+    cfg = {"path": str(write_rows(tmp_path / "rows.csv", rows)), "text_pair": "text2", "id": "id"}
+    if what != "pairs and ids":
+        cfg |= {"label": "score", "split_column": "split"}
+    if what == "regression past the class limit":
+        monkeypatch.setattr(stream, "label_codes", lambda: stream.Codes(50, "labels", stream.TooManyLabels))
+    got = shares(monkeypatch, size, **cfg)
+    one = load_dataset(DataConfig(**cfg))
+    with monkeypatch.context() as m:
+        m.setattr(stream, "STREAM_BYTES", 1 << 40)
+        whole = load_dataset(DataConfig(**cfg))
+    assert whole.task == ("multiclass" if what == "pairs and ids" else "regression")
+    for share in got:
+        assert share.dataset.fingerprint() == one.fingerprint()
+        assert_same_dataset(whole, share.dataset)
+    for name, split in whole.splits.items():
+        assert sum((list(s.mine.splits[name].ids) for s in got), []) == split.ids
+        assert sum((list(s.mine.splits[name].texts) for s in got), []) == split.texts
+        assert sum((list(s.mine.splits[name].text_pairs) for s in got), []) == split.text_pairs
+        assert (np.concatenate([s.mine.splits[name].labels for s in got]) == split.labels).all()
