@@ -538,3 +538,167 @@ def test_hosts_whose_parquet_copies_differ_are_refused(monkeypatch, tmp_path):
     monkeypatch.setattr(stream, "STREAM_BYTES", 0)
     results = Ranks(2).run(lambda rank, gather: _catch(lambda: load_share(DataConfig(**cfg), "d", rank, 2, gather)))
     assert all(isinstance(r, FeatxError) and "read different bytes" in str(r) for r in results)
+
+
+# ---------------------------------------------------------------------------------------------
+# Text pairs, id columns and regression targets in every format
+
+
+def mixed_rows(n: int = 300, seed: int = 7) -> list[dict]:
+    """Rows with a second text, an id and two targets (as numbers: JSON and Parquet types)."""
+    import random
+
+    draw = random.Random(seed)
+    rows = []
+    for i, r in enumerate(classification_rows(n, seed=seed, pairs=True)):
+        rows.append({"id": f"id-{i}" if i % 5 else f"00{i}", "text": r["text"] + " ✓", "text2": r["text2"],
+                     "label": r["label"], "score": draw.uniform(-5, 5), "count": 3 * i + draw.randint(0, 2)})
+    rows[3]["text2"] = "ünïcödé ✓ 漢字, a second text\nwith a line feed"
+    return rows
+
+
+def write_format(tmp_path, fmt: str, rows: list[dict], name: str = "rows") -> dict:
+    """The [data] of rows written as `fmt` (label-text: its label and text only)."""
+    if fmt == "jsonl":
+        return {"path": str(write_jsonl(tmp_path / f"{name}.jsonl", rows))}
+    if fmt == "label-text":
+        path = tmp_path / f"{name}.txt"
+        path.write_text("".join(f"{r['label']} {r['text']}\n" for r in rows), encoding="utf-8")
+        return {"path": str(path), "format": "label-text"}
+    if fmt == "parquet":
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(pa.table({k: [r[k] for r in rows] for k in rows[0]}), path, row_group_size=29)
+        return {"path": str(path)}
+    datasets = pytest.importorskip("datasets")
+    folder = tmp_path / name
+    datasets.Dataset.from_dict({k: [r[k] for r in rows] for k in rows[0]}).save_to_disk(str(folder), num_shards=2)
+    return {"path": str(folder)}
+
+
+FORMATS = ["jsonl", "parquet", "arrow"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("extra", [{"text_pair": "text2"}, {"id": "id"}, {"id": "count"},
+                                   {"label": "score"}, {"label": "count"}, {"label": "score", "task": "regression"},
+                                   {"label": ["score", "count"], "text_pair": "text2", "id": "id"}])
+def test_pairs_ids_and_targets_read_as_the_whole_file_reader_does(monkeypatch, tmp_path, fmt, extra):
+    cfg = write_format(tmp_path, fmt, mixed_rows()) | extra
+    whole, streamed = read_both(monkeypatch, **cfg)
+    if "label" in extra:
+        assert whole.task == "regression"
+    assert_same_dataset(whole, streamed)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_pairs_ids_and_targets_of_split_files(monkeypatch, tmp_path, fmt):
+    rows = mixed_rows()
+    cfg = {split: write_format(tmp_path, fmt, part, split)["path"]
+           for split, part in (("train", rows[:200]), ("dev", rows[200:250]), ("test", rows[250:]))}
+    for extra in ({"text_pair": "text2", "id": "id"}, {"label": "score", "id": "id"}):
+        assert_same_dataset(*read_both(monkeypatch, **cfg, **extra))
+
+
+def test_targets_written_as_strings_in_json_and_parquet(monkeypatch, tmp_path):
+    rows = mixed_rows()
+    for i, row in enumerate(rows):
+        row["score"] = [f" {row['score']!r}", str(row["count"]), "1e2", "-.5"][i % 4]
+    for fmt in ("jsonl", "parquet"):
+        for task in (None, "regression"):
+            whole, streamed = read_both(monkeypatch, **write_format(tmp_path, fmt, rows), label="score", task=task)
+            assert whole.task == "regression"
+            assert_same_dataset(whole, streamed)
+
+
+def test_label_text_targets(monkeypatch, tmp_path):
+    rows = [{"label": ["1.5", "-2", "3e1", "0.25", "7"][i % 5] + str(i % 3), "text": r["text"]}
+            for i, r in enumerate(classification_rows(300))]
+    cfg = write_format(tmp_path, "label-text", rows)
+    for task in (None, "regression"):
+        whole, streamed = read_both(monkeypatch, **cfg, task=task)
+        assert whole.task == "regression"
+        assert_same_dataset(whole, streamed)
+
+
+def json_damage(damage: str):
+    return {"null target": ("score", None), "string target": ("score", "high"), "NaN target": ("score", float("nan")),
+            "list target": ("score", [1.5]), "huge integer target": ("score", 10 ** 400),
+            "null id": ("id", None), "blank id": ("id", " "), "list id": ("id", [1]), "duplicate id": ("id", "id-1"),
+            "NUL id": ("id", "a\x00"), "blank pair": ("text2", "\t"), "null pair": ("text2", None),
+            "number pair": ("text2", 5), "no pair": ("text2", KeyError)}[damage]
+
+
+@pytest.mark.parametrize("damage", ["null target", "string target", "NaN target", "list target", "huge integer target",
+                                    "null id", "blank id", "list id", "duplicate id", "NUL id", "blank pair",
+                                    "null pair", "number pair", "no pair"])
+def test_a_bad_json_pair_id_or_target_gives_the_whole_file_readers_error(monkeypatch, tmp_path, damage):
+    rows = mixed_rows()
+    cfg = {"label": "score", "task": "regression", "id": "id", "text_pair": "text2"}
+    assert_streams(monkeypatch, **write_format(tmp_path, "jsonl", rows, "good"), **cfg)
+    column, value = json_damage(damage)
+    if value is KeyError:
+        del rows[150][column]
+    else:
+        rows[150][column] = value
+    path = tmp_path / "bad.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    whole, streamed = errors_of(monkeypatch, path=str(path), **cfg)
+    assert streamed == whole
+
+
+@pytest.mark.parametrize("damage", ["null target", "NaN target", "inf target", "string target", "null id",
+                                    "duplicate id", "blank id", "null pair", "blank pair"])
+def test_a_bad_parquet_pair_id_or_target_gives_the_whole_file_readers_error(monkeypatch, tmp_path, damage):
+    rows = mixed_rows()
+    cfg = {"label": "score", "task": "regression", "id": "id", "text_pair": "text2"}
+    assert_streams(monkeypatch, **write_format(tmp_path, "parquet", rows, "good"), **cfg)
+    column, value = {"null target": ("score", None), "NaN target": ("score", float("nan")),
+                     "inf target": ("score", float("inf")), "string target": ("score", "x"),
+                     "null id": ("id", None), "duplicate id": ("id", "id-1"), "blank id": ("id", ""),
+                     "null pair": ("text2", None), "blank pair": ("text2", "  ")}[damage]
+    rows[120][column] = value
+    if damage == "string target":
+        for row in rows:
+            row["score"] = str(row["score"])
+        rows[120]["score"] = "x"
+    whole, streamed = errors_of(monkeypatch, **write_format(tmp_path, "parquet", rows, "bad"), **cfg)
+    assert streamed == whole
+
+
+@pytest.mark.parametrize("value", [1.5, True, "id-1 "])
+def test_json_ids_the_stream_leaves_to_the_whole_file_reader(monkeypatch, tmp_path, value):
+    """A float or boolean id is str() of it (read whole); an id with a trailing space is another id."""
+    rows = mixed_rows()
+    rows[60]["id"] = value
+    cfg = write_format(tmp_path, "jsonl", rows) | {"id": "id"}
+    monkeypatch.setattr(stream, "STREAM_BYTES", 1 << 40)
+    whole = load_dataset(DataConfig(**cfg))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    streamed = load_dataset(DataConfig(**cfg))
+    assert_same_dataset(whole, streamed, same_key=isinstance(streamed.splits["train"].texts, list))
+    assert isinstance(streamed.splits["train"].texts, list) == (not isinstance(value, str))
+
+
+@pytest.mark.parametrize("size", [2, 3])
+@pytest.mark.parametrize("fmt", FORMATS + ["label-text"])
+def test_ranks_share_pairs_ids_and_targets_of_every_format(monkeypatch, tmp_path, size, fmt):
+    rows = mixed_rows(420)
+    if fmt == "label-text":
+        rows = [{"label": repr(r["score"]), "text": r["text"]} for r in rows]
+        cfg = write_format(tmp_path, fmt, rows) | {"task": "regression"}
+    else:
+        cfg = write_format(tmp_path, fmt, rows) | {"label": "score", "text_pair": "text2", "id": "id"}
+    got = shares(monkeypatch, size, **cfg)
+    one = load_dataset(DataConfig(**cfg))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 1 << 40)
+    whole = load_dataset(DataConfig(**cfg))
+    assert whole.task == "regression"
+    for share in got:
+        assert share.dataset.fingerprint() == one.fingerprint()
+        assert_same_dataset(whole, share.dataset)
+    for name, split in whole.splits.items():
+        assert sum((list(s.mine.splits[name].ids) for s in got), []) == split.ids
+        assert sum((list(s.mine.splits[name].texts) for s in got), []) == split.texts
+        if split.text_pairs is not None:
+            assert sum((list(s.mine.splits[name].text_pairs) for s in got), []) == split.text_pairs
+        assert (np.concatenate([s.mine.splits[name].labels for s in got]) == split.labels).all()
