@@ -163,7 +163,10 @@ def _share(pipeline: Pipeline, rank: int, size: int, dist):
         log.info("rank %d reads only its share of %s", rank, share.dataset.source)
         rows = {name: share.offsets[name] + np.arange(len(split), dtype=np.int64)
                 for name, split in share.mine.splits.items()}
-        return make_plan(pipeline, dataset=share.dataset), rows, share.mine, True
+        plan = make_plan(pipeline, dataset=share.dataset)
+        if plan.singles is not None:  # a pair task's distinct texts (held by every rank): dealt
+            rows[SINGLES] = deal(np.array([len(t) for t in plan.singles.texts]), rank, size)
+        return plan, rows, share.mine, True
     plan = make_plan(pipeline)
     rows = {name: deal(np.array([len(t) + (len(split.text_pairs[i]) if split.text_pairs else 0)
                                  for i, t in enumerate(split.texts)]), rank, size)
@@ -173,18 +176,18 @@ def _share(pipeline: Pipeline, rank: int, size: int, dist):
 
 
 class _ShardTexts(stream.Lazy):
-    """A split's texts as the shards of a shared dataset hold them, rank after rank (each
-    rank's rows are one contiguous run of the split): rank 0 writes the final cache's texts
-    from these instead of reading the whole input file."""
+    """A split's texts (or second texts, or ids: `column`) as the shards of a shared dataset
+    hold them, rank after rank (each rank's rows are one contiguous run of the split): rank 0
+    writes the final cache's texts from these instead of reading the whole input file."""
 
-    def __init__(self, shards: list[Path], split: str, n: int, nbytes: int):
-        self.shards, self.split, self.nbytes = shards, split, nbytes
+    def __init__(self, shards: list[Path], split: str, n: int, nbytes: int, column: str = "text"):
+        self.shards, self.split, self.nbytes, self.column = shards, split, nbytes, column
         super().__init__(n)
 
     def _blocks(self, size: int = 1 << 16):
         for path in self.shards:
             with h5py.File(path, "r") as f:
-                texts = f[self.split]["text"].asstr()
+                texts = f[self.split][self.column].asstr()
                 for lo in range(0, len(texts), size):
                     yield texts[lo:lo + size].tolist()
 
@@ -192,9 +195,14 @@ class _ShardTexts(stream.Lazy):
 def _texts_from_shards(plan, shards: list[Path]):
     splits = {}
     for name, split in plan.dataset.splits.items():
-        texts = _ShardTexts(shards, name, len(split), getattr(split.texts, "nbytes", 0))
+        read = lambda column, values: _ShardTexts(shards, name, len(split), getattr(values, "nbytes", 0),  # noqa: E731
+                                                  column)
+        texts = read("text", split.texts)
+        pairs = None if split.text_pairs is None else read("text_pair", split.text_pairs)
+        ids = read("ids", split.ids) if isinstance(split.ids, stream.IdColumn) else split.ids  # (numbered ids: no read)
         # The whole dataset's rows, read from the shards: its fingerprint, not hashed again.
-        splits[name] = dataclasses.replace(split, texts=texts).with_fingerprint(split.fingerprint())
+        splits[name] = dataclasses.replace(split, ids=ids, texts=texts, text_pairs=pairs).with_fingerprint(
+            split.fingerprint())
     return dataclasses.replace(plan, dataset=dataclasses.replace(plan.dataset, splits=splits))
 
 

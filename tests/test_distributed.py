@@ -141,6 +141,30 @@ def test_two_ranks_share_a_streamed_jsonl_or_parquet_input(tmp_path, tiny_bert, 
     assert_same_cache(Path(run.stdout.strip().splitlines()[-1]), single.path)
 
 
+def test_two_ranks_share_streamed_text_pairs_ids_and_targets(tmp_path, tiny_bert, monkeypatch):
+    """Text pairs, an id column and a regression target, streamed and shared: the texts, second
+    texts and ids of the final cache come from the shards."""
+    from featx import stream
+
+    rows = [{"id": f"q{i:04d}", "text": r["text"], "text2": r["text2"], "score": f"{(i * 37) % 101 / 7:.3f}"}
+            for i, r in enumerate(classification_rows(300, seed=5, pairs=True))]
+    data = write_rows(tmp_path / "pairs.csv", rows)
+
+    def pipeline(name: str) -> Path:
+        path = write_pipeline_toml(tmp_path / f"{name}.toml", data, tiny_bert, tmp_path / name, store_dtype="float32")
+        path.write_text(path.read_text().replace('id = "id"\n', 'id = "id"\ntext_pair = "text2"\nlabel = "score"\n'))
+        return path
+
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    single = extract(load_pipeline(pipeline("single")))
+    with Cache(single.path) as cache:
+        assert cache.meta["task"] == "regression" and list(cache.ids("train"))[0].startswith("q")
+    run = torchrun(pipeline("sharded"), env=ENV | {"FEATX_STREAM_BYTES": "0"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "rank 0 reads only its share" in run.stderr and "rank 1 reads only its share" in run.stderr
+    assert_same_cache(Path(run.stdout.strip().splitlines()[-1]), single.path)
+
+
 def _children(pid: int) -> list[int]:
     try:
         return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
