@@ -1,15 +1,19 @@
 """Large files read in a stream, a block of rows at a time. No torch.
 
 `featx.data.load_dataset` reads a file whole into Python lists; past `STREAM_BYTES` a file (or
-folder) of texts and class labels is read with these pieces instead (data.py assembles them):
+folder) of texts (or text pairs), ids or none, and class labels or regression targets is read
+with these pieces instead (data.py assembles them):
 
     Source          one input and how to read it a block at a time: here a CSV/TSV file (parsed by
                     pyarrow, every field a string); featx.streamformats holds JSONL, label-text,
                     Parquet and saved Hugging Face datasets. Each has `parse` (pass 1), `values`
                     (a column's values again, a block at a time), `files` and `states`
-    parse           pass 1: every row checked; per row only a label code (int16) and a split
-                    column's code (int8), never a text (`Codes` numbers the distinct values)
-    Column, RowIds  sequences of str that read the file again (or number rows) when asked, a
+    parse           pass 1 (`Wanted`: what of each record): every row checked; per row only a
+                    label code (int16) and a split column's code (int8), or its regression
+                    targets (float64), and its id's 8-byte hash, never a text (`Codes` numbers
+                    the distinct values; `Pass` keeps a source's blocks)
+    Column, IdColumn, RowIds
+                    sequences of str that read the file again (or number rows) when asked, a
                     block at a time: the fingerprint, the cache's text datasets and the
                     extraction's windows each read them in order
 
