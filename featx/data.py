@@ -382,7 +382,7 @@ def _class_labels(task: str, parts: dict, mask: dict) -> tuple[tuple[str, ...], 
     # Per split, its rows' label codes: 2 bytes a row, with the split codes all that is held per row.
     in_split = {split: p.codes if mask[split] is None else p.codes[mask[split]] for split, (p, _, _) in parts.items()}
     train = parts["train"][0]
-    names = tuple(sorted({class_key(train.labels[c]) for c in np.unique(in_split["train"])}, key=natural_key))
+    names = tuple(sorted({class_key(train.labels[c]) for c in _present(in_split["train"])}, key=natural_key))
     if len(names) < 2 or TASKS[task].n_classes not in (None, len(names)):
         raise stream.Fallback("too few or too many classes")  # the whole-file reader says which
     index = {n: i for i, n in enumerate(names)}
@@ -392,6 +392,11 @@ def _class_labels(task: str, parts: dict, mask: dict) -> tuple[tuple[str, ...], 
         if (labels[split] < 0).any():
             raise stream.Fallback("a label of dev or test that train lacks")  # named with its row
     return names, labels
+
+
+def _present(codes: np.ndarray) -> np.ndarray:
+    """The distinct codes among `codes` (small non-negative integers), in increasing order."""
+    return np.flatnonzero(np.bincount(codes)) if len(codes) else np.zeros(0, np.int64)
 
 
 def _targets(p: stream.Parsed) -> np.ndarray:
@@ -408,9 +413,9 @@ def _targets(p: stream.Parsed) -> np.ndarray:
 
 def _task_of(p: stream.Parsed, mask, columns: Columns) -> str:
     """The task featx.labels.infer_task gives the labels of the records of `mask` (None: all)."""
-    if p.codes is not None:
-        codes = p.codes if mask is None else p.codes[mask]
-        return infer_task(Distinct([p.labels[c] for c in np.unique(codes)]), columns)
+    if p.codes is not None:  # (every distinct label has a record)
+        values = p.labels if mask is None else [p.labels[c] for c in _present(p.codes[mask])]
+        return infer_task(Distinct(values), columns)
     targets = p.targets if mask is None else p.targets[mask]  # plain numbers (stream.Wanted.plain)
     if len(columns.labels) > 1:
         return "multilabel" if np.isin(targets, (0.0, 1.0)).all() else "regression"
