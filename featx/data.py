@@ -337,9 +337,11 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
         names, labels = _class_labels(task, parts, mask)
     elif TASKS[task].regression:
         names = columns.labels
-        labels = {split: _targets(p) if m is None else _targets(p)[m] for split, (p, _, _) in parts.items()
-                  for m in [mask[split]]}
-        if any((np.abs(t) > MAX_TARGET).any() for t in labels.values()):
+        # Per split, its rows' targets (n, n_targets) float64, as LabelEncoder.encode gives them.
+        targets = {id(p): _targets(p) for p, _, _ in parts.values()}  # one file's, once for its splits
+        labels = {split: targets[id(p)] if mask[split] is None else targets[id(p)][mask[split]]
+                  for split, (p, _, _) in parts.items()}
+        if any((np.abs(t) > MAX_TARGET).any() for t in targets.values()):
             raise stream.Fallback("a regression target beyond the limit")  # named with its row
     else:
         raise stream.Fallback(f"task {task}")
