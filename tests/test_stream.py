@@ -590,3 +590,14 @@ def test_ranks_share_pairs_ids_and_targets(monkeypatch, tmp_path, size, what):
         assert sum((list(s.mine.splits[name].texts) for s in got), []) == split.texts
         assert sum((list(s.mine.splits[name].text_pairs) for s in got), []) == split.text_pairs
         assert (np.concatenate([s.mine.splits[name].labels for s in got]) == split.labels).all()
+
+
+def test_an_empty_second_text_under_drop_empty_is_dropped_as_read_whole(monkeypatch, tmp_path):
+    rows = pair_rows()
+    rows[50]["text2"] = "   "
+    cfg = {"path": str(write_rows(tmp_path / "rows.csv", rows)), "text_pair": "text2", "id": "id", "drop_empty": True}
+    whole = load_dataset(DataConfig(**cfg))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    streamed = load_dataset(DataConfig(**cfg))
+    assert streamed.dropped_empty == whole.dropped_empty == {"all": 1}
+    assert_same_dataset(whole, streamed, same_key=True)  # read whole: the stream leaves drops to it

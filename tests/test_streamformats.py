@@ -702,3 +702,11 @@ def test_ranks_share_pairs_ids_and_targets_of_every_format(monkeypatch, tmp_path
         if split.text_pairs is not None:
             assert sum((list(s.mine.splits[name].text_pairs) for s in got), []) == split.text_pairs
         assert (np.concatenate([s.mine.splits[name].labels for s in got]) == split.labels).all()
+
+
+def test_a_label_text_file_has_no_second_text_nor_id(monkeypatch, tmp_path):
+    rows = [{"label": "ab"[i % 2], "text": r["text"]} for i, r in enumerate(classification_rows(100))]
+    cfg = write_format(tmp_path, "label-text", rows)
+    for extra in ({"text_pair": "text2"}, {"id": "id"}):
+        whole, streamed = errors_of(monkeypatch, **cfg, **extra)
+        assert streamed == whole
