@@ -25,9 +25,9 @@ from featx.config import DataConfig
 from featx.errors import FeatxError, shown
 from featx.labels import (MAX_INFERRED_CLASSES, MAX_TARGET, SPLIT_ALIASES, Columns, Distinct, LabelEncoder,
                           as_number, check_unique_ids, class_key, dropped_per_split, empty_message, infer_task,
-                          natural_key)
+                          label_set, natural_key)
 from featx.readers import SUFFIX_FORMATS, Table, folder_files, read_table, read_tables
-from featx.splits import SPLITS, split_single, stratified_assignment
+from featx.splits import SPLITS, label_assignment, split_single, stratified_assignment
 from featx.tasks import TASKS
 
 log = logging.getLogger("featx")
@@ -203,27 +203,28 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
 def _streamable(cfg: DataConfig) -> bool:
     """Whether `_load_streamed` may read this configuration (the files' size and content
     decide next): one file or folder per split of texts (or text pairs), an id column or none,
-    and class labels or regression targets (several target columns: the task unset or a
-    regression), and pyarrow installed. Multilabel data is read whole."""
+    and class labels, label sets or regression targets (several label columns: not classes),
+    and pyarrow installed."""
     if importlib.util.find_spec("pyarrow") is None:
         return False
     single = [cfg.path] if cfg.path is not None else [cfg.train, cfg.dev, cfg.test]
     task = None if cfg.task is None else TASKS[cfg.task]
     return (cfg.builtin is None and all(f is None or isinstance(f, str) for f in single)
-            and (cfg.label is None or isinstance(cfg.label, str) or task is None or task.regression)
-            and cfg.label_sep is None and cfg.label_regex is None and cfg.label_names is None
-            and not cfg.keep and cfg.max_rows is None
-            and (task is None or task.classes or task.regression))
+            and (cfg.label is None or isinstance(cfg.label, str) or task is None or not task.classes)
+            and cfg.label_regex is None and cfg.label_names is None and not cfg.keep and cfg.max_rows is None)
 
 
 def _passes(cfg: DataConfig, columns: Columns) -> list[stream.Wanted]:
-    """How pass 1 reads the labels, in the order to try: as codes of classes (a task unset may
-    turn out a regression of few distinct values), then, past the classes' limit with the task
-    unset, as numbers; as targets at once for a regression or several label columns."""
-    wanted = stream.Wanted(columns.text, columns.labels, pair=columns.pair, id=columns.id)
-    if (cfg.task is not None and TASKS[cfg.task].regression) or len(columns.labels) > 1:
-        return [dataclasses.replace(wanted, targets=True)]
-    if cfg.task is None:
+    """How pass 1 reads the labels, in the order to try: as codes of their distinct values
+    (classes, or label sets; a task unset may turn out a regression of few distinct values),
+    then, past the classes' limit with the task unset, as numbers; as numbers at once for a
+    regression or several label columns (plain numbers when the task is inferred from them)."""
+    wanted = stream.Wanted(columns.text, columns.labels, pair=columns.pair, id=columns.id,
+                           blank_labels=columns.label_sep is not None)
+    task = None if cfg.task is None else TASKS[cfg.task]
+    if (task is not None and task.regression) or len(columns.labels) > 1:
+        return [dataclasses.replace(wanted, targets=True, plain=task is None)]
+    if task is None and columns.label_sep is None:
         return [wanted, dataclasses.replace(wanted, targets=True, plain=True)]
     return [wanted]
 
@@ -322,9 +323,6 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
     over every file (`parsed`, whole-file codes or targets) and their digests. `share`: per
     file, this rank's span Source and its records [lo, hi)."""
     columns = Columns.from_config(cfg, (), cfg.id)
-    for p in parsed.values():
-        if p.codes is not None:
-            streamformats.check_labels(p.labels)  # JSON's, Parquet's and Arrow's labels may be anything
     if columns.id is not None:  # featx.labels.check_unique_ids, over every split: by the ids' hashes
         hashes = np.sort(np.concatenate([p.ids for p in parsed.values()]))
         if (hashes[1:] == hashes[:-1]).any():
@@ -335,6 +333,8 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
     task = cfg.task or _task_of(parts["train"][0], mask["train"], columns)  # as read whole: train's labels'
     if TASKS[task].classes:
         names, labels = _class_labels(task, parts, mask)
+    elif TASKS[task].thresholded:
+        names, labels = _label_sets(parts, mask, columns)
     elif TASKS[task].regression:
         names = columns.labels
         # Per split, its rows' targets (n, n_targets) float64, as LabelEncoder.encode gives them.
@@ -381,6 +381,8 @@ def _class_labels(task: str, parts: dict, mask: dict) -> tuple[tuple[str, ...], 
     """(class names, per split its rows' class indices (n,) int64) of labels coded by pass 1."""
     if any(p.codes is None for p, _, _ in parts.values()):
         raise stream.Fallback("classes among more distinct labels than pass 1 codes")
+    for p, _, _ in parts.values():
+        streamformats.check_labels(p.labels)  # JSON's, Parquet's and Arrow's labels may be anything
     # Per split, its rows' label codes: 2 bytes a row, with the split codes all that is held per row.
     in_split = {split: p.codes if mask[split] is None else p.codes[mask[split]] for split, (p, _, _) in parts.items()}
     train = parts["train"][0]
@@ -394,6 +396,75 @@ def _class_labels(task: str, parts: dict, mask: dict) -> tuple[tuple[str, ...], 
         if (labels[split] < 0).any():
             raise stream.Fallback("a label of dev or test that train lacks")  # named with its row
     return names, labels
+
+
+def _label_sets(parts: dict, mask: dict, columns: Columns) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
+    """(label names, per split its rows' 0/1 label sets (n, n_labels) uint8), as
+    LabelEncoder.fit and encode give them: one 0/1 column per label column, or the labels of
+    lists or `label_sep` fields, train's and (kept, logged) those only dev or test have."""
+    if len(columns.labels) > 1:
+        matrices = {id(p): _zero_one(p) for p, _, _ in parts.values()}
+        return columns.labels, {split: matrices[id(p)] if mask[split] is None else matrices[id(p)][mask[split]]
+                                for split, (p, _, _) in parts.items()}
+    sets = {id(p): _sets_of(p, columns) for p, _, _ in parts.values()}
+    present = {split: _present(p.codes if mask[split] is None else p.codes[mask[split]])
+               for split, (p, _, _) in parts.items()}
+    train = parts["train"][0]
+    seen = {x for c in present["train"] for x in sets[id(train)][c]}
+    elsewhere = {x for split, (p, _, _) in parts.items() if split != "train"
+                 for c in present[split] for x in sets[id(p)][c]} - seen
+    if elsewhere:
+        log.info("%d label(s) of the dev or test rows never appear in train (%s): kept as "
+                 "labels the models predict absent", len(elsewhere),
+                 ", ".join(sorted(elsewhere, key=natural_key)[:10]))
+    names = tuple(sorted(seen | elsewhere, key=natural_key))
+    if not names:
+        raise stream.Fallback("no label at all")  # the whole-file reader says so
+    index = {n: j for j, n in enumerate(names)}
+    labels = {}
+    for split, (p, _, _) in parts.items():
+        rows = _set_matrix(sets[id(p)], index)  # (distinct values, n_labels)
+        labels[split] = rows[p.codes if mask[split] is None else p.codes[mask[split]]]
+    return names, labels
+
+
+def _sets_of(p: stream.Parsed, columns: Columns) -> list[list[str]]:
+    """Per distinct label of a pass 1, its labels as featx.labels reads a row's (a blank
+    `label_sep` field: none); Fallback on any it reports."""
+    if p.codes is None:
+        raise stream.Fallback("label sets among more distinct values than pass 1 codes")
+    try:
+        return [label_set(columns._label(v, "", columns.labels[0]), columns, "") for v in p.labels]
+    except FeatxError:
+        raise stream.Fallback("a label featx.labels refuses") from None  # named with its row
+
+
+def _set_matrix(sets: list[list[str]], index: dict) -> np.ndarray:
+    """(len(sets), len(index)) uint8: 1 where a set holds a label."""
+    matrix = np.zeros((len(sets), len(index)), dtype=np.uint8)
+    for i, labels in enumerate(sets):
+        matrix[i, [index[x] for x in labels if x in index]] = 1
+    return matrix
+
+
+def _zero_one(p: stream.Parsed) -> np.ndarray:
+    """The (n, n_labels) uint8 label sets of several label columns read as numbers; Fallback on
+    a value other than 0 or 1 (featx.labels.label_set names it)."""
+    if p.targets is None or not np.isin(p.targets, (0.0, 1.0)).all():
+        raise stream.Fallback("a multilabel column's value other than 0 or 1")
+    return p.targets.astype(np.uint8)
+
+
+def _split_matrix(one: stream.Parsed, columns: Columns) -> np.ndarray:
+    """featx.splits._label_matrix of every record: its label sets, the labels any record has
+    in sorted order (what the iterative stratification deals with)."""
+    if len(columns.labels) > 1:
+        matrix = _zero_one(one)
+        used = sorted(np.flatnonzero(matrix.any(axis=0)).tolist(), key=lambda j: columns.labels[j])
+        return matrix[:, used]
+    sets = _sets_of(one, columns)
+    names = sorted({x for labels in sets for x in labels})
+    return _set_matrix(sets, {n: j for j, n in enumerate(names)})[one.codes]
 
 
 def _present(codes: np.ndarray) -> np.ndarray:
@@ -417,7 +488,10 @@ def _task_of(p: stream.Parsed, mask, columns: Columns) -> str:
     """The task featx.labels.infer_task gives the labels of the records of `mask` (None: all)."""
     if p.codes is not None:  # (every distinct label has a record)
         values = p.labels if mask is None else [p.labels[c] for c in _present(p.codes[mask])]
-        return infer_task(Distinct(values), columns)
+        try:
+            return infer_task(Distinct(values), columns)
+        except FeatxError:  # lists of fractions: the whole-file reader says what to set
+            raise stream.Fallback("a task infer_task refuses") from None
     targets = p.targets if mask is None else p.targets[mask]  # plain numbers (stream.Wanted.plain)
     if len(columns.labels) > 1:
         return "multilabel" if np.isin(targets, (0.0, 1.0)).all() else "regression"
@@ -444,16 +518,20 @@ def _stream_splits(cfg: DataConfig, columns: Columns, parsed: dict):
         assignment = np.array([SPLITS.index(k) for k in known], dtype=np.int8)[one.splits]
     else:  # featx.splits.split_single: strata of the task of every row's labels
         task = cfg.task or _task_of(one, None, columns)
-        if TASKS[task].classes and one.codes is not None:
-            keys = [class_key(v) for v in one.labels]
-            rank = {k: i for i, k in enumerate(sorted(set(keys)))}
-            strata = np.array([rank[k] for k in keys], dtype=one.codes.dtype)[one.codes]
-        elif TASKS[task].regression:  # deciles of the first target (featx.splits._strata)
-            values = _targets(one)[:, 0]
-            strata = np.searchsorted(np.quantile(values, np.linspace(0, 1, 11)[1:-1]), values)
+        if TASKS[task].thresholded:  # iterative stratification over the label sets
+            assignment = label_assignment(task, _split_matrix(one, columns), cfg.dev_fraction,
+                                          cfg.test_fraction, cfg.split_seed)
         else:
-            raise stream.Fallback(f"task {task}")
-        assignment = stratified_assignment(strata, cfg.dev_fraction, cfg.test_fraction, cfg.split_seed)
+            if TASKS[task].classes and one.codes is not None:
+                keys = [class_key(v) for v in one.labels]
+                rank = {k: i for i, k in enumerate(sorted(set(keys)))}
+                strata = np.array([rank[k] for k in keys], dtype=one.codes.dtype)[one.codes]
+            elif TASKS[task].regression:  # deciles of the first target (featx.splits._strata)
+                values = _targets(one)[:, 0]
+                strata = np.searchsorted(np.quantile(values, np.linspace(0, 1, 11)[1:-1]), values)
+            else:
+                raise stream.Fallback(f"task {task}")
+            assignment = stratified_assignment(strata, cfg.dev_fraction, cfg.test_fraction, cfg.split_seed)
     parts = {split: (one, assignment, code) for code, split in enumerate(SPLITS) if (assignment == code).any()}
     if "train" not in parts:
         raise stream.Fallback("no training rows")  # the whole-file reader says so

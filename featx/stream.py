@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import io
+import json
 import logging
 import operator
 import os
@@ -91,6 +92,8 @@ class Wanted:
     plain: bool = False
     """Targets only written as plain numbers (featx.labels.PLAIN_NUMBER): the task is inferred
     from them, which reads "007" as a class code."""
+    blank_labels: bool = False
+    """A blank label is a row's empty set of labels (data.label_sep), not a missing one."""
 
     @property
     def texts(self) -> tuple[str, ...]:
@@ -332,7 +335,10 @@ class Pass:
 
 def value_key(value) -> tuple:
     """A distinct value as featx's rules tell them apart: by type and value (JSON's 1, 1.0 and
-    true are equal in Python, not to featx: class_key("True") is not "1")."""
+    true are equal in Python, not to featx: class_key("True") is not "1"); a JSON list (a row's
+    labels) by its JSON text."""
+    if type(value) is list:
+        return list, json.dumps(value, ensure_ascii=False)
     return type(value), value
 
 
@@ -348,7 +354,7 @@ class Codes:
 
     @property
     def values(self) -> list:
-        return [value for _, value in self.index]
+        return [json.loads(value) if kind is list else value for kind, value in self.index]
 
     def add(self, codes) -> None:
         """A block's codes (already into `index`)."""
@@ -492,7 +498,7 @@ def parse(source: Source, wanted: Wanted) -> Parsed:
                                            for c in wanted.labels], axis=1))
             else:
                 values = batch.column(columns.index(wanted.labels[0]))
-                if _has_blank(values) or has_nul(values):
+                if (not wanted.blank_labels and _has_blank(values)) or has_nul(values):
                     raise Fallback("a missing label or a NUL byte")
                 encoded = pc.dictionary_encode(values)
                 kept.labels.add_encoded(encoded.dictionary.to_pylist(), _indices(encoded))

@@ -558,22 +558,78 @@ def test_targets_only_pythons_float_reads_are_read_whole(monkeypatch, tmp_path, 
     assert_same_dataset(whole, streamed, same_key=isinstance(streamed.splits["train"].texts, list))
 
 
-def test_multilabel_columns_are_read_whole(monkeypatch, tmp_path):
-    rows = [{"text": r["text"], "a": str(i % 2), "b": str(i // 2 % 2)} for i, r in enumerate(classification_rows(120))]
+def label_set_rows(n: int = 300, seed: int = 8) -> list[dict]:
+    """Rows with label sets two ways: one 0/1 column per label (a, b, c), and a `|`-separated
+    field (tags) with blanks (no label), codes such as 007 and 7, and NA."""
+    import random
+
+    draw = random.Random(seed)
+    names = ["007", "7", "NA", "x y", "ünï", "b"]
+    rows = []
+    for r in classification_rows(n, seed=seed):
+        tags = draw.sample(names, draw.randint(0, 3))
+        rows.append({"text": r["text"], "a": str(draw.randint(0, 1)), "b": str(draw.randint(0, 1)), "c": "0",
+                     "tags": "|".join(tags) if tags else draw.choice(["", " "])})
+    rows[7]["tags"] = " 7 | |007"
+    return rows
+
+
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+@pytest.mark.parametrize("form", ["columns", "columns, task set", "separator", "separator, task set"])
+def test_label_sets_stream(monkeypatch, tmp_path, layout, form):
+    rows = label_set_rows()
+    for i, row in enumerate(rows):
+        row["split"] = ["train", "dev", "test", "train"][i % 4]
+    rows[2]["tags"] = "only-in-dev"  # a label only dev has: kept, as read whole
+    if layout == "split files":
+        cfg = {s: str(write_rows(tmp_path / f"{s}.csv", [r for r in rows if r["split"] == s]))
+               for s in ("train", "dev", "test")}
+    else:
+        cfg = {"path": str(write_rows(tmp_path / "rows.csv", rows))}
+        cfg |= {"split_column": "split"} if layout == "split column" else {}
+    cfg |= {"label": ("a", "b", "c")} if form.startswith("columns") else {"label": "tags", "label_sep": "|"}
+    cfg |= {"task": "multilabel"} if form.endswith("task set") else {}
+    whole, streamed = read_both(monkeypatch, **cfg)
+    assert whole.task == "multilabel"
+    assert_same_dataset(whole, streamed)
+
+
+@pytest.mark.parametrize("damage", ["a 2 in a label column", "no label at all", "NUL in a label"])
+def test_a_bad_label_set_gives_the_whole_file_readers_error(monkeypatch, tmp_path, damage):
+    rows = label_set_rows()
+    cfg = {"label": ("a", "b", "c"), "task": "multilabel"} if damage.startswith("a 2") else {"label": "tags", "label_sep": "|"}
+    if damage == "a 2 in a label column":
+        rows[140]["b"] = "2"
+    elif damage == "no label at all":
+        for row in rows:
+            row["tags"] = ""
+        cfg["task"] = "multilabel"
+    else:
+        rows[99]["tags"] = "a\x00|b"
+    cfg["path"] = str(write_rows(tmp_path / "bad.csv", rows))
+    with pytest.raises(FeatxError) as whole:
+        load_dataset(DataConfig(**cfg))
     monkeypatch.setattr(stream, "STREAM_BYTES", 0)
-    dataset = load_dataset(DataConfig(path=str(write_rows(tmp_path / "m.csv", rows)), label=("a", "b")))
-    assert dataset.task == "multilabel" and isinstance(dataset.splits["train"].texts, list)
+    with pytest.raises(FeatxError) as streamed:
+        load_dataset(DataConfig(**cfg))
+    assert str(streamed.value) == str(whole.value)
 
 
 @pytest.mark.parametrize("size", [1, 3])
-@pytest.mark.parametrize("what", ["pairs and ids", "regression", "regression past the class limit"])
+@pytest.mark.parametrize("what", ["pairs and ids", "regression", "regression past the class limit",
+                                  "label sets"])
 def test_ranks_share_pairs_ids_and_targets(monkeypatch, tmp_path, size, what):
     rows = [r | t for r, t in zip(pair_rows(600), target_rows(600))]
     for i, row in enumerate(rows):
         row["split"] = ["train", "dev", "test", "train"][i % 4]
     cfg = {"path": str(write_rows(tmp_path / "rows.csv", rows)), "text_pair": "text2", "id": "id"}
-    if what != "pairs and ids":
+    if what.startswith("regression"):
         cfg |= {"label": "score", "split_column": "split"}
+    if what == "label sets":
+        for row, labelled in zip(rows, label_set_rows(600)):
+            row["tags"] = labelled["tags"]
+        cfg = {"path": str(write_rows(tmp_path / "sets.csv", rows)), "text_pair": "text2", "id": "id",
+               "label": "tags", "label_sep": "|"}
     if what == "regression past the class limit":
         monkeypatch.setattr(stream, "label_codes", lambda: stream.Codes(50, "labels", stream.TooManyLabels))
     got = shares(monkeypatch, size, **cfg)
@@ -581,7 +637,7 @@ def test_ranks_share_pairs_ids_and_targets(monkeypatch, tmp_path, size, what):
     with monkeypatch.context() as m:
         m.setattr(stream, "STREAM_BYTES", 1 << 40)
         whole = load_dataset(DataConfig(**cfg))
-    assert whole.task == ("multiclass" if what == "pairs and ids" else "regression")
+    assert whole.task == {"pairs and ids": "multiclass", "label sets": "multilabel"}.get(what, "regression")
     for share in got:
         assert share.dataset.fingerprint() == one.fingerprint()
         assert_same_dataset(whole, share.dataset)
