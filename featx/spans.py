@@ -278,6 +278,6 @@ def merge(parts: list[stream.Parsed], source) -> stream.Parsed:
     with_codes, with_splits = parts[0].codes is not None, parts[0].splits is not None
     joined = lambda arrays: None if arrays[0] is None else np.concatenate(arrays)  # noqa: E731
     return stream.Parsed(source, sum(p.n for p in parts), np.concatenate(codes).astype(dtype) if with_codes else None,
-                         [value for _, value in index], np.concatenate(splits).astype(np.int8) if with_splits
+                         [stream.key_value(key) for key in index], np.concatenate(splits).astype(np.int8) if with_splits
                          else None, list(split_index), sum(p.nbytes for p in parts),
                          joined([p.targets for p in parts]), joined([p.ids for p in parts]))

@@ -342,6 +342,12 @@ def value_key(value) -> tuple:
     return type(value), value
 
 
+def key_value(key: tuple):
+    """The value of a `value_key`."""
+    kind, value = key
+    return json.loads(value) if kind is list else value
+
+
 class Codes:
     """Per row, the code of its value among the distinct values seen so far, first appearance
     first, in the smallest integer type that holds them; at most `limit` distinct values (past
@@ -354,7 +360,7 @@ class Codes:
 
     @property
     def values(self) -> list:
-        return [json.loads(value) if kind is list else value for kind, value in self.index]
+        return [key_value(key) for key in self.index]
 
     def add(self, codes) -> None:
         """A block's codes (already into `index`)."""

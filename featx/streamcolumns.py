@@ -116,6 +116,10 @@ class ColumnarSource:
                         if stream._has_blank(ids) or stream.has_nul(ids):
                             raise stream.Fallback("an empty id or a NUL byte")
                     kept.add_ids(stream.string_hashes(ids))  # Fallback on floats and booleans
+                if wanted.blank_labels and not wanted.targets and stream._has_blank(_strings(column(wanted.labels[0]))):
+                    # A blank string is a null to the whole-file reader (pandas, to_pylist): a missing
+                    # label, even where data.label_sep reads a blank field as no labels.
+                    raise stream.Fallback("a blank label")
                 for name, codes, as_str in ((None if wanted.targets else wanted.labels[0], kept.labels, False),
                                             (wanted.split, kept.splits, True)):
                     if name is not None:
@@ -152,6 +156,15 @@ def _targets(values, plain: bool) -> np.ndarray:
         return stream.string_targets(values, plain=plain)
     # Unsafe: an integer past 2^53 rounds to the nearest float, as Python's float() rounds it.
     return stream.float_values(pc.cast(values, pa.float64(), safe=False))
+
+
+def _strings(values):
+    """The string values of a column (dictionary-decoded); an empty array for one of numbers."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    return values if pa.types.is_string(values.type) or pa.types.is_large_string(values.type) else values.slice(0, 0)
 
 
 def _scalars(values, strings: bool = False):

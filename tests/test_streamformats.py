@@ -710,3 +710,73 @@ def test_a_label_text_file_has_no_second_text_nor_id(monkeypatch, tmp_path):
     for extra in ({"text_pair": "text2"}, {"id": "id"}):
         whole, streamed = errors_of(monkeypatch, **cfg, **extra)
         assert streamed == whole
+
+
+def list_rows(n: int = 300, seed: int = 9) -> list[dict]:
+    import random
+
+    draw = random.Random(seed)
+    values = [7, "7", "007", 1, 1.0, True, "NA", "ünï"]
+    rows = [{"text": r["text"], "label": draw.sample(values, draw.randint(0, 3)),
+             "tags": "|".join(draw.sample(["a", "b", "007", "7"], draw.randint(0, 2)))}
+            for r in classification_rows(n, seed=seed)]
+    rows[5]["label"] = ["only", "only"]
+    return rows
+
+
+@pytest.mark.parametrize("task", [None, "multilabel"])
+def test_json_lists_of_labels_stream(monkeypatch, tmp_path, task):
+    rows = list_rows()
+    rows[6]["label"] = [{"k": 1}, [2, "x"], None]  # str() of each, as read whole
+    cfg = write_format(tmp_path, "jsonl", rows) | {"task": task}
+    whole, streamed = read_both(monkeypatch, **cfg)
+    assert whole.task == "multilabel" and {"7", "007", "1", "True", "NA"} <= set(whole.label_names)
+    assert_same_dataset(whole, streamed)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_separated_labels_stream(monkeypatch, tmp_path, fmt):
+    rows = [{k: v for k, v in r.items() if k != "label"} for r in list_rows()]
+    blank = [i for i, r in enumerate(rows) if not r["tags"]]
+    if fmt != "jsonl":  # a blank string is a null in Parquet and Arrow, read whole: a missing label
+        for i in blank:
+            rows[i]["tags"] = "a"
+    cfg = write_format(tmp_path, fmt, rows) | {"label": "tags", "label_sep": "|"}
+    whole, streamed = read_both(monkeypatch, **cfg)
+    assert whole.task == "multilabel"
+    assert_same_dataset(whole, streamed)
+    if fmt != "jsonl":
+        rows[blank[3]]["tags"] = " "
+        whole, streamed = errors_of(monkeypatch, **write_format(tmp_path, fmt, rows, "blank"), label="tags",
+                                    label_sep="|")
+        assert streamed == whole
+
+
+@pytest.mark.parametrize("damage", ["fractions", "null", "NUL in a list"])
+def test_a_bad_json_label_list_gives_the_whole_file_readers_error(monkeypatch, tmp_path, damage):
+    rows = list_rows()
+    assert_streams(monkeypatch, **write_format(tmp_path, "jsonl", rows, "good"))
+    if damage == "fractions":
+        rows[100]["label"] = [0.5, 2]
+    elif damage == "null":
+        rows[100]["label"] = None
+    else:
+        rows[100]["label"] = ["a\x00"]
+    whole, streamed = errors_of(monkeypatch, **write_format(tmp_path, "jsonl", rows, "bad"))
+    assert streamed == whole
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_ranks_share_json_label_lists(monkeypatch, tmp_path, size):
+    cfg = write_format(tmp_path, "jsonl", list_rows(420))
+    got = shares(monkeypatch, size, **cfg)
+    one = load_dataset(DataConfig(**cfg))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 1 << 40)
+    whole = load_dataset(DataConfig(**cfg))
+    assert whole.task == "multilabel"
+    for share in got:
+        assert share.dataset.fingerprint() == one.fingerprint()
+        assert_same_dataset(whole, share.dataset)
+    for name, split in whole.splits.items():
+        assert sum((list(s.mine.splits[name].texts) for s in got), []) == split.texts
+        assert (np.concatenate([s.mine.splits[name].labels for s in got]) == split.labels).all()
