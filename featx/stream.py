@@ -1,8 +1,8 @@
 """Large files read in a stream, a block of rows at a time. No torch.
 
 `featx.data.load_dataset` reads a file whole into Python lists; past `STREAM_BYTES` a file (or
-folder) of texts (or text pairs), ids or none, and class labels or regression targets is read
-with these pieces instead (data.py assembles them):
+folder) of texts (or text pairs), ids or none, and class labels, label sets or regression
+targets is read with these pieces instead (data.py assembles them):
 
     Source          one input and how to read it a block at a time: here a CSV/TSV file (parsed by
                     pyarrow, every field a string); featx.streamformats holds JSONL, label-text,
