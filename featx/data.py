@@ -13,19 +13,17 @@ import hashlib
 import importlib.util
 import json
 import logging
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from featx import spans, stream, streamformats
+from featx import spans, stream, streamformats, streamlabels
 from featx.builtin import BUILTINS
 from featx.config import DataConfig
 from featx.errors import FeatxError, shown
-from featx.labels import (MAX_INFERRED_CLASSES, MAX_TARGET, SPLIT_ALIASES, Columns, Distinct, LabelEncoder,
-                          as_number, check_unique_ids, class_key, dropped_per_split, empty_message, infer_task,
-                          label_set, natural_key)
+from featx.labels import (SPLIT_ALIASES, Columns, LabelEncoder, check_unique_ids, class_key, dropped_per_split,
+                          empty_message, infer_task)
 from featx.readers import SUFFIX_FORMATS, Table, folder_files, read_table, read_tables
 from featx.splits import SPLITS, label_assignment, split_single, stratified_assignment
 from featx.tasks import TASKS
@@ -330,19 +328,13 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
     parts, numbered = _stream_splits(cfg, columns, parsed)
     # Per split, which records of its file are its rows (None: all of them).
     mask = {split: None if a is None else a == code for split, (p, a, code) in parts.items()}
-    task = cfg.task or _task_of(parts["train"][0], mask["train"], columns)  # as read whole: train's labels'
+    task = cfg.task or streamlabels.task_of(parts["train"][0], mask["train"], columns)  # as read whole: train's labels'
     if TASKS[task].classes:
-        names, labels = _class_labels(task, parts, mask)
+        names, labels = streamlabels.class_labels(task, parts, mask)
     elif TASKS[task].thresholded:
-        names, labels = _label_sets(parts, mask, columns)
+        names, labels = streamlabels.label_sets(parts, mask, columns)
     elif TASKS[task].regression:
-        names = columns.labels
-        # Per split, its rows' targets (n, n_targets) float64, as LabelEncoder.encode gives them.
-        targets = {id(p): _targets(p) for p, _, _ in parts.values()}  # one file's, once for its splits
-        labels = {split: targets[id(p)] if mask[split] is None else targets[id(p)][mask[split]]
-                  for split, (p, _, _) in parts.items()}
-        if any((np.abs(t) > MAX_TARGET).any() for t in targets.values()):
-            raise stream.Fallback("a regression target beyond the limit")  # named with its row
+        names, labels = columns.labels, streamlabels.regression_labels(parts, mask)
     else:
         raise stream.Fallback(f"task {task}")
     whole, mine, offsets = {}, {}, {}
@@ -377,134 +369,6 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
     return make(whole), (make(mine) if share is not None else None), offsets
 
 
-def _class_labels(task: str, parts: dict, mask: dict) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
-    """(class names, per split its rows' class indices (n,) int64) of labels coded by pass 1."""
-    if any(p.codes is None for p, _, _ in parts.values()):
-        raise stream.Fallback("classes among more distinct labels than pass 1 codes")
-    for p, _, _ in parts.values():
-        streamformats.check_labels(p.labels)  # JSON's, Parquet's and Arrow's labels may be anything
-    # Per split, its rows' label codes: 2 bytes a row, with the split codes all that is held per row.
-    in_split = {split: p.codes if mask[split] is None else p.codes[mask[split]] for split, (p, _, _) in parts.items()}
-    train = parts["train"][0]
-    names = tuple(sorted({class_key(train.labels[c]) for c in _present(in_split["train"])}, key=natural_key))
-    if len(names) < 2 or TASKS[task].n_classes not in (None, len(names)):
-        raise stream.Fallback("too few or too many classes")  # the whole-file reader says which
-    index = {n: i for i, n in enumerate(names)}
-    labels = {}
-    for split, (p, _, _) in parts.items():
-        labels[split] = np.array([index.get(class_key(v), -1) for v in p.labels], dtype=np.int64)[in_split[split]]
-        if (labels[split] < 0).any():
-            raise stream.Fallback("a label of dev or test that train lacks")  # named with its row
-    return names, labels
-
-
-def _label_sets(parts: dict, mask: dict, columns: Columns) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
-    """(label names, per split its rows' 0/1 label sets (n, n_labels) uint8), as
-    LabelEncoder.fit and encode give them: one 0/1 column per label column, or the labels of
-    lists or `label_sep` fields, train's and (kept, logged) those only dev or test have."""
-    if len(columns.labels) > 1:
-        matrices = {id(p): _zero_one(p) for p, _, _ in parts.values()}
-        return columns.labels, {split: matrices[id(p)] if mask[split] is None else matrices[id(p)][mask[split]]
-                                for split, (p, _, _) in parts.items()}
-    sets = {id(p): _sets_of(p, columns) for p, _, _ in parts.values()}
-    present = {split: _present(p.codes if mask[split] is None else p.codes[mask[split]])
-               for split, (p, _, _) in parts.items()}
-    train = parts["train"][0]
-    seen = {x for c in present["train"] for x in sets[id(train)][c]}
-    elsewhere = {x for split, (p, _, _) in parts.items() if split != "train"
-                 for c in present[split] for x in sets[id(p)][c]} - seen
-    if elsewhere:
-        log.info("%d label(s) of the dev or test rows never appear in train (%s): kept as "
-                 "labels the models predict absent", len(elsewhere),
-                 ", ".join(sorted(elsewhere, key=natural_key)[:10]))
-    names = tuple(sorted(seen | elsewhere, key=natural_key))
-    if not names:
-        raise stream.Fallback("no label at all")  # the whole-file reader says so
-    index = {n: j for j, n in enumerate(names)}
-    labels = {}
-    for split, (p, _, _) in parts.items():
-        rows = _set_matrix(sets[id(p)], index)  # (distinct values, n_labels)
-        labels[split] = rows[p.codes if mask[split] is None else p.codes[mask[split]]]
-    return names, labels
-
-
-def _sets_of(p: stream.Parsed, columns: Columns) -> list[list[str]]:
-    """Per distinct label of a pass 1, its labels as featx.labels reads a row's (a blank
-    `label_sep` field: none); Fallback on any it reports."""
-    if p.codes is None:
-        raise stream.Fallback("label sets among more distinct values than pass 1 codes")
-    try:
-        return [label_set(columns._label(v, "", columns.labels[0]), columns, "") for v in p.labels]
-    except FeatxError:
-        raise stream.Fallback("a label featx.labels refuses") from None  # named with its row
-
-
-def _set_matrix(sets: list[list[str]], index: dict) -> np.ndarray:
-    """(len(sets), len(index)) uint8: 1 where a set holds a label."""
-    matrix = np.zeros((len(sets), len(index)), dtype=np.uint8)
-    for i, labels in enumerate(sets):
-        matrix[i, [index[x] for x in labels if x in index]] = 1
-    return matrix
-
-
-def _zero_one(p: stream.Parsed) -> np.ndarray:
-    """The (n, n_labels) uint8 label sets of several label columns read as numbers; Fallback on
-    a value other than 0 or 1 (featx.labels.label_set names it)."""
-    if p.targets is None or not np.isin(p.targets, (0.0, 1.0)).all():
-        raise stream.Fallback("a multilabel column's value other than 0 or 1")
-    return p.targets.astype(np.uint8)
-
-
-def _split_matrix(one: stream.Parsed, columns: Columns) -> np.ndarray:
-    """featx.splits._label_matrix of every record: its label sets, the labels any record has
-    in sorted order (what the iterative stratification deals with)."""
-    if len(columns.labels) > 1:
-        matrix = _zero_one(one)
-        used = sorted(np.flatnonzero(matrix.any(axis=0)).tolist(), key=lambda j: columns.labels[j])
-        return matrix[:, used]
-    sets = _sets_of(one, columns)
-    names = sorted({x for labels in sets for x in labels})
-    return _set_matrix(sets, {n: j for j, n in enumerate(names)})[one.codes]
-
-
-def _present(codes: np.ndarray) -> np.ndarray:
-    """The distinct codes among `codes` (small non-negative integers), in increasing order."""
-    return np.flatnonzero(np.bincount(codes)) if len(codes) else np.zeros(0, np.int64)
-
-
-def _targets(p: stream.Parsed) -> np.ndarray:
-    """(n, n_targets) float64 regression targets of a pass 1: read as numbers, or the numbers of
-    its coded distinct labels (as featx.labels.as_number reads them); Fallback on any that is
-    not a finite number."""
-    if p.targets is not None:
-        return p.targets
-    numbers = [None if isinstance(v, (list, dict)) else as_number(v) for v in p.labels]
-    if any(x is None or not math.isfinite(x) for x in numbers):
-        raise stream.Fallback("a regression target that is not a finite number")  # named with its row
-    return np.array(numbers, dtype=np.float64).reshape(-1, 1)[p.codes]
-
-
-def _task_of(p: stream.Parsed, mask, columns: Columns) -> str:
-    """The task featx.labels.infer_task gives the labels of the records of `mask` (None: all)."""
-    if p.codes is not None:  # (every distinct label has a record)
-        values = p.labels if mask is None else [p.labels[c] for c in _present(p.codes[mask])]
-        try:
-            return infer_task(Distinct(values), columns)
-        except FeatxError:  # lists of fractions: the whole-file reader says what to set
-            raise stream.Fallback("a task infer_task refuses") from None
-    targets = p.targets if mask is None else p.targets[mask]  # plain numbers (stream.Wanted.plain)
-    if len(columns.labels) > 1:
-        return "multilabel" if np.isin(targets, (0.0, 1.0)).all() else "regression"
-    distinct = np.unique(targets[:, 0])
-    if len(distinct) <= MAX_INFERRED_CLASSES:
-        return infer_task(Distinct(distinct.tolist()), columns)
-    if (distinct == np.floor(distinct)).all():
-        log.warning("column %r holds %d distinct integers: read as a regression target (more than "
-                    "%d); if they are classes, set data.task = \"multiclass\"", columns.labels[0], len(distinct),
-                    MAX_INFERRED_CLASSES)
-    return "regression"
-
-
 def _stream_splits(cfg: DataConfig, columns: Columns, parsed: dict):
     """(per split (Parsed, its records' split codes or None, its code), how rows are numbered):
     one file split as the whole-file reader splits it, or one file per split."""
@@ -517,9 +381,9 @@ def _stream_splits(cfg: DataConfig, columns: Columns, parsed: dict):
             raise stream.Fallback("a split value featx does not know")  # named with its row
         assignment = np.array([SPLITS.index(k) for k in known], dtype=np.int8)[one.splits]
     else:  # featx.splits.split_single: strata of the task of every row's labels
-        task = cfg.task or _task_of(one, None, columns)
+        task = cfg.task or streamlabels.task_of(one, None, columns)
         if TASKS[task].thresholded:  # iterative stratification over the label sets
-            assignment = label_assignment(task, _split_matrix(one, columns), cfg.dev_fraction,
+            assignment = label_assignment(task, streamlabels.split_matrix(one, columns), cfg.dev_fraction,
                                           cfg.test_fraction, cfg.split_seed)
         else:
             if TASKS[task].classes and one.codes is not None:
@@ -527,7 +391,7 @@ def _stream_splits(cfg: DataConfig, columns: Columns, parsed: dict):
                 rank = {k: i for i, k in enumerate(sorted(set(keys)))}
                 strata = np.array([rank[k] for k in keys], dtype=one.codes.dtype)[one.codes]
             elif TASKS[task].regression:  # deciles of the first target (featx.splits._strata)
-                values = _targets(one)[:, 0]
+                values = streamlabels.targets(one)[:, 0]
                 strata = np.searchsorted(np.quantile(values, np.linspace(0, 1, 11)[1:-1]), values)
             else:
                 raise stream.Fallback(f"task {task}")

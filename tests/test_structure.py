@@ -14,7 +14,7 @@ from tests.conftest import ROOT
 LAYERS = [
     {"errors", "version", "tasks", "files", "progress"},
     {"configrules", "stageconfig", "config", "configfile", "metrics", "bootstrap", "pooling", "heads", "varying", "boosting", "lexical", "torchheads",
-     "pairs", "serialize", "stratify", "stream", "streamformats", "streamcolumns", "spans", "ridge", "search", "readers", "builtin", "labels", "splits", "resolve",
+     "pairs", "serialize", "stratify", "stream", "streamformats", "streamcolumns", "streamlabels", "spans", "ridge", "search", "readers", "builtin", "labels", "splits", "resolve",
      "recordschema"},
     {"data", "backbone", "records", "choice", "headfiles", "batching"},
     {"cacheschema", "cache", "cachewriter", "modeling", "training", "job", "baselines"},
