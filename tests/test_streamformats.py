@@ -780,3 +780,13 @@ def test_ranks_share_json_label_lists(monkeypatch, tmp_path, size):
     for name, split in whole.splits.items():
         assert sum((list(s.mine.splits[name].texts) for s in got), []) == split.texts
         assert (np.concatenate([s.mine.splits[name].labels for s in got]) == split.labels).all()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("task", [None, "multilabel"])
+def test_label_columns_of_0_and_1_stream(monkeypatch, tmp_path, fmt, task):
+    rows = [{"text": r["text"], "a": i % 2, "b": (i // 3) % 2 == 0, "c": 0} for i, r in enumerate(mixed_rows())]
+    cfg = write_format(tmp_path, fmt, rows) | {"label": ["a", "b", "c"], "task": task}
+    whole, streamed = read_both(monkeypatch, **cfg)
+    assert whole.task == "multilabel" and whole.label_names == ("a", "b", "c")
+    assert_same_dataset(whole, streamed)
