@@ -118,11 +118,11 @@ def select(*, head: str, task: str, n_classes: int, X: np.ndarray | sparse.csr_m
     fitter = _Head(head, task, n_classes, seed, threads)
     spec = H.HEADS[head]
 
-    def walk(grid: list[dict]) -> list[dict]:
+    def walk(grid: list[dict], start=None) -> list[dict]:
         # Under dev each fit is on all of train: the chosen one is kept, not refitted. Otherwise a
         # head that warm-starts keeps its candidates' fits as starting points for the later ones.
         tried = _walk(fitter, grid, X_fit, y_fit, X_held, keep_fitted=rows is None or spec.warm,
-                      stop_early=spec.path, metric=metric, truth=truth)
+                      stop_early=spec.path, metric=metric, truth=truth, start=start)
         for candidate in tried:
             if candidate["held"] is not None:
                 candidate["scored"] = candidate["scored"] or _score(task, truth, candidate["held"], metric)
@@ -135,7 +135,9 @@ def select(*, head: str, task: str, n_classes: int, X: np.ndarray | sparse.csr_m
             beyond = _beyond([c["params"] for c in tried], side)
             if best != (0 if side == 0 else len(tried) - 1) or beyond is None:
                 break
-            extra = walk([beyond])
+            # A head that warm-starts goes on from the edge's own fit, one step along its path
+            # (ridge: the same rows' decomposition, not a second one).
+            extra = walk([beyond], start=tried[best]["fitted"] if spec.warm else None)
             for candidate in extra:
                 candidate["extension"] = step  # chosen only if clearly better than those nearer the grid
                 candidate["within_noise"] = not _clearly_above(task, metric, truth, tried[best], candidate)
@@ -196,15 +198,16 @@ def warmed(head: str, task: str, params: dict, *, start, y: np.ndarray, seed: in
 
 
 def _walk(head: _Head, grid: list[dict], X_fit, y_fit, X_held, *, keep_fitted: bool, stop_early: bool,
-          metric: str, truth) -> list[dict]:
+          metric: str, truth, start=None) -> list[dict]:
     """Fit `grid` in order on one selection split: per candidate its params, its predictions on
     the held rows `X_held` (None when the path stopped before it), its fit when `keep_fitted`,
     and its score when the path stop had to compute it (`truth`: the held rows' labels).
 
     One estimator goes along the grid, so a path head warm-starts each fit from the previous
-    candidate's solution and stops on its selection score."""
+    candidate's solution and stops on its selection score; `start`, a fit of the same head on the
+    same rows, is where it begins (a copy: the candidate it was stays as it is)."""
     tried = [{"params": params, "held": None, "fitted": None, "scored": None} for params in grid]
-    estimator = None
+    estimator = None if start is None else copy.deepcopy(start)
     path_best, below, best_held = None, 0, None
     for candidate in tried:
         estimator = H.step(head.name, head.task, candidate["params"], head.seed, head.threads,
