@@ -399,17 +399,19 @@ def parse(source: Source, text: str, label: str, split_column: str | None) -> Pa
     labels, splits = label_codes(), split_codes()
     n = 0
     try:
-        for batch in source.batches(wanted):
-            texts = batch.column(wanted.index(text))
+        # Every column, though only `wanted` are used: pyarrow checks the UTF-8 of the columns it
+        # converts, and the whole-file reader refuses a byte that is not UTF-8 in any of them.
+        for batch in source.batches(list(source.columns)):
+            texts = batch.column(text)
             if _has_blank(texts) or has_nul(texts):
                 raise Fallback("an empty text or a NUL byte")
-            values = batch.column(wanted.index(label))
+            values = batch.column(label)
             if _has_blank(values) or has_nul(values):
                 raise Fallback("a missing label or a NUL byte")
             encoded = pc.dictionary_encode(values)
             labels.add_encoded(encoded.dictionary.to_pylist(), _indices(encoded))
             if split_column is not None:
-                names = pc.dictionary_encode(batch.column(wanted.index(split_column)))
+                names = pc.dictionary_encode(batch.column(split_column))
                 splits.add_encoded(names.dictionary.to_pylist(), _indices(names))
             n += batch.num_rows
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowKeyError, UnicodeError) as exc:  # data.py names the row

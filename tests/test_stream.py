@@ -373,3 +373,19 @@ def test_what_pyarrow_cannot_read_is_read_whole(monkeypatch, tmp_path, layout):
     assert shares(monkeypatch, 2, **cfg) == [None, None]
     dataset = load_dataset(DataConfig(**cfg))  # streamed at STREAM_BYTES = 0: read whole instead
     assert isinstance(dataset.splits["train"].texts, list) and sum(len(s) for s in dataset.splits.values()) == 60
+
+
+def test_bytes_not_utf8_in_a_column_not_read_give_the_whole_file_readers_error(monkeypatch, tmp_path):
+    """Red team: pyarrow validated only the columns pass 1 read, so a byte that is not UTF-8 in
+    another column loaded in a stream where the whole-file reader (which decodes every byte)
+    names the line and the encoding to set."""
+    path = tmp_path / "rows.csv"
+    lines = [f"text {i},{'ab'[i % 2]},note {i}" for i in range(200)]
+    path.write_bytes(("text,label,note\n" + "\n".join(lines) + "\n").encode().replace(b"note 150", b"note \xff"))
+    with pytest.raises(FeatxError) as whole:
+        load_dataset(DataConfig(path=str(path)))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 1 << 10)
+    with pytest.raises(FeatxError) as streamed:
+        load_dataset(DataConfig(path=str(path)))
+    assert str(streamed.value) == str(whole.value) and "line 152" in str(whole.value)
