@@ -353,6 +353,36 @@ def test_a_bad_parquet_row_gives_the_whole_file_readers_error(monkeypatch, tmp_p
     assert streamed == whole
 
 
+def not_utf8(values: list[str], bad: int):
+    """A string array whose value `bad` holds bytes that are not UTF-8 (an encoded surrogate and
+    a stray 0xff), as writers that do not validate their strings leave them."""
+    raw = pa.array([v.encode() if i != bad else b"x\xed\xa0\x80\xff" for i, v in enumerate(values)], pa.binary())
+    return pa.Array.from_buffers(pa.string(), len(values), raw.buffers())
+
+
+@pytest.mark.parametrize("column", ["text", "label", "other"])
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+def test_bytes_not_utf8_in_a_parquet_or_arrow_column_are_an_error_naming_the_row(monkeypatch, tmp_path, column, fmt):
+    """Red team: pandas' (Parquet) or to_pylist's (Arrow) conversion of such a string raised a
+    UnicodeDecodeError traceback from the whole-file reader, whichever path."""
+    rows = string_rows(120)
+    table = pa.table({"text": [r["text"] for r in rows], "label": [r["label"] for r in rows],
+                      "other": [f"note {i}" for i in range(120)]})
+    table = table.set_column(table.column_names.index(column), column, not_utf8(table.column(column).to_pylist(), 77))
+    if fmt == "parquet":
+        path = tmp_path / "bad.parquet"
+        pq.write_table(table, path, row_group_size=23)
+    else:
+        path = tmp_path / "saved"
+        path.mkdir()
+        with pa.ipc.new_stream(str(path / "data-00000-of-00001.arrow"), table.schema) as writer:
+            writer.write_table(table)
+        (path / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]}))
+    whole, streamed = errors_of(monkeypatch, path=str(path))
+    assert streamed == whole
+    assert "row 78" in whole and repr(column) in whole and "UTF-8" in whole
+
+
 def test_a_saved_dataset_with_an_empty_text_gives_the_whole_file_readers_error(monkeypatch, tmp_path):
     rows = string_rows(120)
     assert_streams(monkeypatch, path=str(save_to_disk(tmp_path / "good", rows)), text="sentence")
