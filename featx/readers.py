@@ -170,6 +170,8 @@ def _read_arrow(path: Path, names: dict[str, list[str]]) -> Table:
         table_names = names.get(column)
         if table_names is None or value is None:
             return value
+        if value == -1 and isinstance(value, int):
+            return None  # ClassLabel's "no label" (GLUE's test splits): a missing label, not the last name
         try:
             return [table_names[v] for v in value] if isinstance(value, list) else table_names[value]
         except (IndexError, TypeError):

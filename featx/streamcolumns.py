@@ -118,10 +118,13 @@ class ColumnarSource:
                              None if split_column is None else splits.codes(), splits.values, nbytes)
 
     def _named(self, column: str, value):
-        """featx.readers' rule: a ClassLabel code is its class name (a code outside them stays)."""
+        """featx.readers' rule: a ClassLabel code is its class name, -1 ("no label") a missing
+        label (None), another code outside them stays."""
         names = dict(self.names).get(column)
         if names is None or not isinstance(value, int) or isinstance(value, bool):
             return value
+        if value == -1:
+            return None
         return names[value] if -len(names) <= value < len(names) else value
 
     def values(self, column: str, assignment: np.ndarray | None, code: int):

@@ -119,15 +119,15 @@ def string_rows(n: int = 300, seed: int = 4) -> list[dict]:
 
 
 def save_to_disk(path, rows: list[dict], *, shards: int = 3, file_format: bool = False):
-    """A Hugging Face dataset saved with save_to_disk, its labels a ClassLabel (code -1 is
-    the last name, as featx.readers reads it); `file_format`: its Arrow files rewritten in the
-    IPC file format instead of the stream format `datasets` writes."""
+    """A Hugging Face dataset saved with save_to_disk, its labels a ClassLabel; `file_format`:
+    its Arrow files rewritten in the IPC file format instead of the stream format `datasets`
+    writes."""
     datasets = pytest.importorskip("datasets")
     names = ["neg", "pos", "NA", "007"]
     features = datasets.Features({"sentence": datasets.Value("string"), "split": datasets.Value("string"),
                                   "label": datasets.ClassLabel(names=names)})
     data = {"sentence": [r["text"] for r in rows], "split": [r.get("split", "train") for r in rows],
-            "label": [(i % 4) - 1 for i in range(len(rows))]}
+            "label": [r.get("code", i % 4) for i, r in enumerate(rows)]}
     datasets.Dataset.from_dict(data, features=features).save_to_disk(str(path), num_shards=shards)
     if file_format:
         for arrow in sorted(path.glob("*.arrow")):
@@ -232,9 +232,21 @@ def test_a_saved_hugging_face_dataset_reads_its_class_names(monkeypatch, tmp_pat
         row["split"] = ["train", "validation", "test"][i % 3]
     folder = save_to_disk(tmp_path / "saved", rows, file_format=file_format)
     whole, streamed = read_both(monkeypatch, path=str(folder), text="sentence")
-    assert whole.label_names == ("007", "NA", "neg", "pos")  # -1 is the last name, as read whole
+    assert whole.label_names == ("007", "NA", "neg", "pos")
     assert_same_dataset(whole, streamed)
     assert_same_dataset(*read_both(monkeypatch, path=str(folder), text="sentence", split_column="split"))
+
+
+def test_a_saved_dataset_whose_class_label_is_minus_one_has_a_missing_label(monkeypatch, tmp_path):
+    """Red team: Hugging Face's ClassLabel code -1 is "no label" (GLUE's test splits hold only
+    -1), but both readers indexed the names with it and read the last class: every unlabelled
+    row silently became that class."""
+    rows = string_rows(120)
+    rows[77]["code"] = -1
+    folder = save_to_disk(tmp_path / "saved", rows)
+    whole, streamed = errors_of(monkeypatch, path=str(folder), text="sentence")
+    assert streamed == whole
+    assert "row " in whole and "'label': the label is missing" in whole
 
 
 # ---------------------------------------------------------------------------------------------
