@@ -251,10 +251,20 @@ class _Workers:
 
     def gather(self, started: list) -> list[Record]:
         """The records of submitted jobs, in the order submitted, each written as it comes."""
+        from concurrent.futures.process import BrokenProcessPool  # loky's TerminatedWorkerError is one
+
         records = []
         for job, scout in started:
             if not isinstance(job, Record):
-                record, predictions = job.result() if self.workers > 1 else job()
+                try:
+                    record, predictions = job.result() if self.workers > 1 else job()
+                except BrokenProcessPool as exc:
+                    codes = str(exc).partition("The exit codes of the workers are ")[2].split("\n")[0]
+                    raise FeatxError(
+                        f"a probe worker process was killed while fitting (exit codes {codes or 'unknown'}): "
+                        f"most often the system ran out of memory, {self.workers} workers each holding a "
+                        "feature set; set probe.n_jobs lower (probe.n_jobs=1 fits one at a time, in this "
+                        "process) and rerun") from None
                 # A scout's record ranks feature sets for the second stage; the verdict chooses
                 # among the heads that stage fitted (featx.choice).
                 job = write_record(self.run.directory, dataclasses.replace(

@@ -209,6 +209,31 @@ def test_a_job_failing_in_a_worker_process_fails_the_probe_with_its_error(tmp_pa
     assert workers._pool is not None and not any(p.is_alive() for p in (workers._pool._processes or {}).values())
 
 
+def _killed(*args, **kwargs):
+    """A job whose worker process dies without an error (the system's out-of-memory killer)."""
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_worker_process_killed_mid_fit_is_a_clear_error(tmp_path, monkeypatch):
+    """Red team: a worker the system killed (out of memory: n_jobs workers each hold a feature
+    set) surfaced as loky's TerminatedWorkerError traceback, not an error saying what to do."""
+    import featx.probe
+    from featx.probe import _Run, _Workers
+    from featx.progress import progress
+
+    features, labels, names = make_task("binary", True)
+    path = write_synthetic_cache(tmp_path / "c", "binary", features, labels, names)
+    run = _Run(path, ProbeConfig(n_jobs=2), "synthetic", tmp_path / "run", None, {}, store=None)
+    run.directory.mkdir()
+    monkeypatch.setattr(featx.probe, "probe_one", _killed)
+    with pytest.raises(FeatxError, match=r"worker process .*SIGKILL.*probe.n_jobs"):
+        with progress(total=2, enabled=False) as bar, _Workers(run, bar) as workers:
+            workers.gather(workers.submit([(Features("mean", (0,)), "ridge"), (Features("mean", (0,)), "mlp")]))
+
+
 def test_saved_heads_are_tied_to_their_record(tmp_path):
     features, labels, names = make_task("binary", True)
     estimator = H.fit(H.build("logistic", "binary", {"C": 1.0}), features["train"][:, 0], labels["train"])
