@@ -304,6 +304,10 @@ def selection_splits(task, y, protocol: Protocol, folds: int, seed: int) -> list
 
     if protocol.name == "dev":
         return [(None, None)]
+    if protocol.name == "holdout" and _holdout_rows(len(y)) < 2:
+        raise FeatxError(f"probe.protocol = \"holdout\" holds out half of the {len(y)} training rows, "
+                         "fewer than the 2 a score needs (a correlation, a threshold): give at least 4 "
+                         "training rows, or use probe.protocol = \"cv\"")
     if TASKS[task].thresholded:
         if protocol.name == "holdout":
             return [iterative_holdout(y, _holdout_rows(len(y)), seed)]
@@ -323,8 +327,10 @@ def selection_splits(task, y, protocol: Protocol, folds: int, seed: int) -> list
                              "least two per class (add examples, or give a dev split)")
         splitter = StratifiedKFold(min(folds, smallest), shuffle=True, random_state=seed)
     else:
-        if folds > len(y):
-            raise FeatxError(f"probe.folds = {folds} is more than the {len(y)} training rows: lower "
-                             f"probe.folds (at most {len(y)}) or give more rows")
+        if folds >= len(y):  # the first fold's held rows choose, by a correlation: two at least
+            raise FeatxError(f"probe.folds = {folds} with {len(y)} training rows leaves a fold of one row "
+                             "(or none), and a regression's hyperparameters are chosen by a correlation "
+                             "on the first fold's rows, which needs two: lower probe.folds (at most "
+                             f"{len(y) - 1}) or give more rows")
         splitter = KFold(folds, shuffle=True, random_state=seed)
     return list(splitter.split(np.zeros(len(y)), y))

@@ -234,6 +234,46 @@ def test_a_worker_process_killed_mid_fit_is_a_clear_error(tmp_path, monkeypatch)
             workers.gather(workers.submit([(Features("mean", (0,)), "ridge"), (Features("mean", (0,)), "mlp")]))
 
 
+@pytest.mark.parametrize("n_train, protocol, folds", [(8, "dev", 5), (12, "cv", 5)])
+def test_the_mlp_fits_a_regression_of_ten_rows_or_fewer(tmp_path, n_train, protocol, folds):
+    """Red team: MLPHead fits a classification without early stopping where scikit-learn
+    cannot split off its validation part (10 rows or fewer), but the regression MLP was
+    scikit-learn's own, which raised "The validation set is too small"."""
+    rng = np.random.default_rng(0)
+    labels = {s: rng.normal(size=(n, 1)) for s, n in (("train", n_train), ("dev", 6), ("test", 6))}
+    if protocol == "cv":
+        del labels["dev"]
+    features = {s: rng.normal(size=(len(y), 1, 6)) for s, y in labels.items()}
+    path = write_synthetic_cache(tmp_path / "tiny", "regression", features, labels, ["target"])
+    record, _ = probe_one(path, Features("mean", (0,)), "mlp", ProbeConfig(protocol=protocol, folds=folds))
+    assert record.protocol["name"] == protocol and np.isfinite(record.metrics["mse"])
+
+
+@pytest.mark.parametrize("n_train, folds", [(40, 40), (5, 5)])
+def test_regression_folds_of_one_row_are_a_clear_error(tmp_path, n_train, folds):
+    """Red team: probe.folds up to the number of rows passed the check, but with as many folds as
+    rows the first fold, whose held rows choose the hyperparameters, holds one row, and a
+    correlation needs two: scipy's "`x` and `y` must have length at least 2"."""
+    rng = np.random.default_rng(0)
+    labels = {"train": rng.normal(size=(n_train, 1)), "test": rng.normal(size=(6, 1))}
+    features = {s: rng.normal(size=(len(y), 1, 6)) for s, y in labels.items()}
+    path = write_synthetic_cache(tmp_path / "tiny", "regression", features, labels, ["target"])
+    with pytest.raises(FeatxError, match=f"probe.folds = {folds} .*at most {n_train - 1}"):
+        probe_one(path, Features("mean", (0,)), "ridge", ProbeConfig(protocol="cv", folds=folds))
+
+
+def test_a_holdout_of_fewer_than_two_rows_is_a_clear_error(tmp_path):
+    """Red team: 3 training rows under probe.protocol = "holdout" held out one row: scipy's
+    correlation (or LightGBM's fit on one row) raised a traceback."""
+    rng = np.random.default_rng(0)
+    labels = {"train": rng.normal(size=(3, 1)), "test": rng.normal(size=(6, 1))}
+    features = {s: rng.normal(size=(len(y), 1, 6)) for s, y in labels.items()}
+    path = write_synthetic_cache(tmp_path / "tiny", "regression", features, labels, ["target"])
+    for head in ("ridge", "lightgbm"):
+        with pytest.raises(FeatxError, match="holdout.*3 training rows.*at least 4"):
+            probe_one(path, Features("mean", (0,)), head, ProbeConfig(protocol="holdout"))
+
+
 def test_saved_heads_are_tied_to_their_record(tmp_path):
     features, labels, names = make_task("binary", True)
     estimator = H.fit(H.build("logistic", "binary", {"C": 1.0}), features["train"][:, 0], labels["train"])
