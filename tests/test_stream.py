@@ -389,3 +389,19 @@ def test_bytes_not_utf8_in_a_column_not_read_give_the_whole_file_readers_error(m
     with pytest.raises(FeatxError) as streamed:
         load_dataset(DataConfig(path=str(path)))
     assert str(streamed.value) == str(whole.value) and "line 152" in str(whole.value)
+
+
+def test_a_record_longer_than_a_block_is_still_streamed(monkeypatch, tmp_path):
+    """Red team: pyarrow refuses a record that straddles more than one block ("straddling object
+    straddles two block boundaries"), so one long document (a text past 1 MiB) sent a file of
+    any size to the whole-file reader, every text in memory at once."""
+    rows = tricky_rows(300)
+    rows[40]["text"] = "a long document, " * 2000 + "\nwith a line break"
+    rows[41]["text"] = "unquoted " * 3000
+    rows[250]["text"] = "x" * 50_000
+    path = write_rows(tmp_path / "rows.csv", rows)
+    whole, streamed = read_both(monkeypatch, path=str(path))  # 4 KiB blocks: the records span many
+    assert_same_dataset(whole, streamed)
+    got = shares(monkeypatch, 3, path=str(path))
+    for name, split in whole.splits.items():
+        assert sum((list(s.mine.splits[name].texts) for s in got), []) == split.texts
