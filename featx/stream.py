@@ -57,7 +57,7 @@ def threshold() -> int:
     raw = os.environ.get("FEATX_STREAM_BYTES")
     if raw is None:
         return STREAM_BYTES
-    if not raw.strip().isdigit():
+    if not (raw.strip().isascii() and raw.strip().isdigit()):  # "²".isdigit(), but int("²") fails
         raise FeatxError(f"FEATX_STREAM_BYTES={raw!r} is not a number of bytes: set it to a whole "
                          "number (0 streams every file that can be) or unset it")
     return int(raw)

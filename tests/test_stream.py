@@ -312,6 +312,10 @@ def test_the_stream_threshold_is_set_by_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("FEATX_STREAM_BYTES", "64MB")
     with pytest.raises(FeatxError, match="FEATX_STREAM_BYTES='64MB' is not a number of bytes"):
         load_dataset(DataConfig(path=str(path)))
+    # Red team: str.isdigit() holds for a superscript digit, which int() refuses (a traceback).
+    monkeypatch.setenv("FEATX_STREAM_BYTES", "\u00b2")
+    with pytest.raises(FeatxError, match="is not a number of bytes"):
+        load_dataset(DataConfig(path=str(path)))
 
 
 def test_split_names_past_the_limit_over_all_ranks_read_whole_on_every_rank(monkeypatch, tmp_path):
