@@ -219,7 +219,9 @@ class _Workers:
     once the scouts are in. With one worker the jobs run in this process, in order, when gathered."""
 
     def __init__(self, run: _Run, bar):
-        cores = os.cpu_count() or 1
+        # The cores this process may run on (taskset, a scheduler's or a container's cpuset), as
+        # the extraction counts them: os.cpu_count() is every core of the host.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         self.run, self.bar, self.workers = run, bar, run.cfg.n_jobs or cores
         # The share of the configured processes, not of a stage's job count: a stage of one job
         # (the MLP past 20 classes) once ran on every core's thread, and BLAS threads that spin on

@@ -274,6 +274,22 @@ def test_a_holdout_of_fewer_than_two_rows_is_a_clear_error(tmp_path):
             probe_one(path, Features("mean", (0,)), head, ProbeConfig(protocol="holdout"))
 
 
+def test_the_default_workers_are_the_cores_this_process_may_run_on(tmp_path, monkeypatch):
+    """Red team: probe.n_jobs = 0 counted os.cpu_count(), every core of the host, where the
+    process may run on two (taskset, a batch scheduler's or a container's cpuset): 64 workers,
+    each holding a feature set, on 2 cores. The extraction already counts the cores it may use."""
+    import os
+
+    from featx.probe import _Run, _Workers
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    run = _Run(tmp_path, ProbeConfig(), "synthetic", tmp_path, None, {}, store=None)
+    assert (_Workers(run, None).workers, _Workers(run, None).threads) == (2, 1)
+    run = _Run(tmp_path, ProbeConfig(n_jobs=1), "synthetic", tmp_path, None, {}, store=None)
+    assert (_Workers(run, None).workers, _Workers(run, None).threads) == (1, 2)
+
+
 def test_saved_heads_are_tied_to_their_record(tmp_path):
     features, labels, names = make_task("binary", True)
     estimator = H.fit(H.build("logistic", "binary", {"C": 1.0}), features["train"][:, 0], labels["train"])
