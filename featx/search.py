@@ -314,11 +314,12 @@ def selection_splits(task, y, protocol: Protocol, folds: int, seed: int) -> list
         return iterative_folds(y, folds, seed)
     classes = TASKS[task].classes
     if protocol.name == "holdout":
-        rows = np.arange(len(y))
-        counts = np.bincount(y) if classes else None
-        stratify = y if classes and counts[counts > 0].min() >= 2 else None
-        fit, held = train_test_split(rows, test_size=_holdout_rows(len(y)), random_state=seed,
-                                     stratify=stratify)
+        rows, size = np.arange(len(y)), _holdout_rows(len(y))
+        counts = np.bincount(y)[np.bincount(y) > 0] if classes else None
+        # Stratified where scikit-learn can: two rows of every class, and as many classes as
+        # either part has rows (3,000 classes of 7 rows each are more than a 10% holdout's).
+        stratify = y if classes and counts.min() >= 2 and min(size, len(y) - size) >= len(counts) else None
+        fit, held = train_test_split(rows, test_size=size, random_state=seed, stratify=stratify)
         return [(np.sort(fit), np.sort(held))]
     if classes:
         smallest = min(int(c) for c in np.bincount(y) if c > 0)

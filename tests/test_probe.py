@@ -290,6 +290,19 @@ def test_the_default_workers_are_the_cores_this_process_may_run_on(tmp_path, mon
     assert (_Workers(run, None).workers, _Workers(run, None).threads) == (1, 2)
 
 
+def test_a_holdout_with_more_classes_than_held_rows_is_made(tmp_path):
+    """Red team: past 20,000 training rows the auto protocol holds out 10% of them, stratified by
+    class; with more classes than that (3,000 classes of 7 rows) scikit-learn refused: "The
+    test_size = 2100 should be greater or equal to the number of classes = 3000"."""
+    from featx.search import choose_protocol, selection_splits
+
+    y = np.repeat(np.arange(3000), 7)
+    protocol = choose_protocol("auto", ["train", "test"], 5, len(y))
+    assert protocol.name == "holdout"
+    [(fit, held)] = selection_splits("multiclass", y, protocol, 5, 0)
+    assert len(held) == 2100 and len(fit) == len(y) - 2100 and not set(fit) & set(held)
+
+
 def test_saved_heads_are_tied_to_their_record(tmp_path):
     features, labels, names = make_task("binary", True)
     estimator = H.fit(H.build("logistic", "binary", {"C": 1.0}), features["train"][:, 0], labels["train"])
