@@ -303,6 +303,38 @@ def test_a_holdout_with_more_classes_than_held_rows_is_made(tmp_path):
     assert len(held) == 2100 and len(fit) == len(y) - 2100 and not set(fit) & set(held)
 
 
+def test_bootstrap_intervals_of_many_classes_hold_no_class_by_class_matrix():
+    """Red team: the multiclass bootstrap built a (resamples, classes, classes) confusion matrix:
+    a probe of 2,100 classes on 2,100 test rows asked for 33 GiB (MemoryError), and each path
+    stop's paired standard error (200 resamples) for 1,000 classes, 1.6 GB. Its metrics need
+    only each class's true, predicted and correct counts."""
+    import tracemalloc
+
+    from featx import bootstrap
+
+    rng = np.random.default_rng(0)
+    k, n = 200, 400
+    y = rng.integers(0, k, n)
+    scores = rng.random((n, k))
+    scores[np.arange(n)[: n // 2], y[: n // 2]] += 1.0  # half the rows right
+    tracemalloc.start()
+    try:
+        got = bootstrap.intervals("multiclass", y, scores[None])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 40e6, f"{peak / 1e6:.0f} MB"  # the matrix: 200 x 200 x 1,000 float64, 320 MB
+    # The same intervals as the metrics of the explicitly resampled rows.
+    W = bootstrap.counts(n, 50, np.random.default_rng(1))
+    fast = bootstrap.metric_samples("multiclass", W, y, scores[None])
+    for b in range(len(W)):
+        rows = np.repeat(np.arange(n), W[b].astype(int))
+        exact = M.evaluate("multiclass", y[rows], scores[rows])
+        for name in ("accuracy", "macro_f1", "mcc"):
+            assert fast[name][b] == pytest.approx(exact[name], abs=1e-9), name
+    assert set(got) == {"accuracy", "macro_f1", "mcc"}
+
+
 def test_saved_heads_are_tied_to_their_record(tmp_path):
     features, labels, names = make_task("binary", True)
     estimator = H.fit(H.build("logistic", "binary", {"C": 1.0}), features["train"][:, 0], labels["train"])
