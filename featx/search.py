@@ -138,7 +138,10 @@ def select(*, head: str, task: str, n_classes: int, X: np.ndarray | sparse.csr_m
             extra = walk([beyond])
             for candidate in extra:
                 candidate["extension"] = step  # chosen only if clearly better than those nearer the grid
-                candidate["within_noise"] = not _clearly_above(task, metric, truth, tried[best], candidate)
+                # Above the edge, but by less than a standard error: noise, not chosen (one below
+                # it is not chosen anyway, and is no "within noise" of it).
+                above = candidate["scored"][0] - tried[best]["scored"][0] > TIE
+                candidate["within_noise"] = above and not _clearly_above(task, metric, truth, tried[best], candidate)
             tried = extra + tried if side == 0 else tried + extra
             if _best(tried) == best + (side == 0):  # no better past the edge: the grid was enough
                 break
