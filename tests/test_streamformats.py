@@ -175,6 +175,17 @@ def test_json_numbers_and_strings_infer_the_task_as_the_whole_file_reader_does(m
     assert_same_dataset(whole, streamed)
 
 
+def test_json_booleans_beside_numbers_are_classes_of_their_own_in_either_reader(monkeypatch, tmp_path):
+    """Red team: labels true, false, 1 and 0 are four classes (class_key: "True" is not "1"),
+    but the task was inferred from their numbers (two) as binary, and both readers then said
+    "data.task is binary but the training labels have 4 classes" of a data.task never set."""
+    rows = [{"text": r["text"], "label": [True, 1, False, 0][i % 4]} for i, r in enumerate(classification_rows(200))]
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    whole, streamed = read_both(monkeypatch, path=str(path))
+    assert whole.task == "multiclass" and whole.label_names == ("0", "1", "False", "True")
+    assert_same_dataset(whole, streamed)
+
+
 @pytest.mark.parametrize("layout", ["one file", "split files"])
 def test_label_text_reads_as_the_whole_file_reader_does(monkeypatch, tmp_path, layout):
     rows = [{"label": ["NUM:dist", "007", "7", "LOC:city"][i % 4], "text": r["text"]}
