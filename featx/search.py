@@ -140,7 +140,10 @@ def select(*, head: str, task: str, n_classes: int, X: np.ndarray | sparse.csr_m
             extra = walk([beyond], start=tried[best]["fitted"] if spec.warm else None)
             for candidate in extra:
                 candidate["extension"] = step  # chosen only if clearly better than those nearer the grid
-                candidate["within_noise"] = not _clearly_above(task, metric, truth, tried[best], candidate)
+                # Above the edge, but by less than a standard error: noise, not chosen (one below
+                # it is not chosen anyway, and is no "within noise" of it).
+                above = candidate["scored"][0] - tried[best]["scored"][0] > TIE
+                candidate["within_noise"] = above and not _clearly_above(task, metric, truth, tried[best], candidate)
             tried = extra + tried if side == 0 else tried + extra
             if _best(tried) == best + (side == 0):  # no better past the edge: the grid was enough
                 break
@@ -307,17 +310,22 @@ def selection_splits(task, y, protocol: Protocol, folds: int, seed: int) -> list
 
     if protocol.name == "dev":
         return [(None, None)]
+    if protocol.name == "holdout" and _holdout_rows(len(y)) < 2:
+        raise FeatxError(f"probe.protocol = \"holdout\" holds out half of the {len(y)} training rows, "
+                         "fewer than the 2 a score needs (a correlation, a threshold): give at least 4 "
+                         "training rows, or use probe.protocol = \"cv\"")
     if TASKS[task].thresholded:
         if protocol.name == "holdout":
             return [iterative_holdout(y, _holdout_rows(len(y)), seed)]
         return iterative_folds(y, folds, seed)
     classes = TASKS[task].classes
     if protocol.name == "holdout":
-        rows = np.arange(len(y))
-        counts = np.bincount(y) if classes else None
-        stratify = y if classes and counts[counts > 0].min() >= 2 else None
-        fit, held = train_test_split(rows, test_size=_holdout_rows(len(y)), random_state=seed,
-                                     stratify=stratify)
+        rows, size = np.arange(len(y)), _holdout_rows(len(y))
+        counts = np.bincount(y)[np.bincount(y) > 0] if classes else None
+        # Stratified where scikit-learn can: two rows of every class, and as many classes as
+        # either part has rows (3,000 classes of 7 rows each are more than a 10% holdout's).
+        stratify = y if classes and counts.min() >= 2 and min(size, len(y) - size) >= len(counts) else None
+        fit, held = train_test_split(rows, test_size=size, random_state=seed, stratify=stratify)
         return [(np.sort(fit), np.sort(held))]
     if classes:
         smallest = min(int(c) for c in np.bincount(y) if c > 0)
@@ -326,8 +334,10 @@ def selection_splits(task, y, protocol: Protocol, folds: int, seed: int) -> list
                              "least two per class (add examples, or give a dev split)")
         splitter = StratifiedKFold(min(folds, smallest), shuffle=True, random_state=seed)
     else:
-        if folds > len(y):
-            raise FeatxError(f"probe.folds = {folds} is more than the {len(y)} training rows: lower "
-                             f"probe.folds (at most {len(y)}) or give more rows")
+        if folds >= len(y):  # the first fold's held rows choose, by a correlation: two at least
+            raise FeatxError(f"probe.folds = {folds} with {len(y)} training rows leaves a fold of one row "
+                             "(or none), and a regression's hyperparameters are chosen by a correlation "
+                             "on the first fold's rows, which needs two: lower probe.folds (at most "
+                             f"{len(y) - 1}) or give more rows")
         splitter = KFold(folds, shuffle=True, random_state=seed)
     return list(splitter.split(np.zeros(len(y)), y))
