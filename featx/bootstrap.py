@@ -61,8 +61,11 @@ def _confusion(W: np.ndarray, y: np.ndarray, predicted: np.ndarray, k: int) -> n
 
 def _mcc(C: np.ndarray) -> np.ndarray:
     """scikit-learn's multiclass MCC from confusion matrices (B, K, K); 0 when undefined."""
-    t, p = C.sum(axis=2), C.sum(axis=1)  # (B, K) true and predicted counts
-    correct, n = np.trace(C, axis1=1, axis2=2), C.sum(axis=(1, 2))
+    return _mcc_of(C.sum(axis=2), C.sum(axis=1), np.trace(C, axis1=1, axis2=2), C.sum(axis=(1, 2)))
+
+
+def _mcc_of(t: np.ndarray, p: np.ndarray, correct: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """The MCC from each class's true and predicted counts (B, K), the correct rows and all rows (B,)."""
     cov_tp = correct * n - (t * p).sum(axis=1)
     cov_pp = n ** 2 - (p * p).sum(axis=1)
     cov_tt = n ** 2 - (t * t).sum(axis=1)
@@ -90,13 +93,17 @@ def _binary(W, y, scores, threshold, auc=True):
 
 
 def _multiclass(W, y, scores, threshold, auc=True):
+    # Per class its true, predicted and correct counts (B, K): every metric here is of them, and
+    # the (B, K, K) confusion matrix was 33 GiB for 2,100 classes.
     k = scores.shape[1]
-    C = _confusion(W, y, scores.argmax(axis=1), k)
-    t, p, tp = C.sum(axis=2), C.sum(axis=1), np.diagonal(C, axis1=1, axis2=2)
+    predicted = scores.argmax(axis=1)
+    t, p = _sums(W, _onehot(y, k)), _sums(W, _onehot(predicted, k))
+    tp = _sums(W, _onehot(y, k, y == predicted))
+    correct, n = tp.sum(axis=1), W.sum(axis=1)
     present = (t + p) > 0  # scikit-learn averages over the labels seen in y_true or y_pred
     f1 = _ratio(2 * tp, t + p)
-    return {"accuracy": tp.sum(axis=1) / C.sum(axis=(1, 2)),
-            "macro_f1": (f1 * present).sum(axis=1) / present.sum(axis=1), "mcc": _mcc(C)}
+    return {"accuracy": correct / n, "macro_f1": (f1 * present).sum(axis=1) / present.sum(axis=1),
+            "mcc": _mcc_of(t, p, correct, n)}
 
 
 def _multilabel(W, y, scores, threshold, auc=True):
@@ -203,8 +210,13 @@ def _blocks(n: int, width: int, n_resamples: int, seed: int):
 
 
 def _width(task: str, scores: np.ndarray) -> int:
-    """Elements per row and resample that a block allocates beyond W (ranks, AUC groups)."""
-    return 2 if not TASKS[task].thresholded else 2 + scores.shape[-1]
+    """Elements per row and resample that a block allocates beyond W (ranks, AUC groups; a
+    multiclass task's counts per class, 4 (B, K) arrays, spread over its rows)."""
+    if TASKS[task].thresholded:
+        return 2 + scores.shape[-1]
+    if TASKS[task].classes and scores.ndim == 3:  # (S, n, K): a score per class
+        return 2 + -(-4 * scores.shape[-1] // max(1, scores.shape[-2]))
+    return 2
 
 
 # Fewer rows than this have too few distinct resamples (3 rows: 10) for a percentile interval to

@@ -4,7 +4,7 @@
 |---|---|---|---|---|
 | ridge | RidgeClassifierHead (featx/ridge.py): least squares on the one-hot classes, a softmax with a temperature and per-class offsets fitted on train | the same on each label's 0/1, sigmoid | StandardScaler + Ridge (logistic's model) | alpha in 0.1..1000 (5 values), one eigendecomposition for the whole path |
 | logistic | StandardScaler + LogisticRegression (multinomial) | MultilabelLogistic: one per label, fitted jointly | StandardScaler + Ridge | C in 1e-3..10, alpha in 0.1..1000 (5 values each), a warm-started path |
-| mlp | StandardScaler + MLPClassifier, 1 hidden layer of 256, early stopping on 10% of train (MLPHead: none where that part cannot be made) | the same (sigmoid outputs) | the same MLPRegressor, standardised targets | L2 alpha in {1e-4, 1e-2, 1} |
+| mlp | StandardScaler + MLPClassifier, 1 hidden layer of 256, early stopping on 10% of train (MLPHead: none where that part cannot be made) | the same (sigmoid outputs) | the same MLPRegressor (MLPRegressorHead), standardised targets | L2 alpha in {1e-4, 1e-2, 1} |
 | lightgbm | LGBMClassifier (max_bin 63, lr 0.1), early stopping on 10% of train | one model per label | LGBMRegressor (one per target) | num_leaves in {7, 31} |
 | logistic-torch | StandardScaler + TorchLogistic (L-BFGS, the same objective) | VaryingLabels(TorchLogistic): one sigmoid per label, jointly | StandardScaler + TorchRidge | logistic's |
 | mlp-torch | StandardScaler + TorchMLPClassifier (Adam, early stopping on the held-out loss) | VaryingLabels(the same) | TorchMLPRegressor, standardised targets | mlp's |
@@ -70,13 +70,27 @@ class MLPHead(MLPClassifier):
         if np.ndim(y) == 1 or np.shape(y)[1] == 1:  # stratified by scikit-learn
             counts = np.unique(np.ravel(y), return_counts=True)[1]
             impossible |= counts.min() < 2 or min(held, n - held) < len(counts)
-        if not (self.early_stopping and impossible):
-            return super().fit(X, y)
-        self.early_stopping = False  # for this fit only: the parameter is the caller's
-        try:
-            return super().fit(X, y)
-        finally:
-            self.early_stopping = True
+        return _fit_stopping_if(self, not impossible, super().fit, X, y)
+
+
+class MLPRegressorHead(MLPRegressor):
+    """MLPRegressor that also fits a training set of 10 rows or fewer, whose validation part of
+    fewer than 2 rows scikit-learn refuses: without early stopping, as MLPHead."""
+
+    def fit(self, X, y):
+        possible = int(np.ceil(self.validation_fraction * X.shape[0])) >= 2
+        return _fit_stopping_if(self, possible, super().fit, X, y)
+
+
+def _fit_stopping_if(network, possible: bool, fit, X, y):
+    """`fit(X, y)`, without early stopping when its validation part cannot be made."""
+    if not network.early_stopping or possible:
+        return fit(X, y)
+    network.early_stopping = False  # for this fit only: the parameter is the caller's
+    try:
+        return fit(X, y)
+    finally:
+        network.early_stopping = True
 
 
 class MultilabelLogistic(ClassifierMixin, BaseEstimator):
@@ -209,7 +223,7 @@ def _mlp(task: str, seed: int, threads: int, alpha: float = 1e-4, hidden: int = 
     common = dict(hidden_layer_sizes=(hidden,), alpha=alpha, early_stopping=True,
                   validation_fraction=0.1, n_iter_no_change=10, max_iter=200, random_state=seed)
     if TASKS[task].regression:
-        network = make_pipeline(StandardScaler(), MLPRegressor(**common))
+        network = make_pipeline(StandardScaler(), MLPRegressorHead(**common))
         return TransformedTargetRegressor(regressor=network, transformer=StandardScaler())
     if TASKS[task].thresholded:  # one sigmoid output per label that varies
         return make_pipeline(StandardScaler(), VaryingLabels(MLPHead(**common)))

@@ -320,7 +320,8 @@ def infer_task(rows: Rows, columns: Columns) -> str:
         distinct = set(numbers)
         if all(n.is_integer() for n in distinct):
             if len(distinct) <= MAX_INFERRED_CLASSES:
-                return "binary" if len(distinct) <= 2 else "multiclass"
+                # Counted as classes, not numbers: JSON's true and 1 are one number, two classes.
+                return "binary" if len({class_key(x) for x in flat}) <= 2 else "multiclass"
             log.warning("column %r holds %d distinct integers: read as a regression target (more than "
                         "%d); if they are classes, set data.task = \"multiclass\"", column, len(distinct),
                         MAX_INFERRED_CLASSES)

@@ -219,7 +219,9 @@ class _Workers:
     once the scouts are in. With one worker the jobs run in this process, in order, when gathered."""
 
     def __init__(self, run: _Run, bar):
-        cores = os.cpu_count() or 1
+        # The cores this process may run on (taskset, a scheduler's or a container's cpuset), as
+        # the extraction counts them: os.cpu_count() is every core of the host.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         self.run, self.bar, self.workers = run, bar, run.cfg.n_jobs or cores
         # The share of the configured processes, not of a stage's job count: a stage of one job
         # (the MLP past 20 classes) once ran on every core's thread, and BLAS threads that spin on
@@ -251,10 +253,20 @@ class _Workers:
 
     def gather(self, started: list) -> list[Record]:
         """The records of submitted jobs, in the order submitted, each written as it comes."""
+        from concurrent.futures.process import BrokenProcessPool  # loky's TerminatedWorkerError is one
+
         records = []
         for job, scout in started:
             if not isinstance(job, Record):
-                record, predictions = job.result() if self.workers > 1 else job()
+                try:
+                    record, predictions = job.result() if self.workers > 1 else job()
+                except BrokenProcessPool as exc:
+                    codes = str(exc).partition("The exit codes of the workers are ")[2].split("\n")[0]
+                    raise FeatxError(
+                        f"a probe worker process was killed while fitting (exit codes {codes or 'unknown'}): "
+                        f"most often the system ran out of memory, {self.workers} workers each holding a "
+                        "feature set; set probe.n_jobs lower (probe.n_jobs=1 fits one at a time, in this "
+                        "process) and rerun") from None
                 # A scout's record ranks feature sets for the second stage; the verdict chooses
                 # among the heads that stage fitted (featx.choice).
                 job = write_record(self.run.directory, dataclasses.replace(

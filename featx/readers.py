@@ -170,12 +170,41 @@ def _read_arrow(path: Path, names: dict[str, list[str]]) -> Table:
         table_names = names.get(column)
         if table_names is None or value is None:
             return value
+        if value == -1 and isinstance(value, int):
+            return None  # ClassLabel's "no label" (GLUE's test splits): a missing label, not the last name
         try:
             return [table_names[v] for v in value] if isinstance(value, list) else table_names[value]
         except (IndexError, TypeError):
             return value  # a code outside the names: the label checks name the row
-    rows = [{str(k): named(str(k), _plain(v)) for k, v in r.items()} for r in table.to_pylist()]
+    try:
+        rows = [{str(k): named(str(k), _plain(v)) for k, v in r.items()} for r in table.to_pylist()]
+    except UnicodeDecodeError:
+        _check_utf8(path, table)  # names the row
+        raise
     return Table(str(path), [str(c) for c in table.column_names], rows, list(range(1, len(rows) + 1)))
+
+
+def _check_utf8(path: Path, table) -> None:
+    """Refuse a string that is not UTF-8 (a writer that does not validate its strings leaves
+    them) by its row and column, where converting the table raised a UnicodeDecodeError."""
+    import pyarrow as pa
+
+    for name, column in zip(table.column_names, table.columns):
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            continue
+        at = 0
+        for chunk in column.chunks:
+            try:
+                chunk.validate(full=True)
+            except pa.ArrowInvalid:
+                for i, value in enumerate(chunk.cast(pa.large_binary()).to_pylist()):
+                    try:
+                        value is None or value.decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise FeatxError(f"{path}, row {at + i + 1}, column {shown(str(name))}: bytes "
+                                         f"{shown(value)} are not valid UTF-8 text; write the file again "
+                                         "from valid strings") from None
+            at += len(chunk)
 
 
 def read_table(path: str | Path, cfg: DataConfig) -> Table:
@@ -368,7 +397,13 @@ def _read_parquet(path: Path) -> Table:
         frame = pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises many types for unreadable files
         raise FeatxError(f"{path}: cannot read as Parquet ({exc})") from None
-    rows = [{str(k): _plain(v) for k, v in r.items()} for r in frame.to_dict("records")]
+    try:
+        rows = [{str(k): _plain(v) for k, v in r.items()} for r in frame.to_dict("records")]
+    except UnicodeDecodeError:
+        import pyarrow.parquet as pq
+
+        _check_utf8(path, pq.read_table(path))  # names the row
+        raise
     return Table(str(path), [str(c) for c in frame.columns], rows, list(range(1, len(rows) + 1)))
 
 

@@ -183,6 +183,19 @@ class RidgeClassifierHead(ClassifierMixin, BaseEstimator):
         return self.classes_[proba.argmax(axis=1)]
 
     def __getstate__(self):
-        state = super().__getstate__()
+        # A copy: object.__getstate__ returns the instance's own __dict__, and popping from it
+        # dropped the decomposition of the head being pickled as well.
+        state = dict(super().__getstate__())
         state.pop("_cache", None)  # the path's decomposition: nothing a saved head keeps
         return state
+
+    def __deepcopy__(self, memo):
+        # A copy of a fitted candidate is where the path goes on from (featx.search: past the
+        # grid's edge, the other folds): it keeps the decomposition, shared, since it is never
+        # changed in place and its key says which rows it is of.
+        import copy
+
+        other = type(self).__new__(type(self))
+        memo[id(self)] = other
+        other.__dict__.update({k: v if k == "_cache" else copy.deepcopy(v, memo) for k, v in self.__dict__.items()})
+        return other

@@ -118,11 +118,11 @@ def select(*, head: str, task: str, n_classes: int, X: np.ndarray | sparse.csr_m
     fitter = _Head(head, task, n_classes, seed, threads)
     spec = H.HEADS[head]
 
-    def walk(grid: list[dict]) -> list[dict]:
+    def walk(grid: list[dict], start=None) -> list[dict]:
         # Under dev each fit is on all of train: the chosen one is kept, not refitted. Otherwise a
         # head that warm-starts keeps its candidates' fits as starting points for the later ones.
         tried = _walk(fitter, grid, X_fit, y_fit, X_held, keep_fitted=rows is None or spec.warm,
-                      stop_early=spec.path, metric=metric, truth=truth)
+                      stop_early=spec.path, metric=metric, truth=truth, start=start)
         for candidate in tried:
             if candidate["held"] is not None:
                 candidate["scored"] = candidate["scored"] or _score(task, truth, candidate["held"], metric)
@@ -135,10 +135,15 @@ def select(*, head: str, task: str, n_classes: int, X: np.ndarray | sparse.csr_m
             beyond = _beyond([c["params"] for c in tried], side)
             if best != (0 if side == 0 else len(tried) - 1) or beyond is None:
                 break
-            extra = walk([beyond])
+            # A head that warm-starts goes on from the edge's own fit, one step along its path
+            # (ridge: the same rows' decomposition, not a second one).
+            extra = walk([beyond], start=tried[best]["fitted"] if spec.warm else None)
             for candidate in extra:
                 candidate["extension"] = step  # chosen only if clearly better than those nearer the grid
-                candidate["within_noise"] = not _clearly_above(task, metric, truth, tried[best], candidate)
+                # Above the edge, but by less than a standard error: noise, not chosen (one below
+                # it is not chosen anyway, and is no "within noise" of it).
+                above = candidate["scored"][0] - tried[best]["scored"][0] > TIE
+                candidate["within_noise"] = above and not _clearly_above(task, metric, truth, tried[best], candidate)
             tried = extra + tried if side == 0 else tried + extra
             if _best(tried) == best + (side == 0):  # no better past the edge: the grid was enough
                 break
@@ -196,15 +201,16 @@ def warmed(head: str, task: str, params: dict, *, start, y: np.ndarray, seed: in
 
 
 def _walk(head: _Head, grid: list[dict], X_fit, y_fit, X_held, *, keep_fitted: bool, stop_early: bool,
-          metric: str, truth) -> list[dict]:
+          metric: str, truth, start=None) -> list[dict]:
     """Fit `grid` in order on one selection split: per candidate its params, its predictions on
     the held rows `X_held` (None when the path stopped before it), its fit when `keep_fitted`,
     and its score when the path stop had to compute it (`truth`: the held rows' labels).
 
     One estimator goes along the grid, so a path head warm-starts each fit from the previous
-    candidate's solution and stops on its selection score."""
+    candidate's solution and stops on its selection score; `start`, a fit of the same head on the
+    same rows, is where it begins (a copy: the candidate it was stays as it is)."""
     tried = [{"params": params, "held": None, "fitted": None, "scored": None} for params in grid]
-    estimator = None
+    estimator = None if start is None else copy.deepcopy(start)
     path_best, below, best_held = None, 0, None
     for candidate in tried:
         estimator = H.step(head.name, head.task, candidate["params"], head.seed, head.threads,
@@ -304,17 +310,22 @@ def selection_splits(task, y, protocol: Protocol, folds: int, seed: int) -> list
 
     if protocol.name == "dev":
         return [(None, None)]
+    if protocol.name == "holdout" and _holdout_rows(len(y)) < 2:
+        raise FeatxError(f"probe.protocol = \"holdout\" holds out half of the {len(y)} training rows, "
+                         "fewer than the 2 a score needs (a correlation, a threshold): give at least 4 "
+                         "training rows, or use probe.protocol = \"cv\"")
     if TASKS[task].thresholded:
         if protocol.name == "holdout":
             return [iterative_holdout(y, _holdout_rows(len(y)), seed)]
         return iterative_folds(y, folds, seed)
     classes = TASKS[task].classes
     if protocol.name == "holdout":
-        rows = np.arange(len(y))
-        counts = np.bincount(y) if classes else None
-        stratify = y if classes and counts[counts > 0].min() >= 2 else None
-        fit, held = train_test_split(rows, test_size=_holdout_rows(len(y)), random_state=seed,
-                                     stratify=stratify)
+        rows, size = np.arange(len(y)), _holdout_rows(len(y))
+        counts = np.bincount(y)[np.bincount(y) > 0] if classes else None
+        # Stratified where scikit-learn can: two rows of every class, and as many classes as
+        # either part has rows (3,000 classes of 7 rows each are more than a 10% holdout's).
+        stratify = y if classes and counts.min() >= 2 and min(size, len(y) - size) >= len(counts) else None
+        fit, held = train_test_split(rows, test_size=size, random_state=seed, stratify=stratify)
         return [(np.sort(fit), np.sort(held))]
     if classes:
         smallest = min(int(c) for c in np.bincount(y) if c > 0)
@@ -323,8 +334,10 @@ def selection_splits(task, y, protocol: Protocol, folds: int, seed: int) -> list
                              "least two per class (add examples, or give a dev split)")
         splitter = StratifiedKFold(min(folds, smallest), shuffle=True, random_state=seed)
     else:
-        if folds > len(y):
-            raise FeatxError(f"probe.folds = {folds} is more than the {len(y)} training rows: lower "
-                             f"probe.folds (at most {len(y)}) or give more rows")
+        if folds >= len(y):  # the first fold's held rows choose, by a correlation: two at least
+            raise FeatxError(f"probe.folds = {folds} with {len(y)} training rows leaves a fold of one row "
+                             "(or none), and a regression's hyperparameters are chosen by a correlation "
+                             "on the first fold's rows, which needs two: lower probe.folds (at most "
+                             f"{len(y) - 1}) or give more rows")
         splitter = KFold(folds, shuffle=True, random_state=seed)
     return list(splitter.split(np.zeros(len(y)), y))

@@ -64,7 +64,7 @@ def allowed() -> dict[str, type]:
                MultiOutputClassifier, MultiOutputRegressor, OneVsRestClassifier, DummyClassifier, DummyRegressor,
                TfidfVectorizer, TfidfTransformer, LGBMClassifier, LGBMRegressor, Booster,
                boosting.LightGBMClassifierHead, boosting.LightGBMRegressorHead, heads.MultilabelLogistic,
-               lexical.LexicalFeatures, heads.IncreasingScore, varying.VaryingLabels, heads.MLPHead,
+               lexical.LexicalFeatures, heads.IncreasingScore, varying.VaryingLabels, heads.MLPHead, heads.MLPRegressorHead,
                heads.TorchLogistic, heads.TorchRidge, heads.TorchMLPClassifier, heads.TorchMLPRegressor,
                heads.RidgeClassifierHead]
     # Head files written before these classes left featx/heads.py name them there: they still load.

@@ -46,6 +46,9 @@ STREAM_BYTES = 64 << 20  # files this large or larger are streamed, smaller ones
 # Bytes of the file pyarrow parses at a time. Its read-ahead holds about 40 blocks: at 4 MiB
 # its pool peaked at 150 MB against 40 MB, for no faster a read (docs/benchmarks.md, Scale).
 BLOCK_BYTES = 1 << 20
+# pyarrow refuses a record longer than a block: a pass meeting one starts again with blocks 4x
+# larger (skipping the rows it gave), up to this; a record longer still is the exact reader's.
+MAX_BLOCK_BYTES = 16 << 20
 
 
 # What str.strip() strips (str.isspace()): a text of only these is empty, in both readers. Written
@@ -61,7 +64,7 @@ def threshold() -> int:
     raw = os.environ.get("FEATX_STREAM_BYTES")
     if raw is None:
         return STREAM_BYTES
-    if not raw.strip().isdigit():
+    if not (raw.strip().isascii() and raw.strip().isdigit()):  # "²".isdigit(), but int("²") fails
         raise FeatxError(f"FEATX_STREAM_BYTES={raw!r} is not a number of bytes: set it to a whole "
                          "number (0 streams every file that can be) or unset it")
     return int(raw)
@@ -151,22 +154,39 @@ class Source:
     def batches(self, columns: list[str]):
         """Record batches of `columns`, in file order."""
         import pyarrow as pa
-        import pyarrow.csv as pv
 
         check_states(self)  # a pass over other rows than the first one read
+        block, given = BLOCK_BYTES, 0  # rows yielded so far
+        while True:
+            try:
+                seen = 0
+                for batch in self._reader(columns, block):
+                    if seen + batch.num_rows > given:
+                        yield batch.slice(given - seen) if given > seen else batch
+                        given = seen + batch.num_rows
+                    seen += batch.num_rows
+                return
+            except pa.ArrowInvalid as exc:
+                if "straddl" not in str(exc) or block >= MAX_BLOCK_BYTES:
+                    raise
+                block = min(4 * block, MAX_BLOCK_BYTES)
+                log.debug("%s: a record longer than a block; reading it again in blocks of %d bytes",
+                          self.path, block)
+
+    def _reader(self, columns: list[str], block: int):
+        import pyarrow as pa
+        import pyarrow.csv as pv
 
         quoted = self.quoting != "none"
-        reader = pv.open_csv(
+        return pv.open_csv(
             self.path if self.span is None else io.BufferedReader(_SpanFile(self.path, self.span)),
-            read_options=pv.ReadOptions(block_size=BLOCK_BYTES, use_threads=True),
+            read_options=pv.ReadOptions(block_size=block, use_threads=True),
             parse_options=pv.ParseOptions(delimiter=self.delimiter, quote_char='"' if quoted else False,
                                           double_quote=quoted, newlines_in_values=quoted,
                                           ignore_empty_lines=True),
             convert_options=pv.ConvertOptions(column_types={c: pa.string() for c in self.columns},
                                               include_columns=columns, strings_can_be_null=False,
                                               quoted_strings_can_be_null=False, null_values=[]))
-        for batch in reader:
-            yield batch
 
 
 class Lazy(Sequence):
@@ -494,27 +514,29 @@ def parse(source: Source, wanted: Wanted) -> Parsed:
     kept = Pass(wanted)
     n = 0
     try:
-        for batch in source.batches(columns):
+        # Every column, though only `wanted` are used: pyarrow checks the UTF-8 of the columns it
+        # converts, and the whole-file reader refuses a byte that is not UTF-8 in any of them.
+        for batch in source.batches(list(source.columns)):
             for text in wanted.texts:
-                texts = batch.column(columns.index(text))
+                texts = batch.column(text)
                 if _has_blank(texts) or has_nul(texts):
                     raise Fallback("an empty text or a NUL byte")
             if wanted.targets:
-                kept.add_targets(np.stack([string_targets(batch.column(columns.index(c)), plain=wanted.plain)
+                kept.add_targets(np.stack([string_targets(batch.column(c), plain=wanted.plain)
                                            for c in wanted.labels], axis=1))
             else:
-                values = batch.column(columns.index(wanted.labels[0]))
+                values = batch.column(wanted.labels[0])
                 if (not wanted.blank_labels and _has_blank(values)) or has_nul(values):
                     raise Fallback("a missing label or a NUL byte")
                 encoded = pc.dictionary_encode(values)
                 kept.labels.add_encoded(encoded.dictionary.to_pylist(), _indices(encoded))
             if wanted.id is not None:
-                ids = batch.column(columns.index(wanted.id))
+                ids = batch.column(wanted.id)
                 if _has_blank(ids) or has_nul(ids):
                     raise Fallback("a missing id or a NUL byte")
                 kept.add_ids(string_hashes(ids))
             if wanted.split is not None:
-                names = pc.dictionary_encode(batch.column(columns.index(wanted.split)))
+                names = pc.dictionary_encode(batch.column(wanted.split))
                 kept.splits.add_encoded(names.dictionary.to_pylist(), _indices(names))
             n += batch.num_rows
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowKeyError, UnicodeError) as exc:  # data.py names the row

@@ -97,8 +97,13 @@ class ColumnarSource:
             raise stream.Fallback("ids or targets in a ClassLabel column")
         kept = stream.Pass(wanted)
         n = nbytes = 0
+        # The other string columns too, for their UTF-8 only: the whole-file reader converts
+        # every column, and refuses a string that is not UTF-8 in any of them.
+        others = [c for c in _string_columns(self.files, self.arrow) if c not in columns]
         try:
-            for batch in self.batches(columns):
+            for batch in self.batches(columns + others):
+                for other in others:
+                    batch.column(other).validate(full=True)
                 column = lambda name: batch.column(columns.index(name))  # noqa: E731
                 for text in wanted.texts:
                     texts = _scalars(column(text), strings=True)
@@ -132,10 +137,13 @@ class ColumnarSource:
         return kept.parsed(self, n, nbytes)
 
     def _named(self, column: str, value):
-        """featx.readers' rule: a ClassLabel code is its class name (a code outside them stays)."""
+        """featx.readers' rule: a ClassLabel code is its class name, -1 ("no label") a missing
+        label (None), another code outside them stays."""
         names = dict(self.names).get(column)
         if names is None or not isinstance(value, int) or isinstance(value, bool):
             return value
+        if value == -1:
+            return None
         return names[value] if -len(names) <= value < len(names) else value
 
     def values(self, column: str, assignment: np.ndarray | None, code: int):
@@ -205,6 +213,27 @@ def _columns(path: Path, arrow: bool) -> tuple[str, ...]:
         except (ValueError, KeyError, TypeError):
             raise stream.Fallback("pandas metadata featx cannot read") from None
     return tuple(c for c in schema.names if c not in index)
+
+
+def _string_columns(files: tuple[Path, ...], arrow: bool) -> list[str]:
+    """The columns that are strings (or large strings) in any of the files, from their schemas."""
+    import pyarrow as pa
+
+    found: dict[str, None] = {}
+    try:
+        for path in files:
+            if arrow:
+                with pa.memory_map(str(path)) as source:
+                    schema = _ipc_reader(source).schema
+            else:
+                import pyarrow.parquet as pq
+
+                schema = pq.read_schema(path)
+            found |= {field.name: None for field in schema
+                      if pa.types.is_string(field.type) or pa.types.is_large_string(field.type)}
+    except (pa.ArrowException, OSError) as exc:
+        raise stream.Fallback(f"pyarrow: {str(exc)[:200]}") from None
+    return list(found)
 
 
 def _ipc_reader(source):

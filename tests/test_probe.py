@@ -209,6 +209,132 @@ def test_a_job_failing_in_a_worker_process_fails_the_probe_with_its_error(tmp_pa
     assert workers._pool is not None and not any(p.is_alive() for p in (workers._pool._processes or {}).values())
 
 
+def _killed(*args, **kwargs):
+    """A job whose worker process dies without an error (the system's out-of-memory killer)."""
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_worker_process_killed_mid_fit_is_a_clear_error(tmp_path, monkeypatch):
+    """Red team: a worker the system killed (out of memory: n_jobs workers each hold a feature
+    set) surfaced as loky's TerminatedWorkerError traceback, not an error saying what to do."""
+    import featx.probe
+    from featx.probe import _Run, _Workers
+    from featx.progress import progress
+
+    features, labels, names = make_task("binary", True)
+    path = write_synthetic_cache(tmp_path / "c", "binary", features, labels, names)
+    run = _Run(path, ProbeConfig(n_jobs=2), "synthetic", tmp_path / "run", None, {}, store=None)
+    run.directory.mkdir()
+    monkeypatch.setattr(featx.probe, "probe_one", _killed)
+    with pytest.raises(FeatxError, match=r"worker process .*SIGKILL.*probe.n_jobs"):
+        with progress(total=2, enabled=False) as bar, _Workers(run, bar) as workers:
+            workers.gather(workers.submit([(Features("mean", (0,)), "ridge"), (Features("mean", (0,)), "mlp")]))
+
+
+@pytest.mark.parametrize("n_train, protocol, folds", [(8, "dev", 5), (12, "cv", 5)])
+def test_the_mlp_fits_a_regression_of_ten_rows_or_fewer(tmp_path, n_train, protocol, folds):
+    """Red team: MLPHead fits a classification without early stopping where scikit-learn
+    cannot split off its validation part (10 rows or fewer), but the regression MLP was
+    scikit-learn's own, which raised "The validation set is too small"."""
+    rng = np.random.default_rng(0)
+    labels = {s: rng.normal(size=(n, 1)) for s, n in (("train", n_train), ("dev", 6), ("test", 6))}
+    if protocol == "cv":
+        del labels["dev"]
+    features = {s: rng.normal(size=(len(y), 1, 6)) for s, y in labels.items()}
+    path = write_synthetic_cache(tmp_path / "tiny", "regression", features, labels, ["target"])
+    record, _ = probe_one(path, Features("mean", (0,)), "mlp", ProbeConfig(protocol=protocol, folds=folds))
+    assert record.protocol["name"] == protocol and np.isfinite(record.metrics["mse"])
+
+
+@pytest.mark.parametrize("n_train, folds", [(40, 40), (5, 5)])
+def test_regression_folds_of_one_row_are_a_clear_error(tmp_path, n_train, folds):
+    """Red team: probe.folds up to the number of rows passed the check, but with as many folds as
+    rows the first fold, whose held rows choose the hyperparameters, holds one row, and a
+    correlation needs two: scipy's "`x` and `y` must have length at least 2"."""
+    rng = np.random.default_rng(0)
+    labels = {"train": rng.normal(size=(n_train, 1)), "test": rng.normal(size=(6, 1))}
+    features = {s: rng.normal(size=(len(y), 1, 6)) for s, y in labels.items()}
+    path = write_synthetic_cache(tmp_path / "tiny", "regression", features, labels, ["target"])
+    with pytest.raises(FeatxError, match=f"probe.folds = {folds} .*at most {n_train - 1}"):
+        probe_one(path, Features("mean", (0,)), "ridge", ProbeConfig(protocol="cv", folds=folds))
+
+
+def test_a_holdout_of_fewer_than_two_rows_is_a_clear_error(tmp_path):
+    """Red team: 3 training rows under probe.protocol = "holdout" held out one row: scipy's
+    correlation (or LightGBM's fit on one row) raised a traceback."""
+    rng = np.random.default_rng(0)
+    labels = {"train": rng.normal(size=(3, 1)), "test": rng.normal(size=(6, 1))}
+    features = {s: rng.normal(size=(len(y), 1, 6)) for s, y in labels.items()}
+    path = write_synthetic_cache(tmp_path / "tiny", "regression", features, labels, ["target"])
+    for head in ("ridge", "lightgbm"):
+        with pytest.raises(FeatxError, match="holdout.*3 training rows.*at least 4"):
+            probe_one(path, Features("mean", (0,)), head, ProbeConfig(protocol="holdout"))
+
+
+def test_the_default_workers_are_the_cores_this_process_may_run_on(tmp_path, monkeypatch):
+    """Red team: probe.n_jobs = 0 counted os.cpu_count(), every core of the host, where the
+    process may run on two (taskset, a batch scheduler's or a container's cpuset): 64 workers,
+    each holding a feature set, on 2 cores. The extraction already counts the cores it may use."""
+    import os
+
+    from featx.probe import _Run, _Workers
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    run = _Run(tmp_path, ProbeConfig(), "synthetic", tmp_path, None, {}, store=None)
+    assert (_Workers(run, None).workers, _Workers(run, None).threads) == (2, 1)
+    run = _Run(tmp_path, ProbeConfig(n_jobs=1), "synthetic", tmp_path, None, {}, store=None)
+    assert (_Workers(run, None).workers, _Workers(run, None).threads) == (1, 2)
+
+
+def test_a_holdout_with_more_classes_than_held_rows_is_made(tmp_path):
+    """Red team: past 20,000 training rows the auto protocol holds out 10% of them, stratified by
+    class; with more classes than that (3,000 classes of 7 rows) scikit-learn refused: "The
+    test_size = 2100 should be greater or equal to the number of classes = 3000"."""
+    from featx.search import choose_protocol, selection_splits
+
+    y = np.repeat(np.arange(3000), 7)
+    protocol = choose_protocol("auto", ["train", "test"], 5, len(y))
+    assert protocol.name == "holdout"
+    [(fit, held)] = selection_splits("multiclass", y, protocol, 5, 0)
+    assert len(held) == 2100 and len(fit) == len(y) - 2100 and not set(fit) & set(held)
+
+
+def test_bootstrap_intervals_of_many_classes_hold_no_class_by_class_matrix():
+    """Red team: the multiclass bootstrap built a (resamples, classes, classes) confusion matrix:
+    a probe of 2,100 classes on 2,100 test rows asked for 33 GiB (MemoryError), and each path
+    stop's paired standard error (200 resamples) for 1,000 classes, 1.6 GB. Its metrics need
+    only each class's true, predicted and correct counts."""
+    import tracemalloc
+
+    from featx import bootstrap
+
+    rng = np.random.default_rng(0)
+    k, n = 200, 400
+    y = rng.integers(0, k, n)
+    scores = rng.random((n, k))
+    scores[np.arange(n)[: n // 2], y[: n // 2]] += 1.0  # half the rows right
+    tracemalloc.start()
+    try:
+        got = bootstrap.intervals("multiclass", y, scores[None])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 40e6, f"{peak / 1e6:.0f} MB"  # the matrix: 200 x 200 x 1,000 float64, 320 MB
+    # The same intervals as the metrics of the explicitly resampled rows.
+    W = bootstrap.counts(n, 50, np.random.default_rng(1))
+    fast = bootstrap.metric_samples("multiclass", W, y, scores[None])
+    for b in range(len(W)):
+        rows = np.repeat(np.arange(n), W[b].astype(int))
+        exact = M.evaluate("multiclass", y[rows], scores[rows])
+        for name in ("accuracy", "macro_f1", "mcc"):
+            assert fast[name][b] == pytest.approx(exact[name], abs=1e-9), name
+    assert set(got) == {"accuracy", "macro_f1", "mcc"}
+
+
 def test_saved_heads_are_tied_to_their_record(tmp_path):
     features, labels, names = make_task("binary", True)
     estimator = H.fit(H.build("logistic", "binary", {"C": 1.0}), features["train"][:, 0], labels["train"])
@@ -528,6 +654,19 @@ def test_a_candidate_past_the_edge_within_noise_of_it_is_not_chosen(monkeypatch)
     right[1000] = rows < 330
     chosen = _select_listed(dev, n)
     assert chosen.params == {"C": 10_000} and not any(c.get("within_noise") for c in chosen.search)
+
+
+def test_a_candidate_past_the_edge_that_scores_below_it_is_not_marked_within_noise(monkeypatch):
+    """Red team: every candidate past the edge that was not clearly above it was marked
+    `within_noise`, also one clearly below it, where docs/records.md says the mark is for one
+    that beat the edge by less than a standard error."""
+    n = 400
+    rows = np.arange(n)
+    right = {1: rows < 100, 10: rows < 200, 100: rows < 300, 1000: rows < 150}
+    fits = _listed_head(monkeypatch, right)
+    chosen = _select_listed(choose_protocol("dev", ["train", "dev", "test"], 5), n)
+    assert chosen.params == {"C": 100} and fits == [1, 10, 100, 1000]
+    assert not any(c.get("within_noise") for c in chosen.search)
 
 
 def test_a_baseline_under_cv_is_scored_on_the_first_fold_alone(monkeypatch):

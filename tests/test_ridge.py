@@ -67,6 +67,39 @@ def test_the_path_reuses_one_decomposition_and_equals_fresh_fits(monkeypatch):
     assert "_cache" not in warm.__getstate__()  # a saved head keeps no reference to training rows
 
 
+def test_a_copy_of_a_fit_goes_on_along_the_path_without_decomposing_again(monkeypatch):
+    """The search goes past a grid's edge from a copy of the edge's fit: the copy shares the
+    decomposition of the same rows (and decomposes rows of its own when refitted on other rows);
+    the original is left as it was."""
+    import copy
+
+    from featx import search
+    from featx.config import ProbeConfig
+
+    X, y = _problem(3)
+    calls = []
+    real = np.linalg.eigh
+    monkeypatch.setattr(np.linalg, "eigh", lambda a: calls.append(1) or real(a))
+    edge = RidgeClassifierHead(alpha=0.1, warm_start=True).fit(X, y)
+    before = edge.coef_.copy()
+    beyond = copy.deepcopy(edge).set_params(alpha=0.01).fit(X, y)
+    assert len(calls) == 1
+    np.testing.assert_allclose(beyond.coef_, RidgeClassifierHead(alpha=0.01).fit(X, y).coef_, atol=1e-10)
+    np.testing.assert_array_equal(edge.coef_, before)
+    import pickle
+
+    assert "_cache" not in pickle.loads(pickle.dumps(edge)).__dict__  # a worker's result leaves it behind
+    assert "_cache" in edge.__dict__  # ... and the head pickled keeps it
+    copy.deepcopy(edge).fit(X[:200], y[:200])
+    assert len(calls) == 3  # the copy on other rows, and the fresh fit above
+    # In a search whose low edge wins, the extension is one more cheap step of the same path.
+    calls.clear()
+    chosen = search.select(head="ridge", task="multiclass", n_classes=4, X=X[:240], y=y[:240],
+                           X_dev=X[240:], y_dev=y[240:], protocol=search.Protocol("dev", "dev", "test"),
+                           cfg=ProbeConfig(), metric="accuracy", threads=1)
+    assert len(calls) == 1, chosen.search
+
+
 def test_a_constant_column_is_left_alone_as_standard_scaler_does():
     X, y = _problem(3)
     X[:, 4] = 7.0

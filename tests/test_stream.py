@@ -315,6 +315,10 @@ def test_the_stream_threshold_is_set_by_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("FEATX_STREAM_BYTES", "64MB")
     with pytest.raises(FeatxError, match="FEATX_STREAM_BYTES='64MB' is not a number of bytes"):
         load_dataset(DataConfig(path=str(path)))
+    # Red team: str.isdigit() holds for a superscript digit, which int() refuses (a traceback).
+    monkeypatch.setenv("FEATX_STREAM_BYTES", "\u00b2")
+    with pytest.raises(FeatxError, match="is not a number of bytes"):
+        load_dataset(DataConfig(path=str(path)))
 
 
 def test_split_names_past_the_limit_over_all_ranks_read_whole_on_every_rank(monkeypatch, tmp_path):
@@ -657,3 +661,35 @@ def test_an_empty_second_text_under_drop_empty_is_dropped_as_read_whole(monkeypa
     streamed = load_dataset(DataConfig(**cfg))
     assert streamed.dropped_empty == whole.dropped_empty == {"all": 1}
     assert_same_dataset(whole, streamed, same_key=True)  # read whole: the stream leaves drops to it
+
+
+def test_bytes_not_utf8_in_a_column_not_read_give_the_whole_file_readers_error(monkeypatch, tmp_path):
+    """Red team: pyarrow validated only the columns pass 1 read, so a byte that is not UTF-8 in
+    another column loaded in a stream where the whole-file reader (which decodes every byte)
+    names the line and the encoding to set."""
+    path = tmp_path / "rows.csv"
+    lines = [f"text {i},{'ab'[i % 2]},note {i}" for i in range(200)]
+    path.write_bytes(("text,label,note\n" + "\n".join(lines) + "\n").encode().replace(b"note 150", b"note \xff"))
+    with pytest.raises(FeatxError) as whole:
+        load_dataset(DataConfig(path=str(path)))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 1 << 10)
+    with pytest.raises(FeatxError) as streamed:
+        load_dataset(DataConfig(path=str(path)))
+    assert str(streamed.value) == str(whole.value) and "line 152" in str(whole.value)
+
+
+def test_a_record_longer_than_a_block_is_still_streamed(monkeypatch, tmp_path):
+    """Red team: pyarrow refuses a record that straddles more than one block ("straddling object
+    straddles two block boundaries"), so one long document (a text past 1 MiB) sent a file of
+    any size to the whole-file reader, every text in memory at once."""
+    rows = tricky_rows(300)
+    rows[40]["text"] = "a long document, " * 2000 + "\nwith a line break"
+    rows[41]["text"] = "unquoted " * 3000
+    rows[250]["text"] = "x" * 50_000
+    path = write_rows(tmp_path / "rows.csv", rows)
+    whole, streamed = read_both(monkeypatch, path=str(path))  # 4 KiB blocks: the records span many
+    assert_same_dataset(whole, streamed)
+    got = shares(monkeypatch, 3, path=str(path))
+    for name, split in whole.splits.items():
+        assert sum((list(s.mine.splits[name].texts) for s in got), []) == split.texts

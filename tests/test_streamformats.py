@@ -119,15 +119,15 @@ def string_rows(n: int = 300, seed: int = 4) -> list[dict]:
 
 
 def save_to_disk(path, rows: list[dict], *, shards: int = 3, file_format: bool = False):
-    """A Hugging Face dataset saved with save_to_disk, its labels a ClassLabel (code -1 is
-    the last name, as featx.readers reads it); `file_format`: its Arrow files rewritten in the
-    IPC file format instead of the stream format `datasets` writes."""
+    """A Hugging Face dataset saved with save_to_disk, its labels a ClassLabel; `file_format`:
+    its Arrow files rewritten in the IPC file format instead of the stream format `datasets`
+    writes."""
     datasets = pytest.importorskip("datasets")
     names = ["neg", "pos", "NA", "007"]
     features = datasets.Features({"sentence": datasets.Value("string"), "split": datasets.Value("string"),
                                   "label": datasets.ClassLabel(names=names)})
     data = {"sentence": [r["text"] for r in rows], "split": [r.get("split", "train") for r in rows],
-            "label": [(i % 4) - 1 for i in range(len(rows))]}
+            "label": [r.get("code", i % 4) for i, r in enumerate(rows)]}
     datasets.Dataset.from_dict(data, features=features).save_to_disk(str(path), num_shards=shards)
     if file_format:
         for arrow in sorted(path.glob("*.arrow")):
@@ -172,6 +172,17 @@ def test_json_numbers_and_strings_infer_the_task_as_the_whole_file_reader_does(m
         row["label"] = [True, 1, "yes"][len(row["text"]) % 3]
     whole, streamed = read_both(monkeypatch, path=str(write_jsonl(tmp_path / "m.jsonl", rows)))
     assert whole.task == "multiclass" and whole.label_names == ("1", "True", "yes")
+    assert_same_dataset(whole, streamed)
+
+
+def test_json_booleans_beside_numbers_are_classes_of_their_own_in_either_reader(monkeypatch, tmp_path):
+    """Red team: labels true, false, 1 and 0 are four classes (class_key: "True" is not "1"),
+    but the task was inferred from their numbers (two) as binary, and both readers then said
+    "data.task is binary but the training labels have 4 classes" of a data.task never set."""
+    rows = [{"text": r["text"], "label": [True, 1, False, 0][i % 4]} for i, r in enumerate(classification_rows(200))]
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    whole, streamed = read_both(monkeypatch, path=str(path))
+    assert whole.task == "multiclass" and whole.label_names == ("0", "1", "False", "True")
     assert_same_dataset(whole, streamed)
 
 
@@ -232,9 +243,21 @@ def test_a_saved_hugging_face_dataset_reads_its_class_names(monkeypatch, tmp_pat
         row["split"] = ["train", "validation", "test"][i % 3]
     folder = save_to_disk(tmp_path / "saved", rows, file_format=file_format)
     whole, streamed = read_both(monkeypatch, path=str(folder), text="sentence")
-    assert whole.label_names == ("007", "NA", "neg", "pos")  # -1 is the last name, as read whole
+    assert whole.label_names == ("007", "NA", "neg", "pos")
     assert_same_dataset(whole, streamed)
     assert_same_dataset(*read_both(monkeypatch, path=str(folder), text="sentence", split_column="split"))
+
+
+def test_a_saved_dataset_whose_class_label_is_minus_one_has_a_missing_label(monkeypatch, tmp_path):
+    """Red team: Hugging Face's ClassLabel code -1 is "no label" (GLUE's test splits hold only
+    -1), but both readers indexed the names with it and read the last class: every unlabelled
+    row silently became that class."""
+    rows = string_rows(120)
+    rows[77]["code"] = -1
+    folder = save_to_disk(tmp_path / "saved", rows)
+    whole, streamed = errors_of(monkeypatch, path=str(folder), text="sentence")
+    assert streamed == whole
+    assert "row " in whole and "'label': the label is missing" in whole
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,6 +374,36 @@ def test_a_bad_parquet_row_gives_the_whole_file_readers_error(monkeypatch, tmp_p
         return
     whole, streamed = errors_of(monkeypatch, **cfg)
     assert streamed == whole
+
+
+def not_utf8(values: list[str], bad: int):
+    """A string array whose value `bad` holds bytes that are not UTF-8 (an encoded surrogate and
+    a stray 0xff), as writers that do not validate their strings leave them."""
+    raw = pa.array([v.encode() if i != bad else b"x\xed\xa0\x80\xff" for i, v in enumerate(values)], pa.binary())
+    return pa.Array.from_buffers(pa.string(), len(values), raw.buffers())
+
+
+@pytest.mark.parametrize("column", ["text", "label", "other"])
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+def test_bytes_not_utf8_in_a_parquet_or_arrow_column_are_an_error_naming_the_row(monkeypatch, tmp_path, column, fmt):
+    """Red team: pandas' (Parquet) or to_pylist's (Arrow) conversion of such a string raised a
+    UnicodeDecodeError traceback from the whole-file reader, whichever path."""
+    rows = string_rows(120)
+    table = pa.table({"text": [r["text"] for r in rows], "label": [r["label"] for r in rows],
+                      "other": [f"note {i}" for i in range(120)]})
+    table = table.set_column(table.column_names.index(column), column, not_utf8(table.column(column).to_pylist(), 77))
+    if fmt == "parquet":
+        path = tmp_path / "bad.parquet"
+        pq.write_table(table, path, row_group_size=23)
+    else:
+        path = tmp_path / "saved"
+        path.mkdir()
+        with pa.ipc.new_stream(str(path / "data-00000-of-00001.arrow"), table.schema) as writer:
+            writer.write_table(table)
+        (path / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]}))
+    whole, streamed = errors_of(monkeypatch, path=str(path))
+    assert streamed == whole
+    assert "row 78" in whole and repr(column) in whole and "UTF-8" in whole
 
 
 def test_a_saved_dataset_with_an_empty_text_gives_the_whole_file_readers_error(monkeypatch, tmp_path):

@@ -848,7 +848,7 @@ def test_a_regression_probe_with_more_folds_than_rows(built, tmp_path):
                                    "probe": {"heads": ["logistic"], "sweep": False, "baselines": [], "folds": 10,
                                              "n_jobs": 1}})
     extract(pipeline)
-    refused("probe.folds = 10 is more than the 6 training rows", run_probe, pipeline)
+    refused("probe.folds = 10 with 6 training rows leaves a fold of one row", run_probe, pipeline)
 
 
 def test_predictions_holding_an_object_array(project, tmp_path):
