@@ -236,19 +236,42 @@ def shares(monkeypatch, size: int, **cfg):
     return Ranks(size).run(lambda rank, gather: load_share(DataConfig(**cfg), "dataset", rank, size, gather))
 
 
-@pytest.mark.parametrize("size", [1, 2, 3, 7])
-@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
-def test_ranks_share_the_rows_of_one_streamed_dataset(monkeypatch, tmp_path, size, layout):
-    rows = tricky_rows(600)
+def assert_shares_read_as_whole(monkeypatch, got: list, cfg: dict):
+    """The ranks' shares (`got`) of a streamed dataset: each rank's whole dataset is the one a
+    single process streams (its fingerprint) and reads whole; the ranks' own rows, in rank
+    order, are every split's rows. Returns the dataset read whole."""
+    one = load_dataset(DataConfig(**cfg))
+    with monkeypatch.context() as m:
+        m.setattr(stream, "STREAM_BYTES", 1 << 40)
+        whole = load_dataset(DataConfig(**cfg))
+    for share in got:
+        assert share.dataset.fingerprint() == one.fingerprint()
+        assert_same_dataset(whole, share.dataset)
+    for name, split in whole.splits.items():
+        assert sum((list(s.mine.splits[name].ids) for s in got), []) == split.ids
+        assert sum((list(s.mine.splits[name].texts) for s in got), []) == split.texts
+        if split.text_pairs is not None:
+            assert sum((list(s.mine.splits[name].text_pairs) for s in got), []) == split.text_pairs
+        assert (np.concatenate([s.mine.splits[name].labels for s in got]) == split.labels).all()
+    return whole
+
+
+def laid_out(tmp_path, rows: list[dict], layout: str, suffix: str = ".csv") -> dict:
+    """The [data] keys of `rows` (each given a split, in turn train, dev, test, train) as one
+    file, one file with a split column, or a file per split."""
     for i, row in enumerate(rows):
         row["split"] = ["train", "dev", "test", "train"][i % 4]
     if layout == "split files":
-        cfg = {s: str(write_rows(tmp_path / f"{s}.csv", [r for r in rows if r["split"] == s]))
-               for s in ("train", "dev", "test")}
-    else:
-        cfg = {"path": str(write_rows(tmp_path / "rows.csv", rows))}
-        if layout == "split column":
-            cfg["split_column"] = "split"
+        return {s: str(write_rows(tmp_path / f"{s}{suffix}", [r for r in rows if r["split"] == s]))
+                for s in ("train", "dev", "test")}
+    cfg = {"path": str(write_rows(tmp_path / "rows.csv", rows))}
+    return cfg | ({"split_column": "split"} if layout == "split column" else {})
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7])
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+def test_ranks_share_the_rows_of_one_streamed_dataset(monkeypatch, tmp_path, size, layout):
+    cfg = laid_out(tmp_path, tricky_rows(600), layout)
     got = shares(monkeypatch, size, **cfg)
     one = load_dataset(DataConfig(**cfg))  # one process, streamed
     with monkeypatch.context() as m:
@@ -409,15 +432,7 @@ def target_rows(n: int = 300, seed: int = 6) -> list[dict]:
 
 @pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
 def test_text_pairs_and_ids_stream(monkeypatch, tmp_path, layout):
-    rows = pair_rows()
-    for i, row in enumerate(rows):
-        row["split"] = ["train", "dev", "test", "train"][i % 4]
-    if layout == "split files":
-        cfg = {s: str(write_rows(tmp_path / f"{s}.csv", [r for r in rows if r["split"] == s]))
-               for s in ("train", "dev", "test")}
-    else:
-        cfg = {"path": str(write_rows(tmp_path / "rows.csv", rows))}
-        cfg |= {"split_column": "split"} if layout == "split column" else {}
+    cfg = laid_out(tmp_path, pair_rows(), layout)
     for extra in ({"text_pair": "text2"}, {"id": "id"}, {"text_pair": "text2", "id": "id"}):
         whole, streamed = read_both(monkeypatch, **cfg, **extra)
         assert_same_dataset(whole, streamed)
@@ -500,15 +515,7 @@ def test_the_hashes_of_ids_tell_apart_what_the_bytes_do():
 @pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
 @pytest.mark.parametrize("task", [None, "regression"])
 def test_regression_targets_stream(monkeypatch, tmp_path, layout, task):
-    rows = target_rows()
-    for i, row in enumerate(rows):
-        row["split"] = ["train", "dev", "test", "train"][i % 4]
-    if layout == "split files":
-        cfg = {s: str(write_rows(tmp_path / f"{s}.tsv", [r for r in rows if r["split"] == s]))
-               for s in ("train", "dev", "test")}
-    else:
-        cfg = {"path": str(write_rows(tmp_path / "rows.csv", rows))}
-        cfg |= {"split_column": "split"} if layout == "split column" else {}
+    cfg = laid_out(tmp_path, target_rows(), layout, ".tsv")
     cfg |= {"label": "score", "task": task, "text_pair": "other", "id": None}
     whole, streamed = read_both(monkeypatch, **cfg)
     assert whole.task == "regression" and whole.label_names == ("score",)
@@ -582,15 +589,8 @@ def label_set_rows(n: int = 300, seed: int = 8) -> list[dict]:
 @pytest.mark.parametrize("form", ["columns", "columns, task set", "separator", "separator, task set"])
 def test_label_sets_stream(monkeypatch, tmp_path, layout, form):
     rows = label_set_rows()
-    for i, row in enumerate(rows):
-        row["split"] = ["train", "dev", "test", "train"][i % 4]
-    rows[2]["tags"] = "only-in-dev"  # a label only dev has: kept, as read whole
-    if layout == "split files":
-        cfg = {s: str(write_rows(tmp_path / f"{s}.csv", [r for r in rows if r["split"] == s]))
-               for s in ("train", "dev", "test")}
-    else:
-        cfg = {"path": str(write_rows(tmp_path / "rows.csv", rows))}
-        cfg |= {"split_column": "split"} if layout == "split column" else {}
+    rows[2]["tags"] = "only-in-dev"  # a label only dev has (rows[2] is dev): kept, as read whole
+    cfg = laid_out(tmp_path, rows, layout)
     cfg |= {"label": ("a", "b", "c")} if form.startswith("columns") else {"label": "tags", "label_sep": "|"}
     cfg |= {"task": "multilabel"} if form.endswith("task set") else {}
     whole, streamed = read_both(monkeypatch, **cfg)
@@ -636,20 +636,9 @@ def test_ranks_share_pairs_ids_and_targets(monkeypatch, tmp_path, size, what):
                "label": "tags", "label_sep": "|"}
     if what == "regression past the class limit":
         monkeypatch.setattr(stream, "label_codes", lambda: stream.Codes(50, "labels", stream.TooManyLabels))
-    got = shares(monkeypatch, size, **cfg)
-    one = load_dataset(DataConfig(**cfg))
-    with monkeypatch.context() as m:
-        m.setattr(stream, "STREAM_BYTES", 1 << 40)
-        whole = load_dataset(DataConfig(**cfg))
+    whole = assert_shares_read_as_whole(monkeypatch, shares(monkeypatch, size, **cfg), cfg)
     assert whole.task == {"pairs and ids": "multiclass", "label sets": "multilabel"}.get(what, "regression")
-    for share in got:
-        assert share.dataset.fingerprint() == one.fingerprint()
-        assert_same_dataset(whole, share.dataset)
-    for name, split in whole.splits.items():
-        assert sum((list(s.mine.splits[name].ids) for s in got), []) == split.ids
-        assert sum((list(s.mine.splits[name].texts) for s in got), []) == split.texts
-        assert sum((list(s.mine.splits[name].text_pairs) for s in got), []) == split.text_pairs
-        assert (np.concatenate([s.mine.splits[name].labels for s in got]) == split.labels).all()
+    assert whole.pairs
 
 
 def test_an_empty_second_text_under_drop_empty_is_dropped_as_read_whole(monkeypatch, tmp_path):

@@ -16,7 +16,7 @@ from featx.config import DataConfig
 from featx.data import load_dataset
 from featx.errors import FeatxError
 from tests.conftest import ROOT, classification_rows
-from tests.test_stream import Ranks, assert_same_dataset
+from tests.test_stream import Ranks, assert_same_dataset, assert_shares_read_as_whole
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -741,20 +741,8 @@ def test_ranks_share_pairs_ids_and_targets_of_every_format(monkeypatch, tmp_path
         cfg = write_format(tmp_path, fmt, rows) | {"task": "regression"}
     else:
         cfg = write_format(tmp_path, fmt, rows) | {"label": "score", "text_pair": "text2", "id": "id"}
-    got = shares(monkeypatch, size, **cfg)
-    one = load_dataset(DataConfig(**cfg))
-    monkeypatch.setattr(stream, "STREAM_BYTES", 1 << 40)
-    whole = load_dataset(DataConfig(**cfg))
+    whole = assert_shares_read_as_whole(monkeypatch, shares(monkeypatch, size, **cfg), cfg)
     assert whole.task == "regression"
-    for share in got:
-        assert share.dataset.fingerprint() == one.fingerprint()
-        assert_same_dataset(whole, share.dataset)
-    for name, split in whole.splits.items():
-        assert sum((list(s.mine.splits[name].ids) for s in got), []) == split.ids
-        assert sum((list(s.mine.splits[name].texts) for s in got), []) == split.texts
-        if split.text_pairs is not None:
-            assert sum((list(s.mine.splits[name].text_pairs) for s in got), []) == split.text_pairs
-        assert (np.concatenate([s.mine.splits[name].labels for s in got]) == split.labels).all()
 
 
 def test_a_label_text_file_has_no_second_text_nor_id(monkeypatch, tmp_path):
@@ -822,17 +810,8 @@ def test_a_bad_json_label_list_gives_the_whole_file_readers_error(monkeypatch, t
 @pytest.mark.parametrize("size", [2, 3])
 def test_ranks_share_json_label_lists(monkeypatch, tmp_path, size):
     cfg = write_format(tmp_path, "jsonl", list_rows(420))
-    got = shares(monkeypatch, size, **cfg)
-    one = load_dataset(DataConfig(**cfg))
-    monkeypatch.setattr(stream, "STREAM_BYTES", 1 << 40)
-    whole = load_dataset(DataConfig(**cfg))
+    whole = assert_shares_read_as_whole(monkeypatch, shares(monkeypatch, size, **cfg), cfg)
     assert whole.task == "multilabel"
-    for share in got:
-        assert share.dataset.fingerprint() == one.fingerprint()
-        assert_same_dataset(whole, share.dataset)
-    for name, split in whole.splits.items():
-        assert sum((list(s.mine.splits[name].texts) for s in got), []) == split.texts
-        assert (np.concatenate([s.mine.splits[name].labels for s in got]) == split.labels).all()
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
