@@ -291,6 +291,12 @@ def label_set(value, columns: Columns, where: str) -> list[str]:
                 out.append(column)
         return out
     if isinstance(value, list):
+        for v in value:
+            # A null among a row's labels (JSON, Parquet) was read as a class named "None".
+            if is_missing(v) or isinstance(v, (list, dict)):
+                raise FeatxError(f"{where}, column {shown(columns.labels[0])}: the row's list of labels "
+                                 f"holds {shown(v)}, which is no label (a null, a blank or a nested "
+                                 "value); remove it from the list, or fix the row")
         return [class_key(v) for v in value]
     if columns.label_sep is None:
         raise FeatxError(f"{where}, column {shown(columns.labels[0])}: a multilabel column needs a list "

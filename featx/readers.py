@@ -166,18 +166,28 @@ def _read_arrow(path: Path, names: dict[str, list[str]]) -> Table:
         raise FeatxError(f"{path}: cannot read as an Arrow file ({exc}); save the dataset again "
                          "with Dataset.save_to_disk") from None
 
-    def named(column: str, value):
+    def named(column: str, value, row: int):
         table_names = names.get(column)
         if table_names is None or value is None:
             return value
         if value == -1 and isinstance(value, int):
             return None  # ClassLabel's "no label" (GLUE's test splits): a missing label, not the last name
+        if isinstance(value, list):
+            # A Sequence of ClassLabel codes: -1 or a code past the names is no label of the row's
+            # (Python's names[-1] would silently read the last class).
+            wrong = [v for v in value if not (isinstance(v, int) and 0 <= v < len(table_names))]
+            if wrong:
+                raise FeatxError(f"{path}, row {row}, column {shown(column)}: ClassLabel code {wrong[0]!r} "
+                                 f"is none of the column's {len(table_names)} class names; save the dataset "
+                                 "again with every code of a row's labels in 0..n-1")
+            return [table_names[v] for v in value]
         try:
-            return [table_names[v] for v in value] if isinstance(value, list) else table_names[value]
+            return table_names[value]
         except (IndexError, TypeError):
             return value  # a code outside the names: the label checks name the row
     try:
-        rows = [{str(k): named(str(k), _plain(v)) for k, v in r.items()} for r in table.to_pylist()]
+        rows = [{str(k): named(str(k), _plain(v), i) for k, v in r.items()}
+                for i, r in enumerate(table.to_pylist(), start=1)]
     except UnicodeDecodeError:
         _check_utf8(path, table)  # names the row
         raise

@@ -127,7 +127,9 @@ class ColumnarSource:
                     raise stream.Fallback("a blank label")
                 for name, codes, as_str in ((None if wanted.targets else wanted.labels[0], kept.labels, False),
                                             (wanted.split, kept.splits, True)):
-                    if name is not None:
+                    if name is not None and name != wanted.split and _is_list(column(name).type):
+                        codes.add_encoded(*_label_lists(column(name), dict(self.names).get(name)))
+                    elif name is not None:
                         encoded = pc.dictionary_encode(_scalars(column(name)))
                         named = [self._named(name, v) for v in encoded.dictionary.to_pylist()]
                         codes.add_encoded([str(v) for v in named] if as_str else named, stream._indices(encoded))
@@ -152,6 +154,43 @@ class ColumnarSource:
             # Strings (a text, an id), or integers (an id; str() of each, as stream.IdColumn reads them)
             yield stream.select(_scalars(batch.column(0)), assignment, code, record).to_pylist()
             record += batch.num_rows
+
+
+def _is_list(kind) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_list(kind) or pa.types.is_large_list(kind)
+
+
+def _label_lists(values, names: tuple[str, ...] | None) -> tuple[list[list], np.ndarray]:
+    """A column of label lists (a multilabel row's labels, or a saved dataset's Sequence of
+    ClassLabel codes) as its distinct lists and each row's index into them: the lists featx.readers
+    gives (pandas' arrays or to_pylist, codes read as their names). Lists of strings or integers
+    only, without a null, a blank or NUL string or a code outside the names: anything the label
+    checks would report is the exact reader's to name (`stream.Fallback`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    inner = values.type.value_type
+    strings = pa.types.is_string(inner) or pa.types.is_large_string(inner)
+    if values.null_count or not (strings or pa.types.is_integer(inner)):
+        raise stream.Fallback(f"a column of {values.type}, or with nulls")
+    flat = values.flatten()  # the values of this batch's lists alone (a slice's offsets kept)
+    if flat.null_count:
+        raise stream.Fallback("a null in a list of labels")
+    if strings:
+        flat.validate(full=True)
+        if stream._has_blank(flat) or stream.has_nul(flat):
+            raise stream.Fallback("a blank label or a NUL byte in a list of labels")
+    elif names is not None and len(flat) and not 0 <= pc.min(flat).as_py() <= pc.max(flat).as_py() < len(names):
+        raise stream.Fallback("a ClassLabel code outside its names")  # -1 too: the reader's to judge
+    # One column holds one type of value, so a row's tuple tells its list apart as JSON would
+    # (1 and True never meet in it); each distinct list is coded once.
+    index: dict[tuple, int] = {}
+    at = np.fromiter((index.setdefault(tuple(v), len(index)) for v in values.to_pylist()), dtype=np.int64,
+                     count=len(values))
+    distinct = [[names[c] for c in k] if names is not None else list(k) for k in index]
+    return distinct, at
 
 
 def _targets(values, plain: bool) -> np.ndarray:

@@ -260,6 +260,71 @@ def test_a_saved_dataset_whose_class_label_is_minus_one_has_a_missing_label(monk
     assert "row " in whole and "'label': the label is missing" in whole
 
 
+
+@pytest.mark.parametrize("kind", ["strings", "large strings", "integers", "split files"])
+def test_lists_of_labels_in_parquet_read_as_the_whole_file_reader_does(monkeypatch, tmp_path, kind):
+    """A multilabel Parquet column of lists (as pandas and datasets write them) streams: the rows'
+    label sets, the empty set among them, the same in either reader."""
+    names = ["joy", "NA", "007", "7", "ünï", " spaced "] if kind != "integers" else [3, 0, 17, 250, 8, 1]
+    rows = string_rows(300)
+    for i, row in enumerate(rows):
+        row["label"] = [names[(i * k) % 6] for k in range(1, i % 4 + 1)][: 1 + i % 3] if i % 7 else []
+    label_type = {"strings": pa.list_(pa.string()), "large strings": pa.large_list(pa.large_string()),
+                  "integers": pa.list_(pa.int64()), "split files": None}[kind]
+    if kind == "split files":
+        cfg = {name: str(write_parquet(tmp_path / f"{name}.parquet", part, pa.list_(pa.string())))
+               for name, part in (("train", rows[:200]), ("dev", rows[200:250]), ("test", rows[250:]))}
+    else:
+        cfg = {"path": str(write_parquet(tmp_path / "rows.parquet", rows, label_type))}
+    whole, streamed = read_both(monkeypatch, **cfg)
+    assert whole.task == "multilabel"
+    assert_same_dataset(whole, streamed)
+
+
+def save_label_lists(path, codes: list[list[int]], names: list[str]):
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features({"text": datasets.Value("string"),
+                                  "labels": datasets.Sequence(datasets.ClassLabel(names=names))})
+    data = {"text": [f"comment number {i} ✓" for i in range(len(codes))], "labels": codes}
+    datasets.Dataset.from_dict(data, features=features).save_to_disk(str(path), num_shards=2)
+    return path
+
+
+def test_a_saved_dataset_of_label_lists_reads_its_class_names(monkeypatch, tmp_path):
+    """GoEmotions as `datasets` ships it: a Sequence of ClassLabel codes per row, read as names."""
+    names = ["admiration", "anger", "NA", "007"]
+    codes = [[i % 4] if i % 5 else [i % 4, (i + 1) % 4] for i in range(260)]
+    folder = save_label_lists(tmp_path / "saved", codes, names)
+    whole, streamed = read_both(monkeypatch, path=str(folder), label="labels")
+    assert whole.task == "multilabel" and sorted(whole.label_names) == sorted(names)
+    assert_same_dataset(whole, streamed)
+
+
+@pytest.mark.parametrize("damage", ["code past the names", "null list", "null label", "null label in JSON"])
+def test_a_bad_list_of_labels_gives_the_whole_file_readers_error(monkeypatch, tmp_path, damage):
+    """Red team: a null among a row's labels was read as a class named "None", a code -1 in a
+    Sequence of ClassLabel as the last class."""
+    if damage == "null label in JSON":
+        rows = [{"text": f"text {i}", "label": [["a"], ["b", "a"]][i % 2]} for i in range(200)]
+        rows[66]["label"] = ["a", None]
+        rows[88]["label"] = ["a", {"k": 1}, [2, "x"]]
+        cfg = {"path": str(write_jsonl(tmp_path / "bad.jsonl", rows))}
+    elif damage == "code past the names":
+        codes = [[i % 2] for i in range(200)]
+        codes[123] = [1, -1]  # datasets refuses a code past the names; -1 ("no label") it keeps
+        assert_streams(monkeypatch, path=str(save_label_lists(tmp_path / "good", [[i % 2] for i in range(200)],
+                                                             ["a", "b"])), label="labels")
+        cfg = {"path": str(save_label_lists(tmp_path / "bad", codes, ["a", "b"])), "label": "labels"}
+    else:
+        rows = string_rows(200)
+        for i, row in enumerate(rows):
+            row["label"] = [["a"], ["b", "a"]][i % 2]
+        rows[66]["label"] = None if damage == "null list" else ["a", None]
+        cfg = {"path": str(write_parquet(tmp_path / "bad.parquet", rows, pa.list_(pa.string())))}
+    whole, streamed = errors_of(monkeypatch, **cfg)
+    assert streamed == whole
+    assert "row " in whole
+
 # ---------------------------------------------------------------------------------------------
 # Anything to report: the whole-file reader's error, whichever path
 
@@ -358,20 +423,15 @@ def test_a_bad_parquet_row_gives_the_whole_file_readers_error(monkeypatch, tmp_p
     elif damage == "number text":
         for i, row in enumerate(rows):
             row["text"] = i
-    elif damage == "list label":
+    elif damage == "list label":  # a blank label among a row's labels
         for i, row in enumerate(rows):
-            row["label"] = [["a"], ["b"]][i % 2]
+            row["label"] = [["a"], ["b", "a"], []][i % 3] if i != 140 else ["a", " "]
         label_type = pa.list_(pa.string())
     elif damage == "one class":
         for row in rows:
             row["label"] = 7
     path = write_parquet(tmp_path / "bad.parquet", rows, label_type)
     cfg = {"path": str(path)} | ({"label": "target"} if damage == "missing column" else {})
-    if damage == "list label":  # lists of labels are multilabel: read whole, whatever the size
-        monkeypatch.setattr(stream, "STREAM_BYTES", 0)
-        streamed = load_dataset(DataConfig(**cfg))
-        assert streamed.task == "multilabel" and isinstance(streamed.splits["train"].texts, list)
-        return
     whole, streamed = errors_of(monkeypatch, **cfg)
     assert streamed == whole
 
@@ -768,7 +828,6 @@ def list_rows(n: int = 300, seed: int = 9) -> list[dict]:
 @pytest.mark.parametrize("task", [None, "multilabel"])
 def test_json_lists_of_labels_stream(monkeypatch, tmp_path, task):
     rows = list_rows()
-    rows[6]["label"] = [{"k": 1}, [2, "x"], None]  # str() of each, as read whole
     cfg = write_format(tmp_path, "jsonl", rows) | {"task": task}
     whole, streamed = read_both(monkeypatch, **cfg)
     assert whole.task == "multilabel" and {"7", "007", "1", "True", "NA"} <= set(whole.label_names)
