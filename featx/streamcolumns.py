@@ -184,13 +184,16 @@ def _label_lists(values, names: tuple[str, ...] | None) -> tuple[list[list], np.
             raise stream.Fallback("a blank label or a NUL byte in a list of labels")
     elif names is not None and len(flat) and not 0 <= pc.min(flat).as_py() <= pc.max(flat).as_py() < len(names):
         raise stream.Fallback("a ClassLabel code outside its names")  # -1 too: the reader's to judge
-    # One column holds one type of value, so a row's tuple tells its list apart as JSON would
-    # (1 and True never meet in it); each distinct list is coded once.
-    index: dict[tuple, int] = {}
-    at = np.fromiter((index.setdefault(tuple(v), len(index)) for v in values.to_pylist()), dtype=np.int64,
-                     count=len(values))
-    distinct = [[names[c] for c in k] if names is not None else list(k) for k in index]
-    return distinct, at
+    # Each row's list as one string, its labels joined by NUL (a NUL in a label was refused
+    # above), coded by pyarrow: no Python per row. An empty list is the empty string.
+    # (A batch's labels are far fewer than 2 GB: plain lists of plain strings, the kernel's type.)
+    encoded = pc.dictionary_encode(pc.binary_join(values.cast(pa.list_(pa.string())), "\x00"))
+    distinct = [key.split("\x00") if key else [] for key in encoded.dictionary.to_pylist()]
+    if not strings:
+        distinct = [[int(v) for v in labels] for labels in distinct]
+        if names is not None:
+            distinct = [[names[v] for v in labels] for labels in distinct]
+    return distinct, stream._indices(encoded)
 
 
 def _targets(values, plain: bool) -> np.ndarray:
