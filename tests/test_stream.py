@@ -144,10 +144,68 @@ def test_a_bad_row_gives_the_whole_file_readers_error(monkeypatch, tmp_path, dam
 def test_what_is_not_streamed_is_read_whole(monkeypatch, tmp_path):
     monkeypatch.setattr(stream, "STREAM_BYTES", 0)
     path = write_rows(tmp_path / "p.csv", classification_rows(60, pairs=True))
-    for cfg in ({"max_rows": 10}, {"keep": ("id",)}):
-        assert isinstance(load_dataset(DataConfig(path=str(path), **cfg)).splits["train"].texts, list)
+    assert isinstance(load_dataset(DataConfig(path=str(path), keep=("id",))).splits["train"].texts, list)
     monkeypatch.setattr(stream, "STREAM_BYTES", 1 << 30)  # a small file
     assert isinstance(load_dataset(DataConfig(path=str(path))).splits["train"].texts, list)
+
+
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+@pytest.mark.parametrize("max_rows", [1, 7, 120, 10_000])
+def test_max_rows_streams_each_splits_first_rows_as_read_whole(monkeypatch, tmp_path, layout, max_rows):
+    """data.max_rows: each split's first rows, after the split and after the labels were fitted
+    on every training row (a class only past the first rows is still a class), as read whole."""
+    rows = pair_rows(600)
+    for i in (592, 596):  # laid out in train, past its first rows but the last
+        rows[i]["label"] = "late"
+    cfg = laid_out(tmp_path, rows, layout) | {"max_rows": max_rows}
+    for extra in ({}, {"text_pair": "text2", "id": "id"}):
+        whole, streamed = read_both(monkeypatch, **cfg, **extra)
+        assert "late" in whole.label_names
+        with monkeypatch.context() as m:
+            m.setattr(stream, "STREAM_BYTES", 0)
+            full = load_dataset(DataConfig(**(cfg | {"max_rows": None}), **extra))
+        assert isinstance(full.splits["train"].texts, stream.Column)
+        assert {name: len(split) for name, split in whole.splits.items()} == \
+               {name: min(max_rows, len(split)) for name, split in full.splits.items()}
+        assert_same_dataset(whole, streamed)
+        # A dataset cut short has a key of its own; cut at no row, it is the whole file's.
+        cut = any(len(split) > max_rows for split in full.splits.values())
+        assert (streamed.fingerprint() == full.fingerprint()) != cut
+
+
+@pytest.mark.parametrize("what", ["regression", "label sets"])
+def test_max_rows_of_targets_and_label_sets_streams_as_read_whole(monkeypatch, tmp_path, what):
+    rows = [r | t | {"tags": s["tags"]} for r, t, s in zip(pair_rows(400), target_rows(400), label_set_rows(400))]
+    rows[399]["tags"] = "only-at-the-end"  # a label of a test row past max_rows: a label all the same
+    cfg = laid_out(tmp_path, rows, "one file") | {"max_rows": 25}
+    cfg |= {"label": "score"} if what == "regression" else {"label": "tags", "label_sep": "|"}
+    whole, streamed = read_both(monkeypatch, **cfg)
+    assert whole.task == ("regression" if what == "regression" else "multilabel")
+    assert_same_dataset(whole, streamed)
+
+
+def test_max_rows_of_a_streamed_file_reads_only_the_first_rows_texts(monkeypatch, tmp_path):
+    """data.max_rows=500 on a file of 100M rows: pass 1 reads every record (the split and the
+    labels are the whole file's), but no text is held, and a split's texts are read no further
+    into the file than its first rows."""
+    import featx.data
+
+    path = write_rows(tmp_path / "rows.csv", tricky_rows(3000))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 1 << 12)
+
+    def whole(*args, **kwargs):
+        raise AssertionError("the whole-file reader was called")
+    monkeypatch.setattr(featx.data, "read_tables", whole)
+    dataset = load_dataset(DataConfig(path=str(path), max_rows=5))
+    texts = dataset.splits["train"].texts
+    assert isinstance(texts, stream.Column) and len(texts) == 5
+    batches = []
+    real = stream.Source.batches
+    monkeypatch.setattr(stream.Source, "batches", lambda self, columns: (batches.append(b) or b
+                                                                        for b in real(self, columns)))
+    assert len(list(texts)) == 5 and texts._whole is None
+    assert len(batches) == 1 < path.stat().st_size / stream.BLOCK_BYTES / 10  # the first block only
 
 
 def test_a_streamed_dataset_extracts_into_the_same_cache(monkeypatch, tmp_path, make_pipeline):
@@ -639,6 +697,14 @@ def test_ranks_share_pairs_ids_and_targets(monkeypatch, tmp_path, size, what):
     whole = assert_shares_read_as_whole(monkeypatch, shares(monkeypatch, size, **cfg), cfg)
     assert whole.task == {"pairs and ids": "multiclass", "label sets": "multilabel"}.get(what, "regression")
     assert whole.pairs
+
+
+def test_max_rows_is_streamed_by_every_rank_alone(monkeypatch, tmp_path):
+    """The first rows of each split lie in rank 0's bytes: shares would leave the other ranks
+    none. Every rank streams the file itself (load_dataset), holding only the first rows' texts."""
+    cfg = laid_out(tmp_path, pair_rows(600), "one file") | {"text_pair": "text2", "id": "id", "max_rows": 20}
+    assert shares(monkeypatch, 3, **cfg) == [None] * 3
+    assert isinstance(load_dataset(DataConfig(**cfg)).splits["train"].texts, stream.Column)
 
 
 def test_an_empty_second_text_under_drop_empty_is_dropped_as_read_whole(monkeypatch, tmp_path):
