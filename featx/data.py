@@ -23,7 +23,7 @@ from featx.builtin import BUILTINS
 from featx.config import DataConfig
 from featx.errors import FeatxError, shown
 from featx.labels import (SPLIT_ALIASES, Columns, LabelEncoder, check_unique_ids, class_key, dropped_per_split,
-                          empty_message, infer_task)
+                          empty_message, infer_task, read_label_names)
 from featx.readers import SUFFIX_FORMATS, Table, folder_files, read_table, read_tables
 from featx.splits import SPLITS, label_assignment, split_single, stratified_assignment
 from featx.tasks import TASKS
@@ -209,7 +209,7 @@ def _streamable(cfg: DataConfig) -> bool:
     task = None if cfg.task is None else TASKS[cfg.task]
     return (cfg.builtin is None and all(f is None or isinstance(f, str) for f in single)
             and (cfg.label is None or isinstance(cfg.label, str) or task is None or not task.classes)
-            and cfg.label_regex is None and cfg.label_names is None and not cfg.keep)
+            and cfg.label_regex is None and not cfg.keep)
 
 
 def _passes(cfg: DataConfig, columns: Columns) -> list[stream.Wanted]:
@@ -334,10 +334,11 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
     # Per split, which records of its file are its rows (None: all of them).
     mask = {split: None if a is None else a == code for split, (p, a, code) in parts.items()}
     task = cfg.task or streamlabels.task_of(parts["train"][0], mask["train"], columns)  # as read whole: train's labels'
+    fixed = _label_names(cfg)
     if TASKS[task].classes:
-        names, labels = streamlabels.class_labels(task, parts, mask)
+        names, labels = streamlabels.class_labels(task, parts, mask, fixed)
     elif TASKS[task].thresholded:
-        names, labels = streamlabels.label_sets(parts, mask, columns)
+        names, labels = streamlabels.label_sets(parts, mask, columns, fixed)
     elif TASKS[task].regression:
         names, labels = columns.labels, streamlabels.regression_labels(parts, mask)
     else:
@@ -370,10 +371,19 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
     # As the whole-file reader names them: a folder's files joined by " + ", the splits' by ", ".
     source = ", ".join(" + ".join(str(f) for f in p.source.files) for p in parsed.values())
     paths = tuple(str(f) for p in parsed.values() for f in p.source.files)
+    paths += (cfg.label_names,) if isinstance(cfg.label_names, str) else ()  # as read whole: its names are data
     log.info("read %s in a stream (%s rows): texts stay in the files until the cache holds them",
              source, f"{sum(len(s) for s in whole.values()):,}")
     make = lambda splits: Dataset(name, task, names, splits, source, paths)  # noqa: E731
     return make(whole), (make(mine) if share is not None else None), offsets
+
+
+def _label_names(cfg: DataConfig) -> tuple[str, ...] | None:
+    """data.label_names (a list, or a file of one name a line), read as LabelEncoder.fit reads
+    it; Fallback for a file that is not there (the whole-file reader reports it, in its turn)."""
+    if isinstance(cfg.label_names, str) and not Path(cfg.label_names).is_file():
+        raise stream.Fallback("no data.label_names file")
+    return read_label_names(cfg.label_names)
 
 
 def _stream_splits(cfg: DataConfig, columns: Columns, parsed: dict):

@@ -144,7 +144,8 @@ def test_a_bad_row_gives_the_whole_file_readers_error(monkeypatch, tmp_path, dam
 def test_what_is_not_streamed_is_read_whole(monkeypatch, tmp_path):
     monkeypatch.setattr(stream, "STREAM_BYTES", 0)
     path = write_rows(tmp_path / "p.csv", classification_rows(60, pairs=True))
-    assert isinstance(load_dataset(DataConfig(path=str(path), keep=("id",))).splits["train"].texts, list)
+    for cfg in ({"keep": ("id",)}, {"label_regex": "(.*)"}):
+        assert isinstance(load_dataset(DataConfig(path=str(path), **cfg)).splits["train"].texts, list)
     monkeypatch.setattr(stream, "STREAM_BYTES", 1 << 30)  # a small file
     assert isinstance(load_dataset(DataConfig(path=str(path))).splits["train"].texts, list)
 
@@ -206,6 +207,81 @@ def test_max_rows_of_a_streamed_file_reads_only_the_first_rows_texts(monkeypatch
                                                                         for b in real(self, columns)))
     assert len(list(texts)) == 5 and texts._whole is None
     assert len(batches) == 1 < path.stat().st_size / stream.BLOCK_BYTES / 10  # the first block only
+
+
+NAMES = ("spaced", "none", "NA", "ünï", "7", "007", "never seen", "8", "9")
+
+
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+@pytest.mark.parametrize("given", ["a list", "a file"])
+def test_label_names_stream_as_read_whole(monkeypatch, tmp_path, layout, given):
+    """data.label_names: the classes in its order, a name unseen still a class, and a label
+    written as its position in the names ("1": none; "7" a name before a position)."""
+    rows = tricky_rows(400)
+    for i in range(0, 400, 9):
+        rows[i]["label"] = ["1", "6", "8"][i // 9 % 3]  # positions: none, never seen; 8 a name of its own
+    names = NAMES
+    if given == "a file":
+        names = str(tmp_path / "names.txt")
+        (tmp_path / "names.txt").write_text("\n".join(NAMES) + "\n\n", encoding="utf-8")
+    cfg = laid_out(tmp_path, rows, layout) | {"label_names": names}
+    for extra in ({}, {"max_rows": 30}):
+        whole, streamed = read_both(monkeypatch, **cfg, **extra)
+        assert whole.label_names == NAMES and (whole.files[-1] == names) == (given == "a file")
+        assert_same_dataset(whole, streamed)
+        if not extra:
+            assert {"none", "never seen", "8"} <= {NAMES[y] for y in streamed.splits["train"].labels}
+    with monkeypatch.context() as m:
+        m.setattr(stream, "STREAM_BYTES", 0)
+        other = load_dataset(DataConfig(**(cfg | {"label_names": NAMES[::-1]})))
+    assert other.fingerprint() != streamed.fingerprint()  # the names (their order) are the key's
+
+
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+def test_ranks_share_rows_of_label_names(monkeypatch, tmp_path, layout):
+    rows = tricky_rows(600)
+    for i in range(0, 600, 7):
+        rows[i]["label"] = "6"  # a position: "never seen"
+    cfg = laid_out(tmp_path, rows, layout) | {"label_names": NAMES}
+    whole = assert_shares_read_as_whole(monkeypatch, shares(monkeypatch, 3, **cfg), cfg)
+    assert whole.label_names == NAMES
+
+
+@pytest.mark.parametrize("layout", ["one file", "split files"])
+def test_label_names_of_label_sets_stream_as_read_whole(monkeypatch, tmp_path, layout):
+    """GoEmotions' "2,17": label sets of positions in data.label_names, beside names."""
+    rows = label_set_rows()
+    for i, row in enumerate(rows):
+        if i % 5 == 0:
+            row["tags"] = ["2|0", "5", "1|007"][i % 3]
+    cfg = laid_out(tmp_path, rows, layout) | {"label": "tags", "label_sep": "|",
+                                              "label_names": ("007", "7", "NA", "x y", "ünï", "b", "unseen")}
+    whole, streamed = read_both(monkeypatch, **cfg)
+    assert whole.task == "multilabel" and whole.label_names[-1] == "unseen"
+    assert_same_dataset(whole, streamed)
+
+
+@pytest.mark.parametrize("damage", ["a class not named", "a label set not named", "too few names", "no file"])
+def test_label_names_errors_are_the_whole_file_readers(monkeypatch, tmp_path, damage):
+    rows = tricky_rows(300)
+    cfg = {"label_names": NAMES}
+    if damage == "a class not named":
+        rows[250]["label"] = "9 lives"
+    elif damage == "a label set not named":
+        rows = label_set_rows()
+        rows[250]["tags"] = "7|nameless"
+        cfg = {"label": "tags", "label_sep": "|", "label_names": ("007", "7", "NA", "x y", "ünï", "b")}
+    elif damage == "too few names":
+        cfg = {"label_names": ("7",)}
+    else:
+        cfg = {"label_names": str(tmp_path / "missing.txt")}
+    cfg["path"] = str(write_rows(tmp_path / "rows.csv", rows))
+    with pytest.raises(FeatxError) as whole:
+        load_dataset(DataConfig(**cfg))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    with pytest.raises(FeatxError) as streamed:
+        load_dataset(DataConfig(**cfg))
+    assert str(streamed.value) == str(whole.value)
 
 
 def test_a_streamed_dataset_extracts_into_the_same_cache(monkeypatch, tmp_path, make_pipeline):
