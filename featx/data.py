@@ -335,15 +335,16 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
     mask = {split: None if a is None else a == code for split, (p, a, code) in parts.items()}
     task = cfg.task or streamlabels.task_of(parts["train"][0], mask["train"], columns)  # as read whole: train's labels'
     fixed = _label_names(cfg)
+    # data.max_rows: as read whole, the names are fitted on every row, only the first are encoded.
     if TASKS[task].classes:
-        names, labels = streamlabels.class_labels(task, parts, mask, fixed)
+        names, labels = streamlabels.class_labels(task, parts, mask, fixed, first=cfg.max_rows)
     elif TASKS[task].thresholded:
-        names, labels = streamlabels.label_sets(parts, mask, columns, fixed)
+        names, labels = streamlabels.label_sets(parts, mask, columns, fixed, first=cfg.max_rows)
     elif TASKS[task].regression:
         names, labels = columns.labels, streamlabels.regression_labels(parts, mask)
     else:
         raise stream.Fallback(f"task {task}")
-    if cfg.max_rows is not None:  # as read whole: each split's first rows, labels fitted on all of them
+    if cfg.max_rows is not None:  # each split's first rows
         parts, labels = _first_rows(parts, labels, cfg.max_rows)
     whole, mine, offsets = {}, {}, {}
     for split in SPLITS:

@@ -28,10 +28,12 @@ from featx.tasks import TASKS
 log = logging.getLogger("featx")
 
 
-def class_labels(task: str, parts: dict, mask: dict,
-                 fixed: tuple[str, ...] | None = None) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
+def class_labels(task: str, parts: dict, mask: dict, fixed: tuple[str, ...] | None = None,
+                 first: int | None = None) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
     """(class names, per split its rows' class indices (n,) int64) of labels coded by pass 1.
-    `fixed`: data.label_names, the names instead of train's (`index_of`)."""
+    `fixed`: data.label_names, the names instead of train's (`index_of`). `first`: only each
+    split's first rows are encoded (data.max_rows), the names still every training row's: a
+    label past them that train lacks is never looked up, as read whole."""
     if any(p.codes is None for p, _, _ in parts.values()):
         raise stream.Fallback("classes among more distinct labels than pass 1 codes")
     for p, _, _ in parts.values():
@@ -39,13 +41,14 @@ def class_labels(task: str, parts: dict, mask: dict,
     # Per split, its rows' label codes: 2 bytes a row, with the split codes all that is held per row.
     in_split = {split: p.codes if mask[split] is None else p.codes[mask[split]] for split, (p, _, _) in parts.items()}
     train = parts["train"][0]
-    names = fixed if fixed is not None else tuple(sorted({class_key(train.labels[c]) for c in _present(in_split["train"])}, key=natural_key))
+    names = fixed if fixed is not None else \
+        tuple(sorted({class_key(train.labels[c]) for c in _present(in_split["train"])}, key=natural_key))
     if len(names) < 2 or TASKS[task].n_classes not in (None, len(names)):
         raise stream.Fallback("too few or too many classes")  # the whole-file reader says which
     index = index_of(task, names, fixed is not None)
     labels = {}
     for split, (p, _, _) in parts.items():
-        labels[split] = np.array([index.get(class_key(v), -1) for v in p.labels], dtype=np.int64)[in_split[split]]
+        labels[split] = np.array([index.get(class_key(v), -1) for v in p.labels], dtype=np.int64)[in_split[split][:first]]
         if (labels[split] < 0).any():
             raise stream.Fallback("a label train (or data.label_names) lacks")  # named with its row
     return names, labels
@@ -57,15 +60,16 @@ def index_of(task: str, names: tuple[str, ...], positions: bool) -> dict[str, in
     return LabelEncoder.from_names(task, names, None, positions=positions).index
 
 
-def label_sets(parts: dict, mask: dict, columns: Columns,
-               fixed: tuple[str, ...] | None = None) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
+def label_sets(parts: dict, mask: dict, columns: Columns, fixed: tuple[str, ...] | None = None,
+               first: int | None = None) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
     """(label names, per split its rows' 0/1 label sets (n, n_labels) uint8), as
     LabelEncoder.fit and encode give them: one 0/1 column per label column, or the labels of
     lists or `label_sep` fields, train's and (kept, logged) those only dev or test have; or
-    `fixed`, data.label_names (not for label columns, which name the labels)."""
+    `fixed`, data.label_names (not for label columns, which name the labels). `first`: only
+    each split's first rows are encoded (data.max_rows), the names still every row's."""
     if len(columns.labels) > 1:
         matrices = {id(p): _zero_one(p) for p, _, _ in parts.values()}
-        return columns.labels, {split: matrices[id(p)] if mask[split] is None else matrices[id(p)][mask[split]]
+        return columns.labels, {split: (matrices[id(p)] if mask[split] is None else matrices[id(p)][mask[split]])[:first]
                                 for split, (p, _, _) in parts.items()}
     sets = {id(p): _sets_of(p, columns) for p, _, _ in parts.values()}
     present = {split: _present(p.codes if mask[split] is None else p.codes[mask[split]])
@@ -83,12 +87,12 @@ def label_sets(parts: dict, mask: dict, columns: Columns,
     if not names:
         raise stream.Fallback("no label at all")  # the whole-file reader says so
     index = index_of("multilabel", names, fixed is not None)
-    if any(x not in index for split, (p, _, _) in parts.items() for c in present[split] for x in sets[id(p)][c]):
-        raise stream.Fallback("a label data.label_names lacks")  # named with its row
     labels = {}
     for split, (p, _, _) in parts.items():
-        rows = _set_matrix(sets[id(p)], index, len(names))  # (distinct values, n_labels)
-        labels[split] = rows[p.codes if mask[split] is None else p.codes[mask[split]]]
+        codes = (p.codes if mask[split] is None else p.codes[mask[split]])[:first]
+        if any(x not in index for c in _present(codes) for x in sets[id(p)][c]):
+            raise stream.Fallback("a label data.label_names lacks")  # named with its row
+        labels[split] = _set_matrix(sets[id(p)], index, len(names))[codes]  # (distinct values, n_labels)[codes]
     return names, labels
 
 

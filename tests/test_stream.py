@@ -185,6 +185,30 @@ def test_max_rows_of_targets_and_label_sets_streams_as_read_whole(monkeypatch, t
     assert_same_dataset(whole, streamed)
 
 
+@pytest.mark.parametrize("label", ["a class", "a label set"])
+def test_a_label_unknown_only_past_max_rows_streams_as_read_whole(monkeypatch, tmp_path, label):
+    """Only the first rows are encoded: a label train (or data.label_names) lacks past them is
+    no error read whole, and none streamed (nor a reason to read the file whole)."""
+    if label == "a class":
+        rows = tricky_rows(300)
+        rows[280]["label"] = "never-in-train"
+        cfg = {}
+    else:
+        rows = label_set_rows()
+        rows[280]["tags"] = "7|nameless"
+        cfg = {"label": "tags", "label_sep": "|", "label_names": ("007", "7", "NA", "x y", "ünï", "b")}
+    cfg |= {"train": str(write_rows(tmp_path / "train.csv", rows[:200])),
+            "dev": str(write_rows(tmp_path / "dev.csv", rows[200:])), "max_rows": 50}
+    assert_same_dataset(*read_both(monkeypatch, **cfg))
+    errors = []
+    for threshold in (1 << 40, 0):  # its row among the first: the whole-file reader's error, either way
+        monkeypatch.setattr(stream, "STREAM_BYTES", threshold)
+        with pytest.raises(FeatxError, match="never appears in train") as error:
+            load_dataset(DataConfig(**(cfg | {"max_rows": 81})))
+        errors.append(str(error.value))
+    assert errors[0] == errors[1]
+
+
 def test_max_rows_of_a_streamed_file_reads_only_the_first_rows_texts(monkeypatch, tmp_path):
     """data.max_rows=500 on a file of 100M rows: pass 1 reads every record (the split and the
     labels are the whole file's), but no text is held, and a split's texts are read no further
