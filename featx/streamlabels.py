@@ -92,7 +92,7 @@ def label_sets(parts: dict, mask: dict, columns: Columns, fixed: tuple[str, ...]
         codes = (p.codes if mask[split] is None else p.codes[mask[split]])[:first]
         if any(x not in index for c in _present(codes) for x in sets[id(p)][c]):
             raise stream.Fallback("a label data.label_names lacks")  # named with its row
-        labels[split] = _set_matrix(sets[id(p)], index, len(names))[codes]  # (distinct values, n_labels)[codes]
+        labels[split] = _set_matrix(sets[id(p)], index, len(names))[codes]  # (n, n_labels): each row its value's set
     return names, labels
 
 
