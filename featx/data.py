@@ -23,7 +23,7 @@ from featx.builtin import BUILTINS
 from featx.config import DataConfig
 from featx.errors import FeatxError, shown
 from featx.labels import (SPLIT_ALIASES, Columns, LabelEncoder, check_unique_ids, class_key, dropped_per_split,
-                          empty_message, infer_task)
+                          empty_message, infer_task, read_label_names)
 from featx.readers import SUFFIX_FORMATS, Table, folder_files, read_table, read_tables
 from featx.splits import SPLITS, label_assignment, split_single, stratified_assignment
 from featx.tasks import TASKS
@@ -209,7 +209,7 @@ def _streamable(cfg: DataConfig) -> bool:
     task = None if cfg.task is None else TASKS[cfg.task]
     return (cfg.builtin is None and all(f is None or isinstance(f, str) for f in single)
             and (cfg.label is None or isinstance(cfg.label, str) or task is None or not task.classes)
-            and cfg.label_regex is None and cfg.label_names is None and not cfg.keep and cfg.max_rows is None)
+            and cfg.label_regex is None and not cfg.keep)
 
 
 def _passes(cfg: DataConfig, columns: Columns) -> list[stream.Wanted]:
@@ -270,8 +270,13 @@ def load_share(cfg: DataConfig, name: str, rank: int, size: int, gather) -> Shar
     collective that returns every rank's value (torch.distributed.all_gather_object).
 
     None, alike on every rank, when the data is not streamed or cannot be cut with certainty:
-    every rank then reads it whole (`load_dataset`)."""
-    if not _streamable(cfg):
+    every rank then reads it whole (`load_dataset`, which streams what it can).
+
+    None for data.max_rows too: each split's first rows lie in the first ranks' bytes, so the
+    other ranks' shares would hold no row of a split (which their shard of the cache cannot
+    store) and rank 0 would compute them all. Every rank streams the file alone instead (pass 1
+    over all of it, the texts of the first rows only), and the ranks deal those rows."""
+    if not _streamable(cfg) or cfg.max_rows is not None:
         return None
     try:
         everyone = spans.agreed(gather, lambda: streamformats.sources_of(cfg))
@@ -329,14 +334,18 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
     # Per split, which records of its file are its rows (None: all of them).
     mask = {split: None if a is None else a == code for split, (p, a, code) in parts.items()}
     task = cfg.task or streamlabels.task_of(parts["train"][0], mask["train"], columns)  # as read whole: train's labels'
+    fixed = _label_names(cfg)
+    # data.max_rows: as read whole, the names are fitted on every row, only the first are encoded.
     if TASKS[task].classes:
-        names, labels = streamlabels.class_labels(task, parts, mask)
+        names, labels = streamlabels.class_labels(task, parts, mask, fixed, first=cfg.max_rows)
     elif TASKS[task].thresholded:
-        names, labels = streamlabels.label_sets(parts, mask, columns)
+        names, labels = streamlabels.label_sets(parts, mask, columns, fixed, first=cfg.max_rows)
     elif TASKS[task].regression:
         names, labels = columns.labels, streamlabels.regression_labels(parts, mask)
     else:
         raise stream.Fallback(f"task {task}")
+    if cfg.max_rows is not None:  # each split's first rows
+        parts, labels = _first_rows(parts, labels, cfg.max_rows)
     whole, mine, offsets = {}, {}, {}
     for split in SPLITS:
         if split not in parts:
@@ -363,10 +372,19 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
     # As the whole-file reader names them: a folder's files joined by " + ", the splits' by ", ".
     source = ", ".join(" + ".join(str(f) for f in p.source.files) for p in parsed.values())
     paths = tuple(str(f) for p in parsed.values() for f in p.source.files)
+    paths += (cfg.label_names,) if isinstance(cfg.label_names, str) else ()  # as read whole: its names are data
     log.info("read %s in a stream (%s rows): texts stay in the files until the cache holds them",
              source, f"{sum(len(s) for s in whole.values()):,}")
     make = lambda splits: Dataset(name, task, names, splits, source, paths)  # noqa: E731
     return make(whole), (make(mine) if share is not None else None), offsets
+
+
+def _label_names(cfg: DataConfig) -> tuple[str, ...] | None:
+    """data.label_names (a list, or a file of one name a line), read as LabelEncoder.fit reads
+    it; Fallback for a file that is not there (the whole-file reader reports it, in its turn)."""
+    if isinstance(cfg.label_names, str) and not Path(cfg.label_names).is_file():
+        raise stream.Fallback("no data.label_names file")
+    return read_label_names(cfg.label_names)
 
 
 def _stream_splits(cfg: DataConfig, columns: Columns, parsed: dict):
@@ -400,6 +418,22 @@ def _stream_splits(cfg: DataConfig, columns: Columns, parsed: dict):
     if "train" not in parts:
         raise stream.Fallback("no training rows")  # the whole-file reader says so
     return parts, "record" if one.splits is None else "split"
+
+
+def _first_rows(parts: dict, labels: dict, max_rows: int) -> tuple[dict, dict]:
+    """(parts, labels) of only each split's first `max_rows` rows (data.max_rows), as the
+    whole-file reader keeps them. The records past them get split code -1, no split's: its
+    Column reads no text of theirs, and its fingerprint (which hashes the codes) is not the
+    whole split's. A split's own file is given codes (all 0, then -1) only when it holds more."""
+    cut = {}  # id of a Parsed -> its records' codes, each split's records past its first at -1
+    for split, (p, a, code) in parts.items():
+        if a is None and p.n <= max_rows:
+            continue
+        # One file's splits share one array of codes (an int8 per record, as pass 1 already holds).
+        codes = cut.setdefault(id(p), np.zeros(p.n, np.int8) if a is None else a.copy())
+        codes[np.flatnonzero(codes == code)[max_rows:]] = -1
+    return ({split: (p, cut.get(id(p), a), code) for split, (p, a, code) in parts.items()},
+            {split: rows[:max_rows].copy() for split, rows in labels.items()})  # not a view of all
 
 
 def _stream_split(split: str, source, columns: Columns, assignment, code: int, *, labels: np.ndarray,

@@ -345,7 +345,7 @@ class LabelEncoder:
     @classmethod
     def fit(cls, train: Rows, columns: Columns, task: str, cfg: DataConfig,
             others: list[Rows] = ()) -> "LabelEncoder":
-        fixed = _read_label_names(cfg.label_names)
+        fixed = read_label_names(cfg.label_names)
         if TASKS[task].regression:
             names = columns.labels
         elif TASKS[task].thresholded and len(columns.labels) > 1:
@@ -436,7 +436,8 @@ def natural_key(name: str):
     return (0, number, name) if number is not None else (1, 0.0, name)
 
 
-def _read_label_names(spec) -> tuple[str, ...] | None:
+def read_label_names(spec) -> tuple[str, ...] | None:
+    """data.label_names: a tuple of names, or a file of one name a line (blank lines skipped)."""
     if spec is None or isinstance(spec, tuple):
         return spec
     path = Path(spec)

@@ -217,8 +217,15 @@ class Lazy(Sequence):
         if self._whole is not None:
             yield from self._whole
             return
+        left = self._n  # the first n (data.max_rows): the file is read no further than they go
+        if not left:
+            return
         for block in self._blocks():
+            if len(block) >= left:
+                yield from block[:left]
+                return
             yield from block
+            left -= len(block)
 
     def __getitem__(self, key):
         if isinstance(key, slice):

@@ -21,15 +21,19 @@ import numpy as np
 
 from featx import stream, streamformats
 from featx.errors import FeatxError
-from featx.labels import (MAX_INFERRED_CLASSES, MAX_TARGET, Columns, Distinct, as_number, class_key, infer_task,
-                          label_set, natural_key)
+from featx.labels import (MAX_INFERRED_CLASSES, MAX_TARGET, Columns, Distinct, LabelEncoder, as_number, class_key,
+                          infer_task, label_set, natural_key)
 from featx.tasks import TASKS
 
 log = logging.getLogger("featx")
 
 
-def class_labels(task: str, parts: dict, mask: dict) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
-    """(class names, per split its rows' class indices (n,) int64) of labels coded by pass 1."""
+def class_labels(task: str, parts: dict, mask: dict, fixed: tuple[str, ...] | None = None,
+                 first: int | None = None) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
+    """(class names, per split its rows' class indices (n,) int64) of labels coded by pass 1.
+    `fixed`: data.label_names, the names instead of train's (`index_of`). `first`: only each
+    split's first rows are encoded (data.max_rows), the names still every training row's: a
+    label past them that train lacks is never looked up, as read whole."""
     if any(p.codes is None for p, _, _ in parts.values()):
         raise stream.Fallback("classes among more distinct labels than pass 1 codes")
     for p, _, _ in parts.values():
@@ -37,45 +41,58 @@ def class_labels(task: str, parts: dict, mask: dict) -> tuple[tuple[str, ...], d
     # Per split, its rows' label codes: 2 bytes a row, with the split codes all that is held per row.
     in_split = {split: p.codes if mask[split] is None else p.codes[mask[split]] for split, (p, _, _) in parts.items()}
     train = parts["train"][0]
-    names = tuple(sorted({class_key(train.labels[c]) for c in _present(in_split["train"])}, key=natural_key))
+    names = fixed if fixed is not None else \
+        tuple(sorted({class_key(train.labels[c]) for c in _present(in_split["train"])}, key=natural_key))
     if len(names) < 2 or TASKS[task].n_classes not in (None, len(names)):
         raise stream.Fallback("too few or too many classes")  # the whole-file reader says which
-    index = {n: i for i, n in enumerate(names)}
+    index = index_of(task, names, fixed is not None)
     labels = {}
     for split, (p, _, _) in parts.items():
-        labels[split] = np.array([index.get(class_key(v), -1) for v in p.labels], dtype=np.int64)[in_split[split]]
+        labels[split] = np.array([index.get(class_key(v), -1) for v in p.labels], dtype=np.int64)[in_split[split][:first]]
         if (labels[split] < 0).any():
-            raise stream.Fallback("a label of dev or test that train lacks")  # named with its row
+            raise stream.Fallback("a label train (or data.label_names) lacks")  # named with its row
     return names, labels
 
 
-def label_sets(parts: dict, mask: dict, columns: Columns) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
+def index_of(task: str, names: tuple[str, ...], positions: bool) -> dict[str, int]:
+    """Each name's index, as LabelEncoder.from_names gives it: with data.label_names
+    (`positions`), a label may also be written as its position in the names."""
+    return LabelEncoder.from_names(task, names, None, positions=positions).index
+
+
+def label_sets(parts: dict, mask: dict, columns: Columns, fixed: tuple[str, ...] | None = None,
+               first: int | None = None) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
     """(label names, per split its rows' 0/1 label sets (n, n_labels) uint8), as
     LabelEncoder.fit and encode give them: one 0/1 column per label column, or the labels of
-    lists or `label_sep` fields, train's and (kept, logged) those only dev or test have."""
+    lists or `label_sep` fields, train's and (kept, logged) those only dev or test have; or
+    `fixed`, data.label_names (not for label columns, which name the labels). `first`: only
+    each split's first rows are encoded (data.max_rows), the names still every row's."""
     if len(columns.labels) > 1:
         matrices = {id(p): _zero_one(p) for p, _, _ in parts.values()}
-        return columns.labels, {split: matrices[id(p)] if mask[split] is None else matrices[id(p)][mask[split]]
+        return columns.labels, {split: (matrices[id(p)] if mask[split] is None else matrices[id(p)][mask[split]])[:first]
                                 for split, (p, _, _) in parts.items()}
     sets = {id(p): _sets_of(p, columns) for p, _, _ in parts.values()}
     present = {split: _present(p.codes if mask[split] is None else p.codes[mask[split]])
                for split, (p, _, _) in parts.items()}
-    train = parts["train"][0]
-    seen = {x for c in present["train"] for x in sets[id(train)][c]}
-    elsewhere = {x for split, (p, _, _) in parts.items() if split != "train"
-                 for c in present[split] for x in sets[id(p)][c]} - seen
-    if elsewhere:
-        log.info("%d label(s) of the dev or test rows never appear in train (%s): kept as "
-                 "labels the models predict absent", len(elsewhere),
-                 ", ".join(sorted(elsewhere, key=natural_key)[:10]))
-    names = tuple(sorted(seen | elsewhere, key=natural_key))
+    if fixed is None:
+        train = parts["train"][0]
+        seen = {x for c in present["train"] for x in sets[id(train)][c]}
+        elsewhere = {x for split, (p, _, _) in parts.items() if split != "train"
+                     for c in present[split] for x in sets[id(p)][c]} - seen
+        if elsewhere:
+            log.info("%d label(s) of the dev or test rows never appear in train (%s): kept as "
+                     "labels the models predict absent", len(elsewhere),
+                     ", ".join(sorted(elsewhere, key=natural_key)[:10]))
+    names = fixed if fixed is not None else tuple(sorted(seen | elsewhere, key=natural_key))
     if not names:
         raise stream.Fallback("no label at all")  # the whole-file reader says so
-    index = {n: j for j, n in enumerate(names)}
+    index = index_of("multilabel", names, fixed is not None)
     labels = {}
     for split, (p, _, _) in parts.items():
-        rows = _set_matrix(sets[id(p)], index)  # (distinct values, n_labels)
-        labels[split] = rows[p.codes if mask[split] is None else p.codes[mask[split]]]
+        codes = (p.codes if mask[split] is None else p.codes[mask[split]])[:first]
+        if any(x not in index for c in _present(codes) for x in sets[id(p)][c]):
+            raise stream.Fallback("a label data.label_names lacks")  # named with its row
+        labels[split] = _set_matrix(sets[id(p)], index, len(names))[codes]  # (n, n_labels): each row its value's set
     return names, labels
 
 
@@ -90,9 +107,10 @@ def _sets_of(p: stream.Parsed, columns: Columns) -> list[list[str]]:
         raise stream.Fallback("a label featx.labels refuses") from None  # named with its row
 
 
-def _set_matrix(sets: list[list[str]], index: dict) -> np.ndarray:
-    """(len(sets), len(index)) uint8: 1 where a set holds a label."""
-    matrix = np.zeros((len(sets), len(index)), dtype=np.uint8)
+def _set_matrix(sets: list[list[str]], index: dict, n_labels: int) -> np.ndarray:
+    """(len(sets), n_labels) uint8: 1 where a set holds a label (`index`: a label's column;
+    with data.label_names a name and its position are two keys of one)."""
+    matrix = np.zeros((len(sets), n_labels), dtype=np.uint8)
     for i, labels in enumerate(sets):
         matrix[i, [index[x] for x in labels if x in index]] = 1
     return matrix
@@ -115,7 +133,7 @@ def split_matrix(one: stream.Parsed, columns: Columns) -> np.ndarray:
         return matrix[:, used]
     sets = _sets_of(one, columns)
     names = sorted({x for labels in sets for x in labels})
-    return _set_matrix(sets, {n: j for j, n in enumerate(names)})[one.codes]
+    return _set_matrix(sets, {n: j for j, n in enumerate(names)}, len(names))[one.codes]
 
 
 def _present(codes: np.ndarray) -> np.ndarray:

@@ -106,6 +106,26 @@ def test_two_ranks_share_a_streamed_file_and_write_the_single_process_cache(tmp_
         assert stats["world_size"] == 2 and sum(r["rows_total"] for r in stats["per_rank"]) == 300
 
 
+def test_two_ranks_share_the_first_rows_of_max_rows_of_a_streamed_file(tmp_path, tiny_bert, monkeypatch):
+    """data.max_rows: each split's first rows lie in rank 0's bytes, so each rank streams the
+    file alone (no shares) and the ranks deal the first rows."""
+    from featx import stream
+
+    def streamable(name: str) -> Path:
+        path = job(tmp_path, tiny_bert, name)
+        path.write_text(path.read_text().replace('id = "id"\n', "max_rows = 20\n"))
+        return path
+
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    single = extract(load_pipeline(streamable("single")))
+    run = torchrun(streamable("sharded"), env=ENV | {"FEATX_STREAM_BYTES": "0"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "reads only its share" not in run.stderr and "in a stream" in run.stderr
+    assert_same_cache(Path(run.stdout.strip().splitlines()[-1]), single.path)
+    with Cache(single.path) as cache:
+        assert cache.meta["extract_stats"]["rows_total"] == 60
+
+
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet shards"])
 def test_two_ranks_share_a_streamed_jsonl_or_parquet_input(tmp_path, tiny_bert, monkeypatch, fmt):
     """JSONL shared by byte ranges cut after line feeds, a folder of Parquet shards by rows."""

@@ -144,10 +144,168 @@ def test_a_bad_row_gives_the_whole_file_readers_error(monkeypatch, tmp_path, dam
 def test_what_is_not_streamed_is_read_whole(monkeypatch, tmp_path):
     monkeypatch.setattr(stream, "STREAM_BYTES", 0)
     path = write_rows(tmp_path / "p.csv", classification_rows(60, pairs=True))
-    for cfg in ({"max_rows": 10}, {"keep": ("id",)}):
+    for cfg in ({"keep": ("id",)}, {"label_regex": "(.*)"}):
         assert isinstance(load_dataset(DataConfig(path=str(path), **cfg)).splits["train"].texts, list)
     monkeypatch.setattr(stream, "STREAM_BYTES", 1 << 30)  # a small file
     assert isinstance(load_dataset(DataConfig(path=str(path))).splits["train"].texts, list)
+
+
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+@pytest.mark.parametrize("max_rows", [1, 7, 120, 10_000])
+def test_max_rows_streams_each_splits_first_rows_as_read_whole(monkeypatch, tmp_path, layout, max_rows):
+    """data.max_rows: each split's first rows, after the split and after the labels were fitted
+    on every training row (a class only past the first rows is still a class), as read whole."""
+    rows = pair_rows(600)
+    for i in (592, 596):  # laid out in train, past its first rows but the last
+        rows[i]["label"] = "late"
+    cfg = laid_out(tmp_path, rows, layout) | {"max_rows": max_rows}
+    for extra in ({}, {"text_pair": "text2", "id": "id"}):
+        whole, streamed = read_both(monkeypatch, **cfg, **extra)
+        assert "late" in whole.label_names
+        with monkeypatch.context() as m:
+            m.setattr(stream, "STREAM_BYTES", 0)
+            full = load_dataset(DataConfig(**(cfg | {"max_rows": None}), **extra))
+        assert isinstance(full.splits["train"].texts, stream.Column)
+        assert {name: len(split) for name, split in whole.splits.items()} == \
+               {name: min(max_rows, len(split)) for name, split in full.splits.items()}
+        assert_same_dataset(whole, streamed)
+        # A dataset cut short has a key of its own; cut at no row, it is the whole file's.
+        cut = any(len(split) > max_rows for split in full.splits.values())
+        assert (streamed.fingerprint() == full.fingerprint()) != cut
+
+
+@pytest.mark.parametrize("what", ["regression", "label sets"])
+def test_max_rows_of_targets_and_label_sets_streams_as_read_whole(monkeypatch, tmp_path, what):
+    rows = [r | t | {"tags": s["tags"]} for r, t, s in zip(pair_rows(400), target_rows(400), label_set_rows(400))]
+    rows[399]["tags"] = "only-at-the-end"  # a label of a test row past max_rows: a label all the same
+    cfg = laid_out(tmp_path, rows, "one file") | {"max_rows": 25}
+    cfg |= {"label": "score"} if what == "regression" else {"label": "tags", "label_sep": "|"}
+    whole, streamed = read_both(monkeypatch, **cfg)
+    assert whole.task == ("regression" if what == "regression" else "multilabel")
+    assert_same_dataset(whole, streamed)
+
+
+@pytest.mark.parametrize("label", ["a class", "a label set"])
+def test_a_label_unknown_only_past_max_rows_streams_as_read_whole(monkeypatch, tmp_path, label):
+    """Only the first rows are encoded: a label train (or data.label_names) lacks past them is
+    no error read whole, and none streamed (nor a reason to read the file whole)."""
+    if label == "a class":
+        rows = tricky_rows(300)
+        rows[280]["label"] = "never-in-train"
+        cfg = {}
+    else:
+        rows = label_set_rows()
+        rows[280]["tags"] = "7|nameless"
+        cfg = {"label": "tags", "label_sep": "|", "label_names": ("007", "7", "NA", "x y", "ünï", "b")}
+    cfg |= {"train": str(write_rows(tmp_path / "train.csv", rows[:200])),
+            "dev": str(write_rows(tmp_path / "dev.csv", rows[200:])), "max_rows": 50}
+    assert_same_dataset(*read_both(monkeypatch, **cfg))
+    errors = []
+    for threshold in (1 << 40, 0):  # its row among the first: the whole-file reader's error, either way
+        monkeypatch.setattr(stream, "STREAM_BYTES", threshold)
+        with pytest.raises(FeatxError, match="never appears in train") as error:
+            load_dataset(DataConfig(**(cfg | {"max_rows": 81})))
+        errors.append(str(error.value))
+    assert errors[0] == errors[1]
+
+
+def test_max_rows_of_a_streamed_file_reads_only_the_first_rows_texts(monkeypatch, tmp_path):
+    """data.max_rows=500 on a file of 100M rows: pass 1 reads every record (the split and the
+    labels are the whole file's), but no text is held, and a split's texts are read no further
+    into the file than its first rows."""
+    import featx.data
+
+    path = write_rows(tmp_path / "rows.csv", tricky_rows(3000))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 1 << 12)
+
+    def whole(*args, **kwargs):
+        raise AssertionError("the whole-file reader was called")
+    monkeypatch.setattr(featx.data, "read_tables", whole)
+    dataset = load_dataset(DataConfig(path=str(path), max_rows=5))
+    texts = dataset.splits["train"].texts
+    assert isinstance(texts, stream.Column) and len(texts) == 5
+    batches = []
+    real = stream.Source.batches
+    monkeypatch.setattr(stream.Source, "batches", lambda self, columns: (batches.append(b) or b
+                                                                        for b in real(self, columns)))
+    assert len(list(texts)) == 5 and texts._whole is None
+    assert len(batches) == 1 < path.stat().st_size / stream.BLOCK_BYTES / 10  # the first block only
+
+
+NAMES = ("spaced", "none", "NA", "ünï", "7", "007", "never seen", "8", "9")
+
+
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+@pytest.mark.parametrize("given", ["a list", "a file"])
+def test_label_names_stream_as_read_whole(monkeypatch, tmp_path, layout, given):
+    """data.label_names: the classes in its order, a name unseen still a class, and a label
+    written as its position in the names ("1": none; "7" a name before a position)."""
+    rows = tricky_rows(400)
+    for i in range(0, 400, 9):
+        rows[i]["label"] = ["1", "6", "8"][i // 9 % 3]  # positions: none, never seen; 8 a name of its own
+    names = NAMES
+    if given == "a file":
+        names = str(tmp_path / "names.txt")
+        (tmp_path / "names.txt").write_text("\n".join(NAMES) + "\n\n", encoding="utf-8")
+    cfg = laid_out(tmp_path, rows, layout) | {"label_names": names}
+    for extra in ({}, {"max_rows": 30}):
+        whole, streamed = read_both(monkeypatch, **cfg, **extra)
+        assert whole.label_names == NAMES and (whole.files[-1] == names) == (given == "a file")
+        assert_same_dataset(whole, streamed)
+        if not extra:
+            assert {"none", "never seen", "8"} <= {NAMES[y] for y in streamed.splits["train"].labels}
+    with monkeypatch.context() as m:
+        m.setattr(stream, "STREAM_BYTES", 0)
+        other = load_dataset(DataConfig(**(cfg | {"label_names": NAMES[::-1]})))
+    assert other.fingerprint() != streamed.fingerprint()  # the names (their order) are the key's
+
+
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+def test_ranks_share_rows_of_label_names(monkeypatch, tmp_path, layout):
+    rows = tricky_rows(600)
+    for i in range(0, 600, 7):
+        rows[i]["label"] = "6"  # a position: "never seen"
+    cfg = laid_out(tmp_path, rows, layout) | {"label_names": NAMES}
+    whole = assert_shares_read_as_whole(monkeypatch, shares(monkeypatch, 3, **cfg), cfg)
+    assert whole.label_names == NAMES
+
+
+@pytest.mark.parametrize("layout", ["one file", "split files"])
+def test_label_names_of_label_sets_stream_as_read_whole(monkeypatch, tmp_path, layout):
+    """GoEmotions' "2,17": label sets of positions in data.label_names, beside names."""
+    rows = label_set_rows()
+    for i, row in enumerate(rows):
+        if i % 5 == 0:
+            row["tags"] = ["2|0", "5", "1|007"][i % 3]
+    cfg = laid_out(tmp_path, rows, layout) | {"label": "tags", "label_sep": "|",
+                                              "label_names": ("007", "7", "NA", "x y", "ünï", "b", "unseen")}
+    whole, streamed = read_both(monkeypatch, **cfg)
+    assert whole.task == "multilabel" and whole.label_names[-1] == "unseen"
+    assert_same_dataset(whole, streamed)
+
+
+@pytest.mark.parametrize("damage", ["a class not named", "a label set not named", "too few names", "no file"])
+def test_label_names_errors_are_the_whole_file_readers(monkeypatch, tmp_path, damage):
+    rows = tricky_rows(300)
+    cfg = {"label_names": NAMES}
+    if damage == "a class not named":
+        rows[250]["label"] = "9 lives"
+    elif damage == "a label set not named":
+        rows = label_set_rows()
+        rows[250]["tags"] = "7|nameless"
+        cfg = {"label": "tags", "label_sep": "|", "label_names": ("007", "7", "NA", "x y", "ünï", "b")}
+    elif damage == "too few names":
+        cfg = {"label_names": ("7",)}
+    else:
+        cfg = {"label_names": str(tmp_path / "missing.txt")}
+    cfg["path"] = str(write_rows(tmp_path / "rows.csv", rows))
+    with pytest.raises(FeatxError) as whole:
+        load_dataset(DataConfig(**cfg))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    with pytest.raises(FeatxError) as streamed:
+        load_dataset(DataConfig(**cfg))
+    assert str(streamed.value) == str(whole.value)
 
 
 def test_a_streamed_dataset_extracts_into_the_same_cache(monkeypatch, tmp_path, make_pipeline):
@@ -639,6 +797,14 @@ def test_ranks_share_pairs_ids_and_targets(monkeypatch, tmp_path, size, what):
     whole = assert_shares_read_as_whole(monkeypatch, shares(monkeypatch, size, **cfg), cfg)
     assert whole.task == {"pairs and ids": "multiclass", "label sets": "multilabel"}.get(what, "regression")
     assert whole.pairs
+
+
+def test_max_rows_is_streamed_by_every_rank_alone(monkeypatch, tmp_path):
+    """The first rows of each split lie in rank 0's bytes: shares would leave the other ranks
+    none. Every rank streams the file itself (load_dataset), holding only the first rows' texts."""
+    cfg = laid_out(tmp_path, pair_rows(600), "one file") | {"text_pair": "text2", "id": "id", "max_rows": 20}
+    assert shares(monkeypatch, 3, **cfg) == [None] * 3
+    assert isinstance(load_dataset(DataConfig(**cfg)).splits["train"].texts, stream.Column)
 
 
 def test_an_empty_second_text_under_drop_empty_is_dropped_as_read_whole(monkeypatch, tmp_path):

@@ -621,6 +621,26 @@ def test_ranks_share_the_rows_of_a_streamed_dataset(monkeypatch, tmp_path, size,
         assert (np.concatenate([s.mine.splits[name].labels for s in got]) == split.labels).all()
 
 
+@pytest.mark.parametrize("fmt,layout", [("jsonl", "one file"), ("jsonl", "split column"), ("jsonl", "split files"),
+                                        ("label-text", "split files"), ("parquet", "one file"),
+                                        ("parquet", "split column"), ("parquet", "split files"), ("arrow", "one file")])
+def test_max_rows_reads_as_the_whole_file_reader_does(monkeypatch, tmp_path, fmt, layout):
+    """data.max_rows: each split's first rows (a block or row group in, or past a file of a folder)."""
+    cfg = layout_files(tmp_path, fmt, layout)
+    for max_rows in (9, 100):
+        assert_same_dataset(*read_both(monkeypatch, **cfg, max_rows=max_rows))
+
+
+@pytest.mark.parametrize("layout", ["one file", "split files"])
+def test_label_names_of_json_numbers_and_booleans_read_as_the_whole_file_reader_does(monkeypatch, tmp_path, layout):
+    """JSON's 1, 1.0 and "1" are one label, here a position in data.label_names (its "007")."""
+    cfg = layout_files(tmp_path, "jsonl", layout) | {
+        "label_names": ("7", "007", "NA", "none", "True", "ünï", "spaced", "2.5", "unseen")}
+    whole, streamed = read_both(monkeypatch, **cfg)
+    assert whole.label_names[-1] == "unseen"
+    assert_same_dataset(whole, streamed)
+
+
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_each_rank_reads_only_its_own_share(monkeypatch, tmp_path, fmt):
     cfg = layout_files(tmp_path, fmt, "one file")
