@@ -399,7 +399,9 @@ def _stream_splits(cfg: DataConfig, columns: Columns, parsed: dict):
             raise stream.Fallback("a split value featx does not know")  # named with its row
         assignment = np.array([SPLITS.index(k) for k in known], dtype=np.int8)[one.splits]
     else:  # featx.splits.split_single: strata of the task of every row's labels
-        task = cfg.task or streamlabels.task_of(one, None, columns)
+        # As featx.splits.split_single: every row's task, to stratify by, says nothing; the
+        # training rows' task (_streamed) is the one kept and the one that warns.
+        task = cfg.task or streamlabels.task_of(one, None, columns, warn=False)
         if TASKS[task].thresholded:  # iterative stratification over the label sets
             assignment = label_assignment(task, streamlabels.split_matrix(one, columns), cfg.dev_fraction,
                                           cfg.test_fraction, cfg.split_seed)

@@ -304,9 +304,11 @@ def label_set(value, columns: Columns, where: str) -> list[str]:
     return [class_key(v) for v in str(value).split(columns.label_sep) if v.strip()]
 
 
-def infer_task(rows: Rows, columns: Columns) -> str:
+def infer_task(rows: Rows, columns: Columns, *, warn: bool = True) -> str:
     """binary / multiclass for strings or few integers, regression for other numbers, multilabel
-    for lists or a label separator; several label columns: 0/1 -> multilabel, else regression."""
+    for lists or a label separator; several label columns: 0/1 -> multilabel, else regression.
+    `warn`: say so when many distinct integers are read as a regression target (a load infers
+    the task twice when it splits a file itself, and says it once)."""
     values = rows.labels
     column = columns.labels[0]
     if columns.label_sep is not None or any(isinstance(v, list) and len(columns.labels) == 1 for v in values):
@@ -328,9 +330,10 @@ def infer_task(rows: Rows, columns: Columns) -> str:
             if len(distinct) <= MAX_INFERRED_CLASSES:
                 # Counted as classes, not numbers: JSON's true and 1 are one number, two classes.
                 return "binary" if len({class_key(x) for x in flat}) <= 2 else "multiclass"
-            log.warning("column %r holds %d distinct integers: read as a regression target (more than "
-                        "%d); if they are classes, set data.task = \"multiclass\"", column, len(distinct),
-                        MAX_INFERRED_CLASSES)
+            if warn:
+                log.warning("column %r holds %d distinct integers: read as a regression target (more than "
+                            "%d); if they are classes, set data.task = \"multiclass\"", column,
+                            len(distinct), MAX_INFERRED_CLASSES)
         return "regression"
     return "binary" if len({class_key(x) for x in flat}) <= 2 else "multiclass"
 

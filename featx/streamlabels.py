@@ -153,12 +153,13 @@ def targets(p: stream.Parsed) -> np.ndarray:
     return np.array(numbers, dtype=np.float64).reshape(-1, 1)[p.codes]
 
 
-def task_of(p: stream.Parsed, mask, columns: Columns) -> str:
-    """The task featx.labels.infer_task gives the labels of the records of `mask` (None: all)."""
+def task_of(p: stream.Parsed, mask, columns: Columns, *, warn: bool = True) -> str:
+    """The task featx.labels.infer_task gives the labels of the records of `mask` (None: all),
+    and its warning of many distinct integers read as a regression target, if `warn`."""
     if p.codes is not None:  # (every distinct label has a record)
         values = p.labels if mask is None else [p.labels[c] for c in _present(p.codes[mask])]
         try:
-            return infer_task(Distinct(values), columns)
+            return infer_task(Distinct(values), columns, warn=warn)
         except FeatxError:  # lists of fractions: the whole-file reader says what to set
             raise stream.Fallback("a task infer_task refuses") from None
     targets = p.targets if mask is None else p.targets[mask]  # plain numbers (stream.Wanted.plain)
@@ -167,7 +168,7 @@ def task_of(p: stream.Parsed, mask, columns: Columns) -> str:
     distinct = np.unique(targets[:, 0])
     if len(distinct) <= MAX_INFERRED_CLASSES:
         return infer_task(Distinct(distinct.tolist()), columns)
-    if (distinct == np.floor(distinct)).all():
+    if warn and (distinct == np.floor(distinct)).all():
         log.warning("column %r holds %d distinct integers: read as a regression target (more than "
                     "%d); if they are classes, set data.task = \"multiclass\"", columns.labels[0], len(distinct),
                     MAX_INFERRED_CLASSES)

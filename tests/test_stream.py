@@ -4,6 +4,8 @@ at a time; a fingerprint of the files' bytes, the same for any number of torchru
 which reads only its own share of the file."""
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -700,6 +702,26 @@ def test_several_targets_and_targets_past_the_class_limit_stream(monkeypatch, tm
     whole, streamed = read_both(monkeypatch, path=path, label="score")
     assert whole.task == "multiclass"
     assert_same_dataset(whole, streamed)
+
+
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+def test_many_distinct_integers_warn_once_per_load(monkeypatch, tmp_path, caplog, layout):
+    # One file featx splits itself has its task inferred twice (every row's, to stratify by;
+    # then the training rows'): the warning was printed for each, twice in each reader.
+    rows = target_rows()
+    for i, row in enumerate(rows):
+        row["score"] = str(i % 60)  # 60 distinct integers: more than classes may be
+    cfg = laid_out(tmp_path, rows, layout) | {"label": "score"}
+    for stream_bytes in (stream.STREAM_BYTES, 0):  # read whole, then streamed
+        monkeypatch.setattr(stream, "STREAM_BYTES", stream_bytes)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="featx"):
+            dataset = load_dataset(DataConfig(**cfg))
+        assert dataset.task == "regression"
+        said = [r.getMessage() for r in caplog.records if "distinct integers" in r.getMessage()]
+        assert len(said) == 1, (stream_bytes, said)
+        assert said[0].startswith("column 'score' holds ") and "read as a regression target" in said[0]
+    assert isinstance(dataset.splits["train"].texts, stream.Column)
 
 
 @pytest.mark.parametrize("value", ["abc", "nan", "inf", "", "1e400", "1e200", "[1]"])
