@@ -641,6 +641,50 @@ def test_label_names_of_json_numbers_and_booleans_read_as_the_whole_file_reader_
     assert_same_dataset(whole, streamed)
 
 
+REGEX_LAYOUTS = [("jsonl", "one file"), ("jsonl", "split column"), ("jsonl", "split files"),
+                 ("label-text", "split files"), ("parquet", "one file"), ("parquet", "split column"),
+                 ("parquet", "split files"), ("arrow", "one file"), ("arrow", "split column")]
+
+
+@pytest.mark.parametrize("fmt,layout", REGEX_LAYOUTS)
+def test_label_regex_reads_as_the_whole_file_reader_does(monkeypatch, tmp_path, fmt, layout):
+    """data.label_regex over each format's labels: JSON's numbers and booleans as str() spells
+    them (7, 1.0, true: "7", "1", "T"), a saved dataset's class names, as read whole."""
+    cfg = layout_files(tmp_path, fmt, layout) | {"label_regex": r"^\s*(\w)"}
+    for extra in ({}, {"max_rows": 40}):
+        assert_same_dataset(*read_both(monkeypatch, **cfg, **extra))
+
+
+@pytest.mark.parametrize("labels", ["int64", "float64", "bool", "lists"])
+def test_label_regex_of_parquet_numbers_and_lists_reads_as_the_whole_file_reader_does(monkeypatch, tmp_path, labels):
+    rows = string_rows()
+    label_type = pa.list_(pa.string()) if labels == "lists" else None
+    for i, row in enumerate(rows):
+        row["label"] = {"int64": [3, 17, 11][i % 3], "float64": [1.0, 2.0, 17.0][i % 3], "bool": i % 3 == 0,
+                        "lists": [["a"], ["b", "a"], []][i % 3]}[labels]
+    cfg = {"path": str(write_parquet(tmp_path / "rows.parquet", rows, label_type)), "label_regex": "(.*)"}
+    whole, streamed = read_both(monkeypatch, **cfg)
+    assert whole.task in ("binary", "multiclass")
+    assert_same_dataset(whole, streamed)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_a_label_label_regex_does_not_match_gives_the_whole_file_readers_error(monkeypatch, tmp_path, fmt):
+    rows = tricky_records() if fmt == "jsonl" else string_rows()
+    cfg = layout_files(tmp_path, fmt, "one file") | {"label_regex": r"^\s*(\w)"}
+    assert_streams(monkeypatch, **cfg)
+    rows[150]["label"] = "-"
+    cfg |= write_format(tmp_path, fmt, rows, "bad")
+    whole, streamed = errors_of(monkeypatch, **cfg)
+    assert streamed == whole and "does not match data.label_regex" in whole
+
+
+@pytest.mark.parametrize("fmt,layout", [("jsonl", "split column"), ("parquet", "split files"), ("arrow", "one file")])
+def test_ranks_share_the_rows_of_a_label_regex(monkeypatch, tmp_path, fmt, layout):
+    cfg = layout_files(tmp_path, fmt, layout) | {"label_regex": r"^\s*(\w)"}
+    assert_shares_read_as_whole(monkeypatch, shares(monkeypatch, 3, **cfg), cfg)
+
+
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_each_rank_reads_only_its_own_share(monkeypatch, tmp_path, fmt):
     cfg = layout_files(tmp_path, fmt, "one file")
