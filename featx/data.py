@@ -201,7 +201,7 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
 def _streamable(cfg: DataConfig) -> bool:
     """Whether `_load_streamed` may read this configuration (the files' size and content
     decide next): one file or folder per split of texts (or text pairs), an id column or none,
-    and class labels, label sets or regression targets (several label columns: not classes,
+    kept columns or none, and class labels, label sets or regression targets (several label columns: not classes,
     nor a data.label_regex, which pass 1 applies to one column's distinct values), and pyarrow
     installed."""
     if importlib.util.find_spec("pyarrow") is None:
@@ -211,7 +211,7 @@ def _streamable(cfg: DataConfig) -> bool:
     one_label = cfg.label is None or isinstance(cfg.label, str)
     return (cfg.builtin is None and all(f is None or isinstance(f, str) for f in single)
             and (one_label or task is None or not task.classes)
-            and (one_label or cfg.label_regex is None) and not cfg.keep)
+            and (one_label or cfg.label_regex is None))
 
 
 def _passes(cfg: DataConfig, columns: Columns) -> list[stream.Wanted]:
@@ -222,7 +222,7 @@ def _passes(cfg: DataConfig, columns: Columns) -> list[stream.Wanted]:
     With data.label_regex only as codes: the class is the regex's group of a raw label, which
     no number read from the file is."""
     wanted = stream.Wanted(columns.text, columns.labels, pair=columns.pair, id=columns.id,
-                           blank_labels=columns.label_sep is not None)
+                           blank_labels=columns.label_sep is not None, keep=columns.keep)
     if columns.label_regex is not None:
         return [wanted]
     task = None if cfg.task is None else TASKS[cfg.task]
@@ -243,7 +243,7 @@ def _load_streamed(cfg: DataConfig, name: str) -> Dataset:
     whole-file reader builds from them; its fingerprint is the files' bytes' (`_fingerprint`).
     stream.Fallback for anything that reader must report or read."""
     sources = streamformats.sources_of(cfg)
-    passes = _passes(cfg, Columns.from_config(cfg, (), cfg.id))
+    passes = _passes(cfg, Columns.from_config(cfg, cfg.keep or (), cfg.id))
     for k, wanted in enumerate(passes):
         try:
             parsed = {s: src.parse(_for(wanted, cfg, s)) for s, src in sources.items()}
@@ -296,7 +296,7 @@ def load_share(cfg: DataConfig, name: str, rank: int, size: int, gather) -> Shar
         cut = {s: spans.share_of(src, rank, size, gather) for s, src in sources.items()}
         if None in cut.values():
             return None
-        passes = _passes(cfg, Columns.from_config(cfg, (), cfg.id))
+        passes = _passes(cfg, Columns.from_config(cfg, cfg.keep or (), cfg.id))
         for k, wanted in enumerate(passes):
             last = k == len(passes) - 1
 
@@ -331,7 +331,7 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
     """(whole Dataset, this rank's Dataset or None, per split the rank's first row) from pass 1
     over every file (`parsed`, whole-file codes or targets) and their digests. `share`: per
     file, this rank's span Source and its records [lo, hi)."""
-    columns = Columns.from_config(cfg, (), cfg.id)
+    columns = Columns.from_config(cfg, cfg.keep or (), cfg.id)
     if columns.label_regex is not None:  # once per distinct raw label, not per row
         parsed = {s: streamlabels.extracted(p, columns) for s, p in parsed.items()}
         columns = dataclasses.replace(columns, label_regex=None)  # the labels are its groups now
@@ -449,8 +449,8 @@ def _first_rows(parts: dict, labels: dict, max_rows: int) -> tuple[dict, dict]:
 
 def _stream_split(split: str, source, columns: Columns, assignment, code: int, *, labels: np.ndarray,
                   records: int, nbytes: int, by_record: bool, start: int = 0) -> Split:
-    """A Split whose texts (and second texts, and ids) are read from `source`, a block at a
-    time, or whose ids are numbered. `records`: how many records `assignment` (or the split)
+    """A Split whose texts (and second texts, ids and kept columns) are read from `source`, a
+    block at a time, or whose ids are numbered. `records`: how many records `assignment` (or the split)
     covers, holding at most `nbytes` of text. One file split by featx numbers its rows in the
     file (`by_record`); a split's own file or column, in the split."""
     n = len(labels)
@@ -462,7 +462,9 @@ def _stream_split(split: str, source, columns: Columns, assignment, code: int, *
     else:
         ids = stream.RowIds(f"{split}-", None, 0, n, start=start)
     pairs = None if columns.pair is None else stream.Column(source, columns.pair, assignment, code, n, nbytes=share)
-    return Split(split, ids, stream.Column(source, columns.text, assignment, code, n, nbytes=share), pairs, labels)
+    kept = {k: stream.KeptColumn(source, k, assignment, code, n, nbytes=share) for k in columns.keep}
+    return Split(split, ids, stream.Column(source, columns.text, assignment, code, n, nbytes=share), pairs, labels,
+                 kept)
 
 
 def _fingerprint(split: Split, file_digest, assignment, code: int, *, reading: list) -> None:

@@ -40,6 +40,7 @@ def assert_same_dataset(a, b, same_key: bool = False):
         if split.text_pairs is not None:
             assert list(other.text_pairs) == split.text_pairs
         assert other.labels.dtype == split.labels.dtype and (other.labels == split.labels).all()
+        assert {k: list(v) for k, v in other.columns.items()} == split.columns
     # The streamed fingerprint is the file's bytes' (no pass over every text): another key.
     assert (a.fingerprint() == b.fingerprint()) == same_key
 
@@ -146,8 +147,8 @@ def test_a_bad_row_gives_the_whole_file_readers_error(monkeypatch, tmp_path, dam
 def test_what_is_not_streamed_is_read_whole(monkeypatch, tmp_path):
     monkeypatch.setattr(stream, "STREAM_BYTES", 0)
     path = write_rows(tmp_path / "p.csv", classification_rows(60, pairs=True))
-    assert isinstance(load_dataset(DataConfig(path=str(path), keep=("id",))).splits["train"].texts, list)
-    assert isinstance(load_dataset(DataConfig(path=str(path), label_regex="(.*)")).splits["train"].texts, stream.Column)
+    for cfg in ({"keep": ("id",)}, {"label_regex": "(.*)"}):
+        assert isinstance(load_dataset(DataConfig(path=str(path), **cfg)).splits["train"].texts, stream.Column)
     # A regex over several label columns (each column's values), and a group that matched nothing
     # (the whole-file reader's class "None"): read whole, and the same dataset.
     rows = [dict(r, a=str(i % 2), b=str(i // 2 % 2)) for i, r in enumerate(classification_rows(60))]
@@ -419,6 +420,72 @@ def test_ranks_share_rows_of_a_label_regex(monkeypatch, tmp_path, layout):
     assert whole.label_names == ("007", "7", "HUM", "LOC", "NUM", "ünï")
 
 
+def kept_rows(n: int = 400) -> list[dict]:
+    """TREC-like rows: a raw label "COARSE:fine" (classes by COARSE), a `note` column of
+    values to keep as they are: empty, blank, quoted, on two lines, non-ASCII, "NA"."""
+    rows = question_rows(n)
+    notes = ["", "  ", "NA", 'a "quoted", comma', "two\nlines", "ünï ✓", "007"]
+    for i, row in enumerate(rows):
+        row["note"] = notes[i % len(notes)] if i % 3 else f"note {i}"
+    return rows
+
+
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+def test_kept_columns_stream_as_read_whole(monkeypatch, tmp_path, layout):
+    """data.keep: each split's values of the kept columns (TREC's raw "NUM:dist" kept beside its
+    coarse class), read from the file a block at a time, as read whole."""
+    cfg = laid_out(tmp_path, kept_rows(), layout) | {"keep": ("note", "label"), "label_regex": COARSE}
+    for extra in ({}, {"max_rows": 30}, {"keep": ("split", "note"), "label_regex": None}):
+        whole, streamed = read_both(monkeypatch, **(cfg | extra))
+        assert_same_dataset(whole, streamed)
+        assert all(isinstance(v, stream.KeptColumn) for s in streamed.splits.values() for v in s.columns.values())
+        if not extra:
+            assert {"", "  ", "NA", "two\nlines"} <= set(whole.splits["train"].columns["note"])
+            assert set(whole.splits["dev"].columns["label"]) == set(QUESTIONS)
+
+
+@pytest.mark.parametrize("damage", ["a kept column missing", "NUL in a kept value"])
+def test_a_bad_kept_column_gives_the_whole_file_readers_error(monkeypatch, tmp_path, damage):
+    rows = kept_rows(300)
+    cfg = {"keep": ("note",)}
+    if damage == "a kept column missing":
+        cfg["keep"] = ("notes",)
+    else:
+        rows[250]["note"] = "a\x00b"
+    cfg["path"] = str(write_rows(tmp_path / "rows.csv", rows))
+    with pytest.raises(FeatxError) as whole:
+        load_dataset(DataConfig(**cfg))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    with pytest.raises(FeatxError) as streamed:
+        load_dataset(DataConfig(**cfg))
+    assert str(streamed.value) == str(whole.value)
+
+
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+def test_ranks_share_rows_of_kept_columns(monkeypatch, tmp_path, layout):
+    cfg = laid_out(tmp_path, kept_rows(600), layout) | {"keep": ("note", "label"), "label_regex": COARSE}
+    whole = assert_shares_read_as_whole(monkeypatch, shares(monkeypatch, 3, **cfg), cfg)
+    assert list(whole.splits["train"].columns) == ["note", "label"]
+
+
+def test_kept_columns_extract_into_the_same_cache(monkeypatch, tmp_path, make_pipeline):
+    from featx.cache import Cache
+    from featx.extract import extract
+
+    data = {"path": str(write_rows(tmp_path / "rows.csv", kept_rows(200))), "keep": ["note", "label"],
+            "label_regex": COARSE}
+    whole = extract(make_pipeline(data, data_dir=str(tmp_path / "whole"), extract={"store_dtype": "float32"}))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 1 << 12)
+    streamed = extract(make_pipeline(data, data_dir=str(tmp_path / "streamed"), extract={"store_dtype": "float32"}))
+    with Cache(whole.path) as a, Cache(streamed.path) as b:
+        for split in a.splits:
+            for column in ("note", "label"):
+                assert b.column(split, column).tolist() == a.column(split, column).tolist()
+        assert {"", "  ", "two\nlines", "NUM:count"} <= set(b.column("train", "note").tolist()
+                                                             + b.column("train", "label").tolist())
+
+
 def test_a_streamed_dataset_extracts_into_the_same_cache(monkeypatch, tmp_path, make_pipeline):
     from featx.extract import extract
     from tests.conftest import assert_same_vectors
@@ -522,6 +589,8 @@ def assert_shares_read_as_whole(monkeypatch, got: list, cfg: dict):
         if split.text_pairs is not None:
             assert sum((list(s.mine.splits[name].text_pairs) for s in got), []) == split.text_pairs
         assert (np.concatenate([s.mine.splits[name].labels for s in got]) == split.labels).all()
+        for column, values in split.columns.items():
+            assert sum((list(s.mine.splits[name].columns[column]) for s in got), []) == values
     return whole
 
 
