@@ -201,9 +201,9 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
 def _streamable(cfg: DataConfig) -> bool:
     """Whether `_load_streamed` may read this configuration (the files' size and content
     decide next): one file or folder per split of texts (or text pairs), an id column or none,
-    kept columns or none, and class labels, label sets or regression targets (several label columns: not classes,
-    nor a data.label_regex, which pass 1 applies to one column's distinct values), and pyarrow
-    installed."""
+    kept columns or none, and class labels, label sets or regression targets (several label
+    columns: not classes, nor a data.label_regex, which pass 1 applies to one column's distinct
+    values), and pyarrow installed."""
     if importlib.util.find_spec("pyarrow") is None:
         return False
     single = [cfg.path] if cfg.path is not None else [cfg.train, cfg.dev, cfg.test]
@@ -450,9 +450,9 @@ def _first_rows(parts: dict, labels: dict, max_rows: int) -> tuple[dict, dict]:
 def _stream_split(split: str, source, columns: Columns, assignment, code: int, *, labels: np.ndarray,
                   records: int, nbytes: int, by_record: bool, start: int = 0) -> Split:
     """A Split whose texts (and second texts, ids and kept columns) are read from `source`, a
-    block at a time, or whose ids are numbered. `records`: how many records `assignment` (or the split)
-    covers, holding at most `nbytes` of text. One file split by featx numbers its rows in the
-    file (`by_record`); a split's own file or column, in the split."""
+    block at a time, or whose ids are numbered. `records`: how many records `assignment` (or
+    the split) covers, holding at most `nbytes` of text. One file split by featx numbers its
+    rows in the file (`by_record`); a split's own file or column, in the split."""
     n = len(labels)
     share = nbytes * n // max(records, 1)  # its records' share of the bytes (for disk estimates)
     if columns.id is not None:
