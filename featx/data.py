@@ -201,24 +201,30 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
 def _streamable(cfg: DataConfig) -> bool:
     """Whether `_load_streamed` may read this configuration (the files' size and content
     decide next): one file or folder per split of texts (or text pairs), an id column or none,
-    and class labels, label sets or regression targets (several label columns: not classes),
-    and pyarrow installed."""
+    kept columns or none, and class labels, label sets or regression targets (several label
+    columns: not classes, nor a data.label_regex, which pass 1 applies to one column's distinct
+    values), and pyarrow installed."""
     if importlib.util.find_spec("pyarrow") is None:
         return False
     single = [cfg.path] if cfg.path is not None else [cfg.train, cfg.dev, cfg.test]
     task = None if cfg.task is None else TASKS[cfg.task]
+    one_label = cfg.label is None or isinstance(cfg.label, str)
     return (cfg.builtin is None and all(f is None or isinstance(f, str) for f in single)
-            and (cfg.label is None or isinstance(cfg.label, str) or task is None or not task.classes)
-            and cfg.label_regex is None and not cfg.keep)
+            and (one_label or task is None or not task.classes)
+            and (one_label or cfg.label_regex is None))
 
 
 def _passes(cfg: DataConfig, columns: Columns) -> list[stream.Wanted]:
     """How pass 1 reads the labels, in the order to try: as codes of their distinct values
     (classes, or label sets; a task unset may turn out a regression of few distinct values),
     then, past the classes' limit with the task unset, as numbers; as numbers at once for a
-    regression or several label columns (plain numbers when the task is inferred from them)."""
+    regression or several label columns (plain numbers when the task is inferred from them).
+    With data.label_regex only as codes: the class is the regex's group of a raw label, which
+    no number read from the file is."""
     wanted = stream.Wanted(columns.text, columns.labels, pair=columns.pair, id=columns.id,
-                           blank_labels=columns.label_sep is not None)
+                           blank_labels=columns.label_sep is not None, keep=columns.keep)
+    if columns.label_regex is not None:
+        return [wanted]
     task = None if cfg.task is None else TASKS[cfg.task]
     if (task is not None and task.regression) or len(columns.labels) > 1:
         return [dataclasses.replace(wanted, targets=True, plain=task is None)]
@@ -237,7 +243,7 @@ def _load_streamed(cfg: DataConfig, name: str) -> Dataset:
     whole-file reader builds from them; its fingerprint is the files' bytes' (`_fingerprint`).
     stream.Fallback for anything that reader must report or read."""
     sources = streamformats.sources_of(cfg)
-    passes = _passes(cfg, Columns.from_config(cfg, (), cfg.id))
+    passes = _passes(cfg, Columns.from_config(cfg, cfg.keep or (), cfg.id))
     for k, wanted in enumerate(passes):
         try:
             parsed = {s: src.parse(_for(wanted, cfg, s)) for s, src in sources.items()}
@@ -290,7 +296,7 @@ def load_share(cfg: DataConfig, name: str, rank: int, size: int, gather) -> Shar
         cut = {s: spans.share_of(src, rank, size, gather) for s, src in sources.items()}
         if None in cut.values():
             return None
-        passes = _passes(cfg, Columns.from_config(cfg, (), cfg.id))
+        passes = _passes(cfg, Columns.from_config(cfg, cfg.keep or (), cfg.id))
         for k, wanted in enumerate(passes):
             last = k == len(passes) - 1
 
@@ -325,7 +331,10 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
     """(whole Dataset, this rank's Dataset or None, per split the rank's first row) from pass 1
     over every file (`parsed`, whole-file codes or targets) and their digests. `share`: per
     file, this rank's span Source and its records [lo, hi)."""
-    columns = Columns.from_config(cfg, (), cfg.id)
+    columns = Columns.from_config(cfg, cfg.keep or (), cfg.id)
+    if columns.label_regex is not None:  # once per distinct raw label, not per row
+        parsed = {s: streamlabels.extracted(p, columns) for s, p in parsed.items()}
+        columns = dataclasses.replace(columns, label_regex=None)  # the labels are its groups now
     if columns.id is not None:  # featx.labels.check_unique_ids, over every split: by the ids' hashes
         hashes = np.sort(np.concatenate([p.ids for p in parsed.values()]))
         if (hashes[1:] == hashes[:-1]).any():
@@ -440,10 +449,10 @@ def _first_rows(parts: dict, labels: dict, max_rows: int) -> tuple[dict, dict]:
 
 def _stream_split(split: str, source, columns: Columns, assignment, code: int, *, labels: np.ndarray,
                   records: int, nbytes: int, by_record: bool, start: int = 0) -> Split:
-    """A Split whose texts (and second texts, and ids) are read from `source`, a block at a
-    time, or whose ids are numbered. `records`: how many records `assignment` (or the split)
-    covers, holding at most `nbytes` of text. One file split by featx numbers its rows in the
-    file (`by_record`); a split's own file or column, in the split."""
+    """A Split whose texts (and second texts, ids and kept columns) are read from `source`, a
+    block at a time, or whose ids are numbered. `records`: how many records `assignment` (or
+    the split) covers, holding at most `nbytes` of text. One file split by featx numbers its
+    rows in the file (`by_record`); a split's own file or column, in the split."""
     n = len(labels)
     share = nbytes * n // max(records, 1)  # its records' share of the bytes (for disk estimates)
     if columns.id is not None:
@@ -453,7 +462,9 @@ def _stream_split(split: str, source, columns: Columns, assignment, code: int, *
     else:
         ids = stream.RowIds(f"{split}-", None, 0, n, start=start)
     pairs = None if columns.pair is None else stream.Column(source, columns.pair, assignment, code, n, nbytes=share)
-    return Split(split, ids, stream.Column(source, columns.text, assignment, code, n, nbytes=share), pairs, labels)
+    kept = {k: stream.KeptColumn(source, k, assignment, code, n, nbytes=share) for k in columns.keep}
+    return Split(split, ids, stream.Column(source, columns.text, assignment, code, n, nbytes=share), pairs, labels,
+                 kept)
 
 
 def _fingerprint(split: Split, file_digest, assignment, code: int, *, reading: list) -> None:

@@ -12,7 +12,7 @@ targets is read with these pieces instead (data.py assembles them):
                     label code (int16) and a split column's code (int8), or its regression
                     targets (float64), and its id's 8-byte hash, never a text (`Codes` numbers
                     the distinct values; `Pass` keeps a source's blocks)
-    Column, IdColumn, RowIds
+    Column, IdColumn, KeptColumn, RowIds
                     sequences of str that read the file again (or number rows) when asked, a
                     block at a time: the fingerprint, the cache's text datasets and the
                     extraction's windows each read them in order
@@ -97,6 +97,8 @@ class Wanted:
     from them, which reads "007" as a class code."""
     blank_labels: bool = False
     """A blank label is a row's empty set of labels (data.label_sep), not a missing one."""
+    keep: tuple[str, ...] = ()
+    """Columns kept beside the labels (data.keep): present, storable, nothing of them held."""
 
     @property
     def texts(self) -> tuple[str, ...]:
@@ -105,7 +107,8 @@ class Wanted:
     @property
     def columns(self) -> list[str]:
         """Every column read, once each, in a fixed order."""
-        return list(dict.fromkeys(c for c in (*self.texts, *self.labels, self.split, self.id) if c is not None))
+        return list(dict.fromkeys(c for c in (*self.texts, *self.labels, self.split, self.id, *self.keep)
+                                  if c is not None))
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,10 @@ class Source:
         for batch in self.batches([column]):
             yield select(batch.column(0), assignment, code, record).to_pylist()
             record += batch.num_rows
+
+    def kept(self, column: str, assignment: np.ndarray | None, code: int):
+        """A kept column's values, as `values` (every CSV field is a string, never missing)."""
+        return self.values(column, assignment, code)
 
     def batches(self, columns: list[str]):
         """Record batches of `columns`, in file order."""
@@ -291,6 +298,16 @@ class IdColumn(Column):
     def _blocks(self):
         for values in super()._blocks():
             yield [v if type(v) is str else str(v) for v in values]
+
+
+class KeptColumn(Column):
+    """A split's values of a kept column (data.keep), each as featx.labels keeps a row's: str()
+    of it, "" for a missing one (what is missing is the source's reader's: `Source.kept`)."""
+
+    def _blocks(self):
+        for values in self.source.kept(self.column, self.assignment, self.code):
+            if len(values):
+                yield values
 
 
 class RowIds(Lazy):
@@ -509,9 +526,9 @@ def _state(path: Path) -> tuple[int, int, int]:
 
 
 def parse(source: Source, wanted: Wanted) -> Parsed:
-    """Pass 1: check every text (present, not only whitespace, no NUL), label (present) and id
-    (present, no NUL), code the labels and split values (or read the targets, hash the ids);
-    Fallback on anything the exact reader must report."""
+    """Pass 1: check every text (present, not only whitespace, no NUL), label (present), id
+    (present, no NUL) and kept value (no NUL), code the labels and split values (or read the
+    targets, hash the ids); Fallback on anything the exact reader must report."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -542,6 +559,8 @@ def parse(source: Source, wanted: Wanted) -> Parsed:
                 if _has_blank(ids) or has_nul(ids):
                     raise Fallback("a missing id or a NUL byte")
                 kept.add_ids(string_hashes(ids))
+            if any(has_nul(batch.column(k)) for k in wanted.keep):
+                raise Fallback("a NUL byte in a kept column")
             if wanted.split is not None:
                 names = pc.dictionary_encode(batch.column(wanted.split))
                 kept.splits.add_encoded(names.dictionary.to_pylist(), _indices(names))

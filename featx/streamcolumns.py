@@ -22,7 +22,7 @@ from typing import ClassVar
 import numpy as np
 
 from featx import stream
-from featx.readers import arrow_names
+from featx.readers import arrow_names, is_missing
 
 BATCH_ROWS = 1 << 16  # rows of a Parquet or Arrow file converted at a time
 
@@ -121,6 +121,8 @@ class ColumnarSource:
                         if stream._has_blank(ids) or stream.has_nul(ids):
                             raise stream.Fallback("an empty id or a NUL byte")
                     kept.add_ids(stream.string_hashes(ids))  # Fallback on floats and booleans
+                for name in wanted.keep:
+                    _check_kept(column(name))
                 if wanted.blank_labels and not wanted.targets and stream._has_blank(_strings(column(wanted.labels[0]))):
                     # A blank string is a null to the whole-file reader (pandas, to_pylist): a missing
                     # label, even where data.label_sep reads a blank field as no labels.
@@ -153,6 +155,17 @@ class ColumnarSource:
         for batch in self.batches([column]):
             # Strings (a text, an id), or integers (an id; str() of each, as stream.IdColumn reads them)
             yield stream.select(_scalars(batch.column(0)), assignment, code, record).to_pylist()
+            record += batch.num_rows
+
+    def kept(self, column: str, assignment: np.ndarray | None, code: int):
+        """A kept column's values as featx.readers and featx.labels keep a row's: a null, a
+        blank string or NaN is missing, "" (pandas and to_pylist); a ClassLabel code its name
+        (-1 missing); str() of any other value."""
+        record = 0
+        for batch in self.batches([column]):
+            named = (None if is_missing(v) else self._named(column, v)
+                     for v in stream.select(batch.column(0), assignment, code, record).to_pylist())
+            yield ["" if v is None else v if type(v) is str else str(v) for v in named]
             record += batch.num_rows
 
 
@@ -194,6 +207,22 @@ def _label_lists(values, names: tuple[str, ...] | None) -> tuple[list[list], np.
         if names is not None:
             distinct = [[names[v] for v in labels] for labels in distinct]
     return distinct, stream._indices(encoded)
+
+
+def _check_kept(values) -> None:
+    """A kept column (data.keep) as the whole-file reader keeps it: strings (nulls among them
+    kept as ""), valid UTF-8 and without NUL; or integers, floats or booleans without nulls (a
+    null makes pandas read integers as floats, "3.0"). Fallback otherwise: that reader's."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        values.validate(full=True)  # UTF-8 (pyarrow.ArrowInvalid otherwise)
+        if stream.has_nul(values.drop_null()):
+            raise stream.Fallback("a NUL byte in a kept column")
+    else:
+        _scalars(values)  # integers, floats or booleans without nulls, or Fallback
 
 
 def _targets(values, plain: bool) -> np.ndarray:

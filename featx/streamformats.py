@@ -176,6 +176,12 @@ class LineSource:
             else:
                 yield [line.strip().partition(" ")[2] for line in mine]
 
+    def kept(self, column: str, assignment: np.ndarray | None, code: int):
+        """A kept column's values as featx.labels keeps a JSON row's: str() of each, "" for a
+        null (pass 1 saw the key in every record)."""
+        for values in self.values(column, assignment, code):
+            yield ["" if v is None else v if type(v) is str else str(v) for v in values]
+
 
 @dataclass
 class _Block:
@@ -221,12 +227,16 @@ def _jsonl_block(lines: list[str], wanted: stream.Wanted, kept: stream.Pass, *, 
             out.ids.append(value)
         if split is not None:
             out.places.append(splits.setdefault(key(str(record[split])), len(splits)))
+        for column in wanted.keep:  # a record without the key: "" read whole, left to that reader
+            value = record[column]
+            if careful and type(value) is str:  # str() of another value escapes a NUL or surrogate
+                _check_storable(value)
     return out
 
 
 def _label_text_block(data: bytes, lines: list[str], wanted: stream.Wanted, kept: stream.Pass) -> _Block:
     """Pass 1 over a block of `label text...` lines (featx.readers' columns "label", "text")."""
-    if (wanted.texts, wanted.labels, wanted.split, wanted.id) != (("text",), ("label",), None, None):
+    if (wanted.texts, wanted.labels, wanted.split, wanted.id, wanted.keep) != (("text",), ("label",), None, None, ()):
         raise KeyError("label-text files have the columns label and text only")
     if b"\x00" in data:  # every character of a non-blank line is in its label or its text
         raise ValueError("a NUL byte")

@@ -2,6 +2,7 @@
 label names and each split's encoded labels, exactly as featx.labels gives them read whole
 (`infer_task`, `LabelEncoder`, featx.splits' label matrix). No torch.
 
+    extracted        data.label_regex applied to the distinct labels: its group, each one's class
     task_of          the task infer_task gives some records' labels
     class_labels     binary / multiclass: class names, (n,) int64 class indices per split
     label_sets       multilabel: label names, (n, n_labels) uint8 per split
@@ -14,6 +15,7 @@ that pass 1 kept too little of to tell, raises stream.Fallback: the whole-file r
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 
@@ -26,6 +28,23 @@ from featx.labels import (MAX_INFERRED_CLASSES, MAX_TARGET, Columns, Distinct, L
 from featx.tasks import TASKS
 
 log = logging.getLogger("featx")
+
+
+def extracted(p: stream.Parsed, columns: Columns) -> stream.Parsed:
+    """The pass 1 whose distinct labels are data.label_regex's group of each, as
+    featx.labels (`Columns._label`) reads a row's: one match per distinct raw label, not per row
+    (two raw labels of one group keep two codes of one value, which every reader of them
+    allows). Fallback on a label it refuses (missing, not matched, a match that runs too long)
+    or a group that matched nothing (the whole-file reader names the row, or reads None)."""
+    if p.codes is None:
+        raise stream.Fallback("data.label_regex over labels not coded by pass 1")
+    try:
+        labels = [columns._label(v, "", columns.labels[0]) for v in p.labels]
+    except FeatxError:
+        raise stream.Fallback("a label data.label_regex refuses") from None  # named with its row
+    if any(label is None for label in labels):
+        raise stream.Fallback("a data.label_regex group that matched nothing")
+    return dataclasses.replace(p, labels=labels)
 
 
 def class_labels(task: str, parts: dict, mask: dict, fixed: tuple[str, ...] | None = None,

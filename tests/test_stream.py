@@ -40,6 +40,7 @@ def assert_same_dataset(a, b, same_key: bool = False):
         if split.text_pairs is not None:
             assert list(other.text_pairs) == split.text_pairs
         assert other.labels.dtype == split.labels.dtype and (other.labels == split.labels).all()
+        assert {k: list(v) for k, v in other.columns.items()} == split.columns
     # The streamed fingerprint is the file's bytes' (no pass over every text): another key.
     assert (a.fingerprint() == b.fingerprint()) == same_key
 
@@ -147,7 +148,17 @@ def test_what_is_not_streamed_is_read_whole(monkeypatch, tmp_path):
     monkeypatch.setattr(stream, "STREAM_BYTES", 0)
     path = write_rows(tmp_path / "p.csv", classification_rows(60, pairs=True))
     for cfg in ({"keep": ("id",)}, {"label_regex": "(.*)"}):
-        assert isinstance(load_dataset(DataConfig(path=str(path), **cfg)).splits["train"].texts, list)
+        assert isinstance(load_dataset(DataConfig(path=str(path), **cfg)).splits["train"].texts, stream.Column)
+    # A regex over several label columns (each column's values), and a group that matched nothing
+    # (the whole-file reader's class "None"): read whole, and the same dataset.
+    rows = [dict(r, a=str(i % 2), b=str(i // 2 % 2)) for i, r in enumerate(classification_rows(60))]
+    path = str(write_rows(tmp_path / "ab.csv", rows))
+    for cfg in ({"label": ("a", "b"), "label_regex": "(.*)"}, {"label_regex": "^(?:(p)|[am])"}):
+        data = load_dataset(DataConfig(path=path, **cfg))
+        assert isinstance(data.splits["train"].texts, list) and data.label_names in (("a", "b"), ("None", "p"))
+        with monkeypatch.context() as m:
+            m.setattr(stream, "STREAM_BYTES", 1 << 40)
+            assert_same_dataset(load_dataset(DataConfig(path=path, **cfg)), data, same_key=True)
     monkeypatch.setattr(stream, "STREAM_BYTES", 1 << 30)  # a small file
     assert isinstance(load_dataset(DataConfig(path=str(path))).splits["train"].texts, list)
 
@@ -310,6 +321,171 @@ def test_label_names_errors_are_the_whole_file_readers(monkeypatch, tmp_path, da
     assert str(streamed.value) == str(whole.value)
 
 
+# TREC's "COARSE:fine", seven raw labels (odd: each lands in every split of `laid_out`), two of one
+# class (NUM), codes 007 and 7, a leading space, non-ASCII.
+QUESTIONS = ["NUM:dist", "NUM:count", "LOC:city", "HUM:ind", "007:code", "7:x", " ünï:é"]
+COARSE = r"^\s*([^:]+):"
+
+
+def question_rows(n: int = 400, seed: int = 10) -> list[dict]:
+    return [{"text": r["text"], "label": QUESTIONS[i % len(QUESTIONS)]}
+            for i, r in enumerate(classification_rows(n, seed=seed))]
+
+
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+@pytest.mark.parametrize("regex", [COARSE, r"(\w+)$", ":(.)"])
+def test_label_regex_streams_as_read_whole(monkeypatch, tmp_path, layout, regex):
+    """data.label_regex: each label's group is its class (two raw labels of one class, the
+    group's classes the split's strata), with max_rows and label_names, as read whole."""
+    cfg = laid_out(tmp_path, question_rows(), layout) | {"label_regex": regex}
+    extras = [{}, {"max_rows": 30}]
+    if regex == COARSE:
+        extras.append({"label_names": ("LOC", "NUM", "HUM", "007", "7", "ünï", "unseen")})
+    for extra in extras:
+        whole, streamed = read_both(monkeypatch, **cfg, **extra)
+        assert_same_dataset(whole, streamed)
+        if regex == COARSE and not extra:
+            assert whole.label_names == ("007", "7", "HUM", "LOC", "NUM", "ünï")
+
+
+@pytest.mark.parametrize("layout", ["one file", "split files"])
+def test_label_regex_of_label_sets_and_targets_streams_as_read_whole(monkeypatch, tmp_path, layout):
+    """The group of a separated field is the row's labels ("T:" alone: none; a blank field is
+    no labels before any regex); the group of "score=..." a regression target."""
+    rows = label_set_rows()
+    for i, row in enumerate(rows):
+        row["tags"] = row["tags"] if i % 9 == 0 and not row["tags"].strip() else "T:" + row["tags"]
+        row["score"] = f"score={(i * 37) % 101 / 4}"
+    cfg = laid_out(tmp_path, rows, layout)
+    whole, streamed = read_both(monkeypatch, **cfg, label="tags", label_sep="|", label_regex="^T:(.*)")
+    assert whole.task == "multilabel" and not whole.splits["train"].labels.all(axis=1).any()
+    assert_same_dataset(whole, streamed)
+    for task in (None, "regression"):
+        whole, streamed = read_both(monkeypatch, **cfg, label="score", label_regex="=(.*)", task=task)
+        assert whole.task == "regression"
+        assert_same_dataset(whole, streamed)
+
+
+@pytest.mark.parametrize("damage", ["a label that does not match", "an empty group", "a class train lacks",
+                                    "a regex that backtracks"])
+def test_label_regex_errors_are_the_whole_file_readers(monkeypatch, tmp_path, damage):
+    from featx import labels
+
+    rows = question_rows(300)
+    cfg = {"label_regex": COARSE}
+    if damage == "a label that does not match":
+        rows[250]["label"] = "no colon"
+    elif damage == "an empty group":
+        rows[250]["label"] = " :x"
+        cfg["label_regex"] = r"^\s*([^:]*):"
+    elif damage == "a regex that backtracks":
+        monkeypatch.setattr(labels, "REGEX_SECONDS", 0.05)
+        rows[250]["label"] = "a" * 40 + "!"
+        cfg["label_regex"] = "^((?:a|aa)+)$|:"
+    if damage == "a class train lacks":
+        rows[250]["label"] = "LOCATION:city"
+        cfg |= {"train": str(write_rows(tmp_path / "train.csv", rows[:200])),
+                "dev": str(write_rows(tmp_path / "dev.csv", rows[200:]))}
+    else:
+        cfg["path"] = str(write_rows(tmp_path / "rows.csv", rows))
+    with pytest.raises(FeatxError) as whole:
+        load_dataset(DataConfig(**cfg))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    with pytest.raises(FeatxError) as streamed:
+        load_dataset(DataConfig(**cfg))
+    assert str(streamed.value) == str(whole.value)
+    said = {"a label that does not match": "does not match data.label_regex", "an empty group": "the label is empty",
+            "a class train lacks": "never appears in train", "a regex that backtracks": "backtracks catastrophically"}
+    assert said[damage] in str(whole.value)
+
+
+def test_the_key_of_a_label_regex_changes_as_the_whole_reads_does(monkeypatch, tmp_path):
+    """The key covers the regex through what it makes of the labels (the classes, each row's):
+    two regexes of the same classes, one key; another class, another key; read whole or streamed."""
+    path = str(write_rows(tmp_path / "rows.csv", question_rows()))
+    keys = {}
+    for regex in (None, COARSE, r"^\s*(\w+):", r"(\w+)$"):
+        whole, streamed = read_both(monkeypatch, path=path, label_regex=regex)
+        keys[regex] = whole.fingerprint(), streamed.fingerprint()
+    assert keys[COARSE][0] == keys[r"^\s*(\w+):"][0] and len({w for w, _ in keys.values()}) == 3
+    for a in keys.values():
+        for b in keys.values():
+            assert (a[0] == b[0]) == (a[1] == b[1])
+
+
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+def test_ranks_share_rows_of_a_label_regex(monkeypatch, tmp_path, layout):
+    cfg = laid_out(tmp_path, question_rows(600), layout) | {"label_regex": COARSE}
+    whole = assert_shares_read_as_whole(monkeypatch, shares(monkeypatch, 3, **cfg), cfg)
+    assert whole.label_names == ("007", "7", "HUM", "LOC", "NUM", "ünï")
+
+
+def kept_rows(n: int = 400) -> list[dict]:
+    """TREC-like rows: a raw label "COARSE:fine" (classes by COARSE), a `note` column of
+    values to keep as they are: empty, blank, quoted, on two lines, non-ASCII, "NA"."""
+    rows = question_rows(n)
+    notes = ["", "  ", "NA", 'a "quoted", comma', "two\nlines", "ünï ✓", "007"]
+    for i, row in enumerate(rows):
+        row["note"] = notes[i % len(notes)] if i % 3 else f"note {i}"
+    return rows
+
+
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+def test_kept_columns_stream_as_read_whole(monkeypatch, tmp_path, layout):
+    """data.keep: each split's values of the kept columns (TREC's raw "NUM:dist" kept beside its
+    coarse class), read from the file a block at a time, as read whole."""
+    cfg = laid_out(tmp_path, kept_rows(), layout) | {"keep": ("note", "label"), "label_regex": COARSE}
+    for extra in ({}, {"max_rows": 30}, {"keep": ("split", "note"), "label_regex": None}):
+        whole, streamed = read_both(monkeypatch, **(cfg | extra))
+        assert_same_dataset(whole, streamed)
+        assert all(isinstance(v, stream.KeptColumn) for s in streamed.splits.values() for v in s.columns.values())
+        if not extra:
+            assert {"", "  ", "NA", "two\nlines"} <= set(whole.splits["train"].columns["note"])
+            assert set(whole.splits["dev"].columns["label"]) == set(QUESTIONS)
+
+
+@pytest.mark.parametrize("damage", ["a kept column missing", "NUL in a kept value"])
+def test_a_bad_kept_column_gives_the_whole_file_readers_error(monkeypatch, tmp_path, damage):
+    rows = kept_rows(300)
+    cfg = {"keep": ("note",)}
+    if damage == "a kept column missing":
+        cfg["keep"] = ("notes",)
+    else:
+        rows[250]["note"] = "a\x00b"
+    cfg["path"] = str(write_rows(tmp_path / "rows.csv", rows))
+    with pytest.raises(FeatxError) as whole:
+        load_dataset(DataConfig(**cfg))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    with pytest.raises(FeatxError) as streamed:
+        load_dataset(DataConfig(**cfg))
+    assert str(streamed.value) == str(whole.value)
+
+
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+def test_ranks_share_rows_of_kept_columns(monkeypatch, tmp_path, layout):
+    cfg = laid_out(tmp_path, kept_rows(600), layout) | {"keep": ("note", "label"), "label_regex": COARSE}
+    whole = assert_shares_read_as_whole(monkeypatch, shares(monkeypatch, 3, **cfg), cfg)
+    assert list(whole.splits["train"].columns) == ["note", "label"]
+
+
+def test_kept_columns_extract_into_the_same_cache(monkeypatch, tmp_path, make_pipeline):
+    from featx.cache import Cache
+    from featx.extract import extract
+
+    data = {"path": str(write_rows(tmp_path / "rows.csv", kept_rows(200))), "keep": ["note", "label"],
+            "label_regex": COARSE}
+    whole = extract(make_pipeline(data, data_dir=str(tmp_path / "whole"), extract={"store_dtype": "float32"}))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 1 << 12)
+    streamed = extract(make_pipeline(data, data_dir=str(tmp_path / "streamed"), extract={"store_dtype": "float32"}))
+    with Cache(whole.path) as a, Cache(streamed.path) as b:
+        for split in a.splits:
+            for column in ("note", "label"):
+                assert b.column(split, column).tolist() == a.column(split, column).tolist()
+        assert {"", "  ", "two\nlines", "NUM:count"} <= set(b.column("train", "note").tolist()
+                                                             + b.column("train", "label").tolist())
+
+
 def test_a_streamed_dataset_extracts_into_the_same_cache(monkeypatch, tmp_path, make_pipeline):
     from featx.extract import extract
     from tests.conftest import assert_same_vectors
@@ -413,6 +589,8 @@ def assert_shares_read_as_whole(monkeypatch, got: list, cfg: dict):
         if split.text_pairs is not None:
             assert sum((list(s.mine.splits[name].text_pairs) for s in got), []) == split.text_pairs
         assert (np.concatenate([s.mine.splits[name].labels for s in got]) == split.labels).all()
+        for column, values in split.columns.items():
+            assert sum((list(s.mine.splits[name].columns[column]) for s in got), []) == values
     return whole
 
 

@@ -15,7 +15,7 @@ from featx import spans, stream, streamcolumns
 from featx.config import DataConfig
 from featx.data import load_dataset
 from featx.errors import FeatxError
-from tests.conftest import ROOT, classification_rows
+from tests.conftest import ROOT, classification_rows, write_rows
 from tests.test_stream import Ranks, assert_same_dataset, assert_shares_read_as_whole
 
 pa = pytest.importorskip("pyarrow")
@@ -639,6 +639,115 @@ def test_label_names_of_json_numbers_and_booleans_read_as_the_whole_file_reader_
     whole, streamed = read_both(monkeypatch, **cfg)
     assert whole.label_names[-1] == "unseen"
     assert_same_dataset(whole, streamed)
+
+
+REGEX_LAYOUTS = [("jsonl", "one file"), ("jsonl", "split column"), ("jsonl", "split files"),
+                 ("label-text", "split files"), ("parquet", "one file"), ("parquet", "split column"),
+                 ("parquet", "split files"), ("arrow", "one file"), ("arrow", "split column")]
+
+
+@pytest.mark.parametrize("fmt,layout", REGEX_LAYOUTS)
+def test_label_regex_reads_as_the_whole_file_reader_does(monkeypatch, tmp_path, fmt, layout):
+    """data.label_regex over each format's labels: JSON's numbers and booleans as str() spells
+    them (7, 1.0, true: "7", "1", "T"), a saved dataset's class names, as read whole."""
+    cfg = layout_files(tmp_path, fmt, layout) | {"label_regex": r"^\s*(\w)"}
+    for extra in ({}, {"max_rows": 40}):
+        assert_same_dataset(*read_both(monkeypatch, **cfg, **extra))
+
+
+@pytest.mark.parametrize("labels", ["int64", "float64", "bool", "lists"])
+def test_label_regex_of_parquet_numbers_and_lists_reads_as_the_whole_file_reader_does(monkeypatch, tmp_path, labels):
+    rows = string_rows()
+    label_type = pa.list_(pa.string()) if labels == "lists" else None
+    for i, row in enumerate(rows):
+        row["label"] = {"int64": [3, 17, 11][i % 3], "float64": [1.0, 2.0, 17.0][i % 3], "bool": i % 3 == 0,
+                        "lists": [["a"], ["b", "a"], []][i % 3]}[labels]
+    cfg = {"path": str(write_parquet(tmp_path / "rows.parquet", rows, label_type)), "label_regex": "(.*)"}
+    whole, streamed = read_both(monkeypatch, **cfg)
+    assert whole.task in ("binary", "multiclass")
+    assert_same_dataset(whole, streamed)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_a_label_label_regex_does_not_match_gives_the_whole_file_readers_error(monkeypatch, tmp_path, fmt):
+    rows = tricky_records() if fmt == "jsonl" else string_rows()
+    cfg = layout_files(tmp_path, fmt, "one file") | {"label_regex": r"^\s*(\w)"}
+    assert_streams(monkeypatch, **cfg)
+    rows[150]["label"] = "-"
+    cfg |= write_format(tmp_path, fmt, rows, "bad")
+    whole, streamed = errors_of(monkeypatch, **cfg)
+    assert streamed == whole and "does not match data.label_regex" in whole
+
+
+@pytest.mark.parametrize("fmt,layout", [("jsonl", "split column"), ("parquet", "split files"), ("arrow", "one file")])
+def test_ranks_share_the_rows_of_a_label_regex(monkeypatch, tmp_path, fmt, layout):
+    cfg = layout_files(tmp_path, fmt, layout) | {"label_regex": r"^\s*(\w)"}
+    assert_shares_read_as_whole(monkeypatch, shares(monkeypatch, 3, **cfg), cfg)
+
+
+def read_kept(monkeypatch, streams: bool = True, **cfg):
+    """(whole, streamed) datasets of `cfg`, the same, kept columns too; `streams`: whether the
+    streamed one was streamed (else read whole, as a Fallback reads it)."""
+    monkeypatch.setattr(stream, "STREAM_BYTES", 1 << 40)
+    whole = load_dataset(DataConfig(**cfg))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    streamed = load_dataset(DataConfig(**cfg))
+    assert isinstance(streamed.splits["train"].texts, stream.Column) == streams
+    assert_same_dataset(whole, streamed, same_key=not streams)
+    return whole
+
+
+# (The lone surrogate on even rows: write_jsonl escapes only those.)
+KEPT_VALUES = ["plain", "", "  ", None, 7, 1.0, 2.5, True, {"k": "\ud800"}, [1, "a\u0000"], "ünï ✓", "NA"]
+
+
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+def test_kept_json_values_read_as_the_whole_file_reader_does(monkeypatch, tmp_path, layout):
+    """A JSON row's kept value is str() of it ("" for null): numbers, booleans, a list or an
+    object (their NUL or lone surrogate escaped by str()), a blank string kept as it is."""
+    cfg = layout_files(tmp_path, "jsonl", "one file")
+    rows = [json.loads(line) for line in open(cfg["path"], encoding="utf-8-sig") if line.strip()]
+    for i, row in enumerate(rows):
+        row["fine"] = KEPT_VALUES[i % len(KEPT_VALUES)]
+    if layout == "split files":
+        cfg = {s: str(write_rows(tmp_path / f"{s}.jsonl", [r for r in rows if r["split"] == s]))
+               for s in ("train", "dev", "test")}
+    else:
+        cfg = {"path": str(write_jsonl(tmp_path / "kept.jsonl", rows))}
+        cfg |= {"split_column": "split"} if layout == "split column" else {}
+    whole = read_kept(monkeypatch, **cfg, keep=("fine", "label"))
+    fine = set(whole.splits["train"].columns["fine"])
+    assert {"", "  ", "7", "1.0", "True", "[1, 'a\\x00']", "{'k': '\\ud800'}"} <= fine
+    del rows[100]["fine"]  # a record without the key: "" read whole, which the stream leaves to that reader
+    read_kept(monkeypatch, False, path=str(write_jsonl(tmp_path / "lacking.jsonl", rows)), keep=("fine",))
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+def test_kept_parquet_and_arrow_columns_read_as_the_whole_file_reader_does(monkeypatch, tmp_path, fmt):
+    """Strings with nulls and blanks (missing: ""), integers, floats with NaN, booleans; a saved
+    dataset's ClassLabel kept as its names."""
+    rows = mixed_rows()
+    for i, row in enumerate(rows):
+        row["note"] = ["x", None, "", "  ", "ünï"][i % 5]
+        row["ratio"] = [0.5, float("nan"), 3.0][i % 3]
+        row["flag"] = i % 4 == 0
+    cfg = write_format(tmp_path, fmt, rows) | {"keep": ("note", "count", "ratio", "flag", "id")}
+    whole = read_kept(monkeypatch, **cfg)
+    kept = set(sum(whole.splits["train"].columns.values(), []))
+    assert {"", "x", "3.0", "True"} <= kept and not {"nan", "  "} & kept
+    if fmt == "arrow":
+        named = [dict(r, split="ab"[i % 2]) for i, r in enumerate(string_rows(120))]  # "split": the classes here
+        folder = save_to_disk(tmp_path / "saved", named)
+        whole = read_kept(monkeypatch, path=str(folder), text="sentence", label="split", keep=("label",))
+        assert set(whole.splits["train"].columns["label"]) == {"neg", "pos", "NA", "007"}
+    rows[50]["count"] = None  # integers with a null: pandas' floats ("3.0"), read whole
+    read_kept(monkeypatch, False, **(write_format(tmp_path, fmt, rows, "nulls") | {"keep": ("count",)}))
+
+
+@pytest.mark.parametrize("fmt,layout", [("jsonl", "split column"), ("parquet", "split files"), ("arrow", "one file")])
+def test_ranks_share_the_rows_of_kept_columns(monkeypatch, tmp_path, fmt, layout):
+    cfg = layout_files(tmp_path, fmt, layout) | {"keep": ("split",)}
+    assert_shares_read_as_whole(monkeypatch, shares(monkeypatch, 3, **cfg), cfg)
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
