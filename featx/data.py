@@ -78,6 +78,13 @@ class Split:
                 h.update(piece)
         h.update(str(self.labels.dtype).encode() + repr(self.labels.shape).encode())
         h.update(np.ascontiguousarray(self.labels))  # the array's bytes, not a copy of them
+        # The kept columns are stored in the cache too: keep = ["fine"] after keep = [] (or an
+        # edited kept value) is another cache, not the first one lacking them. Nothing is added
+        # without them, so such caches keep their keys.
+        for name in sorted(self.columns):
+            h.update(json.dumps(["keep", name]).encode())
+            for piece in json_pieces(self.columns[name]):
+                h.update(piece)
         return h.hexdigest()
 
 
@@ -367,6 +374,7 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
         reading = p.source.reading() + [columns.text]
         reading += [["pair", columns.pair]] if columns.pair is not None else []
         reading += [["id", columns.id]] if columns.id is not None else []
+        reading += [["keep", list(columns.keep)]] if columns.keep else []  # the cache stores them
         _fingerprint(whole[split], digests[key], a, code, reading=reading)
         if share is not None:
             source, lo, hi, nbytes = share[key]

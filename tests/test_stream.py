@@ -486,6 +486,29 @@ def test_kept_columns_extract_into_the_same_cache(monkeypatch, tmp_path, make_pi
                                                              + b.column("train", "label").tolist())
 
 
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_the_key_covers_the_kept_columns(monkeypatch, tmp_path, make_pipeline, streamed):
+    """Red team: keep = [] then keep = ["note"] found the first cache (the key did not cover the
+    kept columns) and reading the column failed; an edited kept value read whole kept the key too."""
+    from featx.cache import Cache
+    from featx.extract import extract
+
+    rows = kept_rows(200)
+    path = write_rows(tmp_path / "rows.csv", rows)
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0 if streamed else 1 << 40)
+    keys = {}
+    for keep in ((), ("note",), ("label",), ("note", "label")):
+        cache = extract(make_pipeline({"path": str(path), "keep": list(keep)}, data_dir=str(tmp_path / "data")))
+        with Cache(cache.path) as c:
+            assert all(c.column("train", k).size for k in keep)
+            keys[keep] = c.key
+    assert len(set(keys.values())) == 4
+    rows[5]["note"] = "edited"  # only a kept value changes
+    edited = load_dataset(DataConfig(path=str(write_rows(tmp_path / "edited.csv", rows)), keep=("note",)))
+    first = load_dataset(DataConfig(path=str(write_rows(tmp_path / "first.csv", kept_rows(200))), keep=("note",)))
+    assert edited.fingerprint() != first.fingerprint()
+
 def test_a_streamed_dataset_extracts_into_the_same_cache(monkeypatch, tmp_path, make_pipeline):
     from featx.extract import extract
     from tests.conftest import assert_same_vectors
