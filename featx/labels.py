@@ -119,6 +119,10 @@ class Columns:
         if match is None:
             raise FeatxError(f"{where}, column {shown(column)}: label {shown(value)} does not match "
                              f"data.label_regex {shown(self.label_regex)}")
+        if match.group(1) is None:  # an optional group left out: not a class named "None"
+            raise FeatxError(f"{where}, column {shown(column)}: label {shown(value)} matches "
+                             f"data.label_regex {shown(self.label_regex)} but its group matched nothing "
+                             "(an optional group); make the group match every label")
         return match.group(1)
 
 

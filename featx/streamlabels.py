@@ -35,7 +35,7 @@ def extracted(p: stream.Parsed, columns: Columns) -> stream.Parsed:
     featx.labels (`Columns._label`) reads a row's: one match per distinct raw label, not per row
     (two raw labels of one group keep two codes of one value, which every reader of them
     allows). Fallback on a label it refuses (missing, not matched, a match that runs too long)
-    or a group that matched nothing (the whole-file reader names the row, or reads None)."""
+    or whose group matched nothing: the whole-file reader names the row."""
     if p.codes is None:
         raise stream.Fallback("data.label_regex over labels not coded by pass 1")
     try:

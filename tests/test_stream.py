@@ -149,16 +149,25 @@ def test_what_is_not_streamed_is_read_whole(monkeypatch, tmp_path):
     path = write_rows(tmp_path / "p.csv", classification_rows(60, pairs=True))
     for cfg in ({"keep": ("id",)}, {"label_regex": "(.*)"}):
         assert isinstance(load_dataset(DataConfig(path=str(path), **cfg)).splits["train"].texts, stream.Column)
-    # A regex over several label columns (each column's values), and a group that matched nothing
-    # (the whole-file reader's class "None"): read whole, and the same dataset.
+    # A regex over several label columns (each column's values): read whole, the same dataset.
     rows = [dict(r, a=str(i % 2), b=str(i // 2 % 2)) for i, r in enumerate(classification_rows(60))]
     path = str(write_rows(tmp_path / "ab.csv", rows))
-    for cfg in ({"label": ("a", "b"), "label_regex": "(.*)"}, {"label_regex": "^(?:(p)|[am])"}):
-        data = load_dataset(DataConfig(path=path, **cfg))
-        assert isinstance(data.splits["train"].texts, list) and data.label_names in (("a", "b"), ("None", "p"))
+    cfg = {"label": ("a", "b"), "label_regex": "(.*)"}
+    data = load_dataset(DataConfig(path=path, **cfg))
+    assert isinstance(data.splits["train"].texts, list) and data.label_names == ("a", "b")
+    with monkeypatch.context() as m:
+        m.setattr(stream, "STREAM_BYTES", 1 << 40)
+        assert_same_dataset(load_dataset(DataConfig(path=path, **cfg)), data, same_key=True)
+    # Red team: an optional group that matched nothing was read whole as a class "None".
+    whole, streamed = [], []
+    for threshold, out in ((1 << 40, whole), (0, streamed)):
+        m_cfg = DataConfig(path=path, label_regex="^(?:(p)|[am])")
         with monkeypatch.context() as m:
-            m.setattr(stream, "STREAM_BYTES", 1 << 40)
-            assert_same_dataset(load_dataset(DataConfig(path=path, **cfg)), data, same_key=True)
+            m.setattr(stream, "STREAM_BYTES", threshold)
+            with pytest.raises(FeatxError, match="but its group matched nothing") as error:
+                load_dataset(m_cfg)
+            out.append(str(error.value))
+    assert whole == streamed
     monkeypatch.setattr(stream, "STREAM_BYTES", 1 << 30)  # a small file
     assert isinstance(load_dataset(DataConfig(path=str(path))).splits["train"].texts, list)
 
@@ -381,7 +390,7 @@ def test_label_regex_errors_are_the_whole_file_readers(monkeypatch, tmp_path, da
     elif damage == "a regex that backtracks":
         monkeypatch.setattr(labels, "REGEX_SECONDS", 0.05)
         rows[250]["label"] = "a" * 40 + "!"
-        cfg["label_regex"] = "^((?:a|aa)+)$|:"
+        cfg["label_regex"] = "^((?:a|aa)+(?=$)|[^:]+(?=:))"
     if damage == "a class train lacks":
         rows[250]["label"] = "LOCATION:city"
         cfg |= {"train": str(write_rows(tmp_path / "train.csv", rows[:200])),
