@@ -21,6 +21,7 @@ import fcntl
 import json
 import os
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -391,7 +392,8 @@ def _check_disk_space(folder: Path, needed: int) -> None:
             f"not enough disk space in {folder}: the cache needs {needed / 1e9:.2f} GB, "
             f"{free / 1e9:.2f} GB are free; free some space, or store fewer poolings/layers or "
             "extract.store_dtype = \"float16\"")
-    scratch = folder / f".featx-reserve-{os.getpid()}"
+    # Named by process and thread: two extractions in one process may check one folder at once.
+    scratch = folder / f".featx-reserve-{os.getpid()}-{threading.get_ident()}"
     try:
         if os.path.lexists(scratch):  # a leftover, or a planted link: removed, never followed
             os.unlink(scratch)
