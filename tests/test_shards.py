@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 import pytest
+import torch
 import torch.distributed
 
 from featx import distributed, stream
@@ -64,7 +65,9 @@ def two_ranks(monkeypatch):
         monkeypatch.setattr(torch.distributed, name, lambda *args, **kwargs: None)
     monkeypatch.setattr(torch.distributed, "all_gather_object", ranks.all_gather_object)
     monkeypatch.setattr(torch.distributed, "barrier", ranks.barrier)
-    return ranks
+    threads = torch.get_num_threads()  # a rank on the CPU sets this process's
+    yield ranks
+    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("share", ["dealt", "byte ranges", "nothing", "pairs in byte ranges"])
