@@ -8,8 +8,9 @@ Crash safety: a cache is built in `<name>.partial` (itself first prepared under
 `<name>.partial.init`, renamed once every dataset exists). All datasets are contiguous and
 allocated at creation (their disk blocks too; one of zero rows, an empty split, has none and
 no offset), so during extraction only raw bytes change, never HDF5 metadata, and no write can
-fail for disk space: a SIGKILL cannot corrupt the file's structure. Rows are written with pwrite at their offsets; the done mask that claims
-them is set after them, every `flush_rows` rows or `flush_seconds`. The partial file is fsynced and
+fail for disk space: a SIGKILL cannot corrupt the file's structure. Rows are written with
+pwrite at their offsets; the done mask that claims them is set after them, every `flush_rows`
+rows or `flush_seconds`. The partial file is fsynced and
 renamed to its final name only when every row is done, so a final name always means a
 complete cache.
 """
