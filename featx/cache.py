@@ -241,17 +241,17 @@ class Cache:
         """(n, len(positions) * hidden) without copying when it can: consecutive layers of a
         contiguous, uncompressed dataset are a strided view of the mapped file, far faster
         than HDF5's hyperslab read of some layers out of (n, n_layers, hidden)."""
-        offset = ds.id.get_offset()
-        n = ds.shape[0]
+        offset = ds.id.get_offset()  # None for a split of no rows: HDF5 gives it no storage
+        n, width = ds.shape[0], len(positions) * ds.shape[2]  # (a width, not -1: no rows have one too)
         if offset is None or ds.chunks is not None or ds.compression is not None:
-            return ds[:, sorted(positions), :][:, np.argsort(np.argsort(positions)), :].reshape(n, -1)
+            return ds[:, sorted(positions), :][:, np.argsort(np.argsort(positions)), :].reshape(n, width)
         if self._mapped is None:
             self._mapped = np.memmap(self.path, dtype=np.uint8, mode="r")
         mapped = np.ndarray(ds.shape, dtype=ds.dtype, buffer=self._mapped, offset=offset)
         first = positions[0]
         if positions == list(range(first, first + len(positions))):
-            return mapped[:, first:first + len(positions), :].reshape(n, -1)
-        return mapped[:, positions, :].reshape(n, -1)
+            return mapped[:, first:first + len(positions), :].reshape(n, width)
+        return mapped[:, positions, :].reshape(n, width)
 
     def _group(self, split: str) -> h5py.Group:
         if not self.file.id.valid:

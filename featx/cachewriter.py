@@ -6,10 +6,11 @@ reading a finished cache is `featx.cache`'s.
 
 Crash safety: a cache is built in `<name>.partial` (itself first prepared under
 `<name>.partial.init`, renamed once every dataset exists). All datasets are contiguous and
-allocated at creation (their disk blocks too), so during extraction only raw bytes change,
-never HDF5 metadata, and no write can fail for disk space: a SIGKILL cannot corrupt the
-file's structure. Rows are written with pwrite at their offsets; the done mask that claims
-them is set after them, every `flush_rows` rows or `flush_seconds`. The partial file is fsynced and
+allocated at creation (their disk blocks too; one of zero rows, an empty split, has none and
+no offset), so during extraction only raw bytes change, never HDF5 metadata, and no write can
+fail for disk space: a SIGKILL cannot corrupt the file's structure. Rows are written with
+pwrite at their offsets; the done mask that claims them is set after them, every `flush_rows`
+rows or `flush_seconds`. The partial file is fsynced and
 renamed to its final name only when every row is done, so a final name always means a
 complete cache.
 """
@@ -21,6 +22,7 @@ import fcntl
 import json
 import os
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -238,8 +240,10 @@ class CacheWriter:
         Rows of the open block are gathered in memory until the next flush; others are
         written at once."""
         rows = np.asarray(rows)
+        if not len(rows):  # (a split with no rows: nothing to write)
+            return
         block = self._block
-        if (block is not None and block.split == split and len(rows)
+        if (block is not None and block.split == split
                 and rows.min() >= block.lo and rows.max() < block.hi):
             at = rows - block.lo
             for pooling, values in pooled.items():
@@ -352,6 +356,10 @@ def _spans(rows: np.ndarray, max_gap: int) -> list[tuple[int, int]]:
 
 def _layout(ds: h5py.Dataset) -> tuple[int, np.dtype, tuple]:
     """(file offset, dtype, shape) of a contiguous, allocated dataset's bytes."""
+    if ds.size == 0 and ds.chunks is None:
+        # Zero rows (a split, or a torchrun rank's share of one, that is empty): HDF5 allocates
+        # no storage, so there is no offset; no byte is ever read or written there.
+        return 0, ds.dtype, ds.shape
     offset = ds.id.get_offset()
     if offset is None or ds.chunks is not None:
         raise RuntimeError(f"{ds.name} is not a contiguous allocated dataset")
@@ -391,7 +399,8 @@ def _check_disk_space(folder: Path, needed: int) -> None:
             f"not enough disk space in {folder}: the cache needs {needed / 1e9:.2f} GB, "
             f"{free / 1e9:.2f} GB are free; free some space, or store fewer poolings/layers or "
             "extract.store_dtype = \"float16\"")
-    scratch = folder / f".featx-reserve-{os.getpid()}"
+    # Named by process and thread: two extractions in one process may check one folder at once.
+    scratch = folder / f".featx-reserve-{os.getpid()}-{threading.get_ident()}"
     try:
         if os.path.lexists(scratch):  # a leftover, or a planted link: removed, never followed
             os.unlink(scratch)

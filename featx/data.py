@@ -286,9 +286,9 @@ def load_share(cfg: DataConfig, name: str, rank: int, size: int, gather) -> Shar
     every rank then reads it whole (`load_dataset`, which streams what it can).
 
     None for data.max_rows too: each split's first rows lie in the first ranks' bytes, so the
-    other ranks' shares would hold no row of a split (which their shard of the cache cannot
-    store) and rank 0 would compute them all. Every rank streams the file alone instead (pass 1
-    over all of it, the texts of the first rows only), and the ranks deal those rows."""
+    other ranks' shares would hold no row of a split and rank 0 would compute them all. Every
+    rank streams the file alone instead (pass 1 over all of it, the texts of the first rows
+    only), and the ranks deal those rows."""
     if not _streamable(cfg) or cfg.max_rows is not None:
         return None
     try:

@@ -185,6 +185,46 @@ def test_two_ranks_share_streamed_text_pairs_ids_and_targets(tmp_path, tiny_bert
     assert_same_cache(Path(run.stdout.strip().splitlines()[-1]), single.path)
 
 
+@pytest.mark.parametrize("share", ["dealt", "byte ranges", "nothing"])
+def test_a_rank_with_no_row_of_a_split_still_gives_the_single_process_cache(tmp_path, tiny_bert, monkeypatch, share):
+    """A dev split of one row: one rank holds none of it, its rows dealt (the files read whole)
+    or its file cut in byte ranges (streamed); "nothing": a regression of one row per split,
+    dealt, leaves rank 1 no row at all. Its shard holds zero-row splits, and the assembled cache
+    is the single process's (tests/test_shards.py runs the same with ranks as threads)."""
+    from featx import stream
+
+    rows = classification_rows(41, seed=3)
+    if share == "nothing":
+        rows = [dict(r, label=f"{i / 3:.3f}") for i, r in enumerate(rows[:3])]
+    files = {name: write_rows(tmp_path / f"{name}.csv", part)
+             for name, part in {"train": rows[:-2], "dev": rows[-2:-1], "test": rows[-1:]}.items()}
+
+    def pipeline(name: str) -> Path:
+        path = write_pipeline_toml(tmp_path / f"{name}.toml", files["train"], tiny_bert, tmp_path / name,
+                                   store_dtype="float32")
+        split_files = "".join(f'{s} = "{f}"\n' for s, f in files.items())
+        path.write_text(path.read_text().replace(f'path = "{files["train"]}"\n', split_files)
+                        .replace('id = "id"\n', 'id = "id"\ntask = "regression"\n' if share == "nothing" else 'id = "id"\n'))
+        return path
+
+    env = ENV
+    if share == "byte ranges":
+        monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+        env = ENV | {"FEATX_STREAM_BYTES": "0"}
+    single = extract(load_pipeline(pipeline("single")))
+    with Cache(single.path) as cache:
+        assert cache.n_rows("dev") == 1
+    run = torchrun(pipeline("sharded"), env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert ("rank 1 reads only its share" in run.stderr) == (share == "byte ranges")
+    path = Path(run.stdout.strip().splitlines()[-1])
+    assert not list(path.parent.glob("*.shards"))  # assembled, shards removed
+    assert_same_cache(path, single.path)
+    with Cache(path) as cache:
+        per_rank = [r["rows_total"] for r in cache.meta["extract_stats"]["per_rank"]]
+        assert sum(per_rank) == len(rows) and (min(per_rank) == 0) == (share == "nothing")
+
+
 def _children(pid: int) -> list[int]:
     try:
         return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]

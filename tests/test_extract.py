@@ -25,6 +25,7 @@ from tests.conftest import (
     run_featx,
     write_pipeline_toml,
     write_rows,
+    write_synthetic_cache,
 )
 
 EXACT = {"store_dtype": "float32"}
@@ -78,6 +79,45 @@ def test_extract_writes_a_self_describing_cache(make_pipeline, csv_dataset):
             assert list(cache.ids(name)) == split.ids
             assert np.array_equal(cache.labels(name), split.labels)
             assert list(cache.texts(name)) == split.texts
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_split_file_of_no_rows_is_cached_as_an_empty_split(make_pipeline, tmp_path, monkeypatch, caplog,
+                                                            streamed):
+    """A dev file of a header only: its split has zero rows, for which HDF5 allocates no storage
+    (no offset to write at or checksum); it is stored, read back and verified all the same."""
+    from featx import stream
+
+    if streamed:
+        monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    rows = classification_rows(40, seed=1)
+    files = {"train": write_rows(tmp_path / "train.csv", rows[:30]), "dev": tmp_path / "dev.csv",
+             "test": write_rows(tmp_path / "test.csv", rows[30:])}
+    files["dev"].write_text("id,text,label\n")
+    pipeline = make_pipeline({name: str(path) for name, path in files.items()} | {"id": "id"})
+    with caplog.at_level("INFO", logger="featx"):
+        result = extract(pipeline)
+    assert ("in a stream" in caplog.text) == streamed
+    with Cache(result.path) as cache:
+        assert {s: cache.n_rows(s) for s in cache.splits} == {"train": 30, "dev": 0, "test": 10}
+        assert cache.features("dev", "mean", "all").shape == (0, 96)
+        assert cache.features("dev", "cls", layer=[2, 0]).shape == (0, 64)
+        assert len(cache.ids("dev")) == len(cache.labels("dev")) == len(cache.n_tokens("dev")) == 0
+        checked = cache.verify()
+        assert checked["dev/mean"] == 0 and checked["train/mean"] > 0
+    assert extract(pipeline).hit
+
+
+def test_the_writer_takes_and_the_reader_gives_a_split_of_no_rows(tmp_path):
+    """The writer and the reader alone: an empty batch written, zero-row vectors read as (0, width)."""
+    x = np.random.default_rng(0).normal(size=(5, 2, 8)).astype(np.float32)  # (n, layers, hidden)
+    path = write_synthetic_cache(tmp_path, "multiclass", {"train": x, "dev": x[:0]},
+                                 {"train": np.array([0, 1, 0, 1, 0]), "dev": np.zeros(0, np.int64)},
+                                 ["a", "b"], layers=(0, 1))
+    with Cache(path) as cache:
+        assert cache.verify()["dev/mean"] == 0
+        assert cache.features("dev", "mean", [1, 0]).shape == cache.features("dev", "mean", "all").shape == (0, 16)
+        np.testing.assert_array_equal(cache.features("train", "mean", "all"), x.reshape(5, 16))
 
 
 def test_rows_keep_their_original_order(make_pipeline, tmp_path, tiny_bert):

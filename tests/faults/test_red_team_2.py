@@ -13,6 +13,7 @@ import pickle
 import re
 import shutil
 import signal
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -286,7 +287,7 @@ def test_cache_files_replaced_by_links_are_not_followed(built, tmp_path, planted
     path.parent.mkdir(parents=True)
     target = victim(tmp_path)
     name = {"lock": f".{path.name}.lock", "init": f"{path.name}.partial.init", "partial": f"{path.name}.partial",
-            "reserve": f".featx-reserve-{os.getpid()}", "write-test": f".featx-write-test-{os.getpid()}"}[planted]
+            "reserve": f".featx-reserve-{os.getpid()}-{threading.get_ident()}", "write-test": f".featx-write-test-{os.getpid()}"}[planted]
     (path.parent / name).symlink_to(target)
     try:
         extract(pipeline)  # a link at a scratch name is removed, never written through
