@@ -183,6 +183,13 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
             rows.ids = [f"{split_name}-{i}" for i in range(len(rows.ids))]
     if "train" not in raw or not raw["train"].ids:
         raise FeatxError(f"{source}: the training split is empty")
+    for split_name in ("dev", "test"):  # a file of a header only (or of rows drop_empty dropped)
+        if split_name in raw and not raw[split_name].ids:
+            given = tables[split_name].path if split_name in tables else source
+            raise FeatxError(f"{given}: the {split_name} split holds no rows"
+                             + (" (data.drop_empty dropped them all)" if dropped.get(split_name) else "")
+                             + f"; give it rows, or leave data.{split_name} unset (the probe then "
+                             "chooses by cross-validation on train)")
     task = task or infer_task(raw["train"], columns)
     encoder = LabelEncoder.fit(raw["train"], columns, task, cfg,
                                others=[rows for name, rows in raw.items() if name != "train"])
@@ -408,6 +415,8 @@ def _stream_splits(cfg: DataConfig, columns: Columns, parsed: dict):
     """(per split (Parsed, its records' split codes or None, its code), how rows are numbered):
     one file split as the whole-file reader splits it, or one file per split."""
     if None not in parsed:
+        if any(p.n == 0 for split, p in parsed.items() if split != "train"):
+            raise stream.Fallback("a split file of no rows")  # the whole-file reader says so
         return {split: (p, None, 0) for split, p in parsed.items()}, "split"
     one = parsed[None]
     if one.splits is not None:  # the split column's values -> 0 train, 1 dev, 2 test

@@ -328,3 +328,13 @@ def test_shared_pipelines_give_official_row_counts(name, monkeypatch):
         assert len(data.label_names) == 28 and data.task == "multilabel"
     if name == "stsb":
         assert data.pairs and data.task == "regression"
+
+
+def test_a_dev_split_drop_empty_empties_is_refused(tmp_path):
+    rows = classification_rows(30, seed=2)
+    dev = [dict(r, text=" ") for r in rows[20:25]]
+    cfg = DataConfig(train=str(write_rows(tmp_path / "train.csv", rows[:20])),
+                     dev=str(write_rows(tmp_path / "dev.csv", dev)),
+                     test=str(write_rows(tmp_path / "test.csv", rows[25:])), drop_empty=True)
+    with pytest.raises(FeatxError, match=r"dev.csv: the dev split holds no rows \(data.drop_empty dropped them all\)"):
+        load_dataset(cfg)
