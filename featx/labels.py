@@ -72,8 +72,10 @@ class Columns:
     def from_config(cls, cfg: DataConfig, keep, id_column: str | None) -> "Columns":
         label = cfg.label if cfg.label is not None else "label"
         labels = (label,) if isinstance(label, str) else tuple(label)
+        # A column kept twice is kept once: rows.kept is keyed by name, and each row appended
+        # its value to the one list twice (a split's kept values were then other rows').
         return cls(cfg.text or "text", cfg.text_pair, labels, id_column, cfg.split_column,
-                   tuple(keep), cfg.label_sep, cfg.label_regex)
+                   tuple(dict.fromkeys(keep)), cfg.label_sep, cfg.label_regex)
 
     def empty_rows(self, table: Table) -> list[int]:
         """Rows whose text (or second text) is empty or missing: listed together in one error, or

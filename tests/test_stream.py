@@ -453,6 +453,17 @@ def test_kept_columns_stream_as_read_whole(monkeypatch, tmp_path, layout):
             assert set(whole.splits["dev"].columns["label"]) == set(QUESTIONS)
 
 
+def test_a_column_kept_twice_is_kept_once_with_its_rows_values(monkeypatch, tmp_path):
+    """keep = ["note", "note"]: read whole, each row appended its value to the one list twice,
+    so a split's kept values were other rows' (silently misaligned); the column is kept once."""
+    rows = kept_rows(200)
+    cfg = laid_out(tmp_path, rows, "split column") | {"keep": ("note", "label", "note")}
+    whole, streamed = read_both(monkeypatch, **cfg)
+    assert_same_dataset(whole, streamed)
+    assert list(whole.splits["train"].columns) == ["note", "label"]
+    assert whole.splits["dev"].columns["note"] == [r["note"] for r in rows if r["split"] == "dev"]
+
+
 @pytest.mark.parametrize("damage", ["a kept column missing", "NUL in a kept value"])
 def test_a_bad_kept_column_gives_the_whole_file_readers_error(monkeypatch, tmp_path, damage):
     rows = kept_rows(300)
