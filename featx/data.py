@@ -405,10 +405,14 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
 
 def _label_names(cfg: DataConfig) -> tuple[str, ...] | None:
     """data.label_names (a list, or a file of one name a line), read as LabelEncoder.fit reads
-    it; Fallback for a file that is not there (the whole-file reader reports it, in its turn)."""
+    it; Fallback for a file that is not there, or names it refuses (a name twice, a blank
+    name, a file not UTF-8): the whole-file reader reports them, in its turn."""
     if isinstance(cfg.label_names, str) and not Path(cfg.label_names).is_file():
         raise stream.Fallback("no data.label_names file")
-    return read_label_names(cfg.label_names)
+    try:
+        return read_label_names(cfg.label_names)
+    except FeatxError:
+        raise stream.Fallback("data.label_names refused") from None
 
 
 def _stream_splits(cfg: DataConfig, columns: Columns, parsed: dict):

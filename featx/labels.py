@@ -446,14 +446,35 @@ def natural_key(name: str):
 
 
 def read_label_names(spec) -> tuple[str, ...] | None:
-    """data.label_names: a tuple of names, or a file of one name a line (blank lines skipped)."""
-    if spec is None or isinstance(spec, tuple):
-        return spec
-    path = Path(spec)
-    if not path.is_file():
-        raise FeatxError(f"data.label_names file {spec!r} not found; give a list or a file with one "
-                         "name per line")
-    return tuple(line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+    """data.label_names: a tuple of names, or a file of one name a line (blank lines skipped, a
+    byte-order mark dropped). A name given twice or a blank name is an error: the position and
+    the name of one class were two classes of one name (labels 0 and 2 of ("a", "b", "a")), and
+    no label reads as a blank name."""
+    if spec is None:
+        return None
+    where = "data.label_names"
+    if isinstance(spec, tuple):
+        names = spec
+    else:
+        path = Path(spec)
+        if not path.is_file():
+            raise FeatxError(f"data.label_names file {spec!r} not found; give a list or a file with one "
+                             "name per line")
+        where = f"data.label_names file {spec!r}"
+        try:
+            text = path.read_text(encoding="utf-8-sig")  # a BOM was read into the first name
+        except UnicodeDecodeError as exc:
+            raise FeatxError(f"{where} is not UTF-8 (byte {exc.start}: {exc.reason}); save it as "
+                             "UTF-8") from None
+        names = tuple(line.strip() for line in text.splitlines() if line.strip())
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or not name.strip():
+            raise FeatxError(f"{where}: name {i} is {shown(name)}, which is no name; give every class "
+                             "or label a name")
+        if name in names[:i]:
+            raise FeatxError(f"{where} names {shown(name)} twice (positions {names.index(name)} and {i}); "
+                             "give each class or label one name")
+    return names
 
 
 def check_unique_ids(raw: dict[str, Rows]) -> None:

@@ -5,6 +5,7 @@ which reads only its own share of the file."""
 from __future__ import annotations
 
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -328,6 +329,43 @@ def test_label_names_errors_are_the_whole_file_readers(monkeypatch, tmp_path, da
     with pytest.raises(FeatxError) as streamed:
         load_dataset(DataConfig(**cfg))
     assert str(streamed.value) == str(whole.value)
+
+
+@pytest.mark.parametrize("damage", ["a name twice", "a name twice in the file", "a blank name",
+                                    "a file not UTF-8"])
+def test_label_names_refused_alike_whole_and_streamed(monkeypatch, tmp_path, damage):
+    """A name twice made two classes of one name (labels "0" and "2" of ("a", "b", "a"): codes
+    0 and 2, both called "a"); a blank name no label can be; a names file not UTF-8 was
+    UnicodeDecodeError's traceback. One error, whole or streamed."""
+    rows = [{"text": r["text"], "label": str(i % 3)} for i, r in enumerate(classification_rows(200))]
+    names = tmp_path / "names.txt"
+    given, expected = {
+        "a name twice": (("a", "b", "a"), "names 'a' twice (positions 0 and 2)"),
+        "a name twice in the file": (str(names), "names 'a' twice (positions 0 and 2)"),
+        "a blank name": (("a", " ", "c"), "name 1 is ' ', which is no name"),
+        "a file not UTF-8": (str(names), "is not UTF-8"),
+    }[damage]
+    names.write_bytes("a\nb\na\n".encode() if damage == "a name twice in the file" else "é\nb\nc\n".encode("latin-1"))
+    cfg = {"path": str(write_rows(tmp_path / "rows.csv", rows)), "label_names": given}
+    with pytest.raises(FeatxError, match=re.escape(expected)) as whole:
+        load_dataset(DataConfig(**cfg))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    with pytest.raises(FeatxError) as streamed:
+        load_dataset(DataConfig(**cfg))
+    assert str(streamed.value) == str(whole.value)
+
+
+def test_a_label_names_file_with_a_byte_order_mark(monkeypatch, tmp_path):
+    """A names file saved with a BOM (Windows Notepad): its first name was "\\ufeffa", so labels
+    written as positions made a class of that name and labels written as names missed it."""
+    names = tmp_path / "names.txt"
+    names.write_bytes("\ufeffa\r\nb\r\nc\r\n".encode())
+    for labels in (["0", "1", "2"], ["a", "b", "c"]):
+        rows = [{"text": r["text"], "label": labels[i % 3]} for i, r in enumerate(classification_rows(200))]
+        cfg = {"path": str(write_rows(tmp_path / "rows.csv", rows)), "label_names": str(names)}
+        whole, streamed = read_both(monkeypatch, **cfg)
+        assert whole.label_names == ("a", "b", "c")
+        assert_same_dataset(whole, streamed)
 
 
 # TREC's "COARSE:fine", seven raw labels (odd: each lands in every split of `laid_out`), two of one
