@@ -181,10 +181,16 @@ def _read_arrow(path: Path, names: dict[str, list[str]]) -> Table:
                                  f"is none of the column's {len(table_names)} class names; save the dataset "
                                  "again with every code of a row's labels in 0..n-1")
             return [table_names[v] for v in value]
+        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value < len(table_names):
+            # Python's names[-2] read the last class but one, and a code past the names a class
+            # of that number beside them: both silently another class than the file's.
+            raise FeatxError(f"{path}, row {row}, column {shown(column)}: ClassLabel code {value!r} is none "
+                             f"of the column's {len(table_names)} class names; save the dataset again with "
+                             "every code in 0..n-1 (or -1, no label)")
         try:
             return table_names[value]
         except (IndexError, TypeError):
-            return value  # a code outside the names: the label checks name the row
+            return value  # not a code (the label checks name the row)
     try:
         rows = [{str(k): named(str(k), _plain(v), i) for k, v in r.items()}
                 for i, r in enumerate(table.to_pylist(), start=1)]

@@ -261,6 +261,50 @@ def test_a_saved_dataset_whose_class_label_is_minus_one_has_a_missing_label(monk
 
 
 
+def with_class_names(folder, column: str, names: list[str]):
+    """A saved dataset whose integer `column` (or Sequence of integers) its dataset_info.json
+    now calls a ClassLabel of `names`: codes `datasets` itself refuses to write (past the names,
+    below -1)."""
+    info = json.loads((folder / "dataset_info.json").read_text())
+    spec = info["features"][column]
+    label = {"names": names, "_type": "ClassLabel"}
+    info["features"][column] = dict(spec, feature=label) if "feature" in spec else label
+    (folder / "dataset_info.json").write_text(json.dumps(info))
+    return folder
+
+
+@pytest.mark.parametrize("code", [-2, 3])
+@pytest.mark.parametrize("column", ["label", "a column not read", "a Sequence not read"])
+def test_a_class_label_code_outside_the_names_is_an_error_naming_the_row(monkeypatch, tmp_path, code, column):
+    """A ClassLabel code -2 was read as names[-2] (the last class but one) and a code past the
+    names as a class of that number beside them: silently another class. A bad code in a
+    ClassLabel column featx does not read was the whole-file reader's error, and no error
+    streamed."""
+    datasets = pytest.importorskip("datasets")
+    codes = [i % 3 for i in range(150)]
+    data = {"text": [f"text {i} ✓" for i in range(150)], "label": codes, "other": list(codes),
+            "others": [[c] for c in codes]}
+    name = {"label": "label", "a column not read": "other", "a Sequence not read": "others"}[column]
+    data[name][97] = [code] if name == "others" else code
+    features = datasets.Features({"text": datasets.Value("string"), "label": datasets.Value("int64"),
+                                  "other": datasets.Value("int64"),
+                                  "others": datasets.Sequence(datasets.Value("int64"))})
+    folder = tmp_path / "saved"
+    datasets.Dataset.from_dict(data, features=features).save_to_disk(str(folder), num_shards=2)
+    for named in ("label", "other", "others"):
+        with_class_names(folder, named, ["neg", "pos", "mid"])
+    whole, streamed = errors_of(monkeypatch, path=str(folder))
+    assert streamed == whole
+    assert (f"data-00001-of-00002.arrow, row 23, column {name!r}: ClassLabel code {code} is none of the "
+            "column's 3 class names") in whole
+    data[name][97] = [1] if name == "others" else 1
+    good = tmp_path / "good"
+    datasets.Dataset.from_dict(data, features=features).save_to_disk(str(good), num_shards=2)
+    for named in ("label", "other", "others"):
+        with_class_names(good, named, ["neg", "pos", "mid"])
+    assert_streams(monkeypatch, path=str(good))
+
+
 @pytest.mark.parametrize("kind", ["strings", "large strings", "integers", "split files"])
 def test_lists_of_labels_in_parquet_read_as_the_whole_file_reader_does(monkeypatch, tmp_path, kind):
     """A multilabel Parquet column of lists (as pandas and datasets write them) streams: the rows'
