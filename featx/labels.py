@@ -277,7 +277,13 @@ def class_key(value) -> str:
 
 def _class_name(value, where: str, columns: Columns) -> str:
     """The class of a binary / multiclass label; an empty one (kept only for a multilabel
-    separator) is missing here."""
+    separator) is missing here. A list or an object is no class: it was one named by Python's
+    repr of it ("['a', 'b']", "{'k': 'a'}"), every distinct set or object a class of its own."""
+    if isinstance(value, (list, dict)):
+        fix = ('a list is a row\'s set of labels: set data.task = "multilabel" (or leave data.task unset)'
+               if isinstance(value, list) else "give the class as a string or a number")
+        raise FeatxError(f"{where}, column {shown(columns.labels[0])}: label {shown(value)} is a "
+                         f"{'list' if isinstance(value, list) else 'JSON object'}, not a class; {fix}")
     name = class_key(value)
     if not name:
         raise FeatxError(f"{where}, column {shown(columns.labels[0])}: the label is empty; a class "

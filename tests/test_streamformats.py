@@ -369,6 +369,33 @@ def test_a_bad_list_of_labels_gives_the_whole_file_readers_error(monkeypatch, tm
     assert streamed == whole
     assert "row " in whole
 
+@pytest.mark.parametrize("damage", ["a JSON object", "a JSON list of a multiclass task",
+                                    "a Parquet list of a multiclass task"])
+def test_a_list_or_an_object_is_no_class(monkeypatch, tmp_path, damage):
+    """A JSON object label, or a list of labels where data.task is binary or multiclass, was a
+    class named by Python's repr of it ("{'k': 'a'}", "['a', 'b']"), whole or streamed (pass 1
+    sent such labels to the whole-file reader, which took them)."""
+    rows = string_rows(200)
+    cfg = {}
+    if damage == "a JSON object":
+        rows[120]["label"] = {"k": "a"}
+    else:
+        for i, row in enumerate(rows):
+            row["label"] = [["a"], ["b", "a"]][i % 2]
+        cfg["task"] = "multiclass"
+    if damage.startswith("a Parquet"):
+        cfg["path"] = str(write_parquet(tmp_path / "rows.parquet", rows, pa.list_(pa.string())))
+    else:
+        cfg["path"] = str(write_jsonl(tmp_path / "rows.jsonl", rows))
+    whole, streamed = errors_of(monkeypatch, **cfg)
+    assert streamed == whole
+    assert "row " in whole and ("is a JSON object, not a class" in whole if damage == "a JSON object" else
+                                "is a list, not a class" in whole and 'data.task = "multilabel"' in whole)
+    cfg.pop("task", None)  # unset, lists are label sets
+    if damage != "a JSON object":
+        assert_same_dataset(*read_both(monkeypatch, **cfg))
+
+
 # ---------------------------------------------------------------------------------------------
 # Anything to report: the whole-file reader's error, whichever path
 
