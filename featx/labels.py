@@ -310,6 +310,9 @@ def label_set(value, columns: Columns, where: str) -> list[str]:
                                  f"holds {shown(v)}, which is no label (a null, a blank or a nested "
                                  "value); remove it from the list, or fix the row")
         return [class_key(v) for v in value]
+    if isinstance(value, dict):  # split by data.label_sep, Python's repr of it gave labels such as "{'k': 1}"
+        raise FeatxError(f"{where}, column {shown(columns.labels[0])}: label {shown(value)} is a JSON object, "
+                         "not a row's labels; give them as a list or a string of data.label_sep")
     if columns.label_sep is None:
         raise FeatxError(f"{where}, column {shown(columns.labels[0])}: a multilabel column needs a list "
                          "(JSON) or a separator: set data.label_sep (e.g. \",\")")

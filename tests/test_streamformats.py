@@ -369,7 +369,7 @@ def test_a_bad_list_of_labels_gives_the_whole_file_readers_error(monkeypatch, tm
     assert streamed == whole
     assert "row " in whole
 
-@pytest.mark.parametrize("damage", ["a JSON object", "a JSON list of a multiclass task",
+@pytest.mark.parametrize("damage", ["a JSON object", "a JSON object of label_sep", "a JSON list of a multiclass task",
                                     "a Parquet list of a multiclass task"])
 def test_a_list_or_an_object_is_no_class(monkeypatch, tmp_path, damage):
     """A JSON object label, or a list of labels where data.task is binary or multiclass, was a
@@ -377,8 +377,9 @@ def test_a_list_or_an_object_is_no_class(monkeypatch, tmp_path, damage):
     sent such labels to the whole-file reader, which took them)."""
     rows = string_rows(200)
     cfg = {}
-    if damage == "a JSON object":
+    if damage.startswith("a JSON object"):
         rows[120]["label"] = {"k": "a"}
+        cfg = {"label_sep": ","} if damage.endswith("label_sep") else {}
     else:
         for i, row in enumerate(rows):
             row["label"] = [["a"], ["b", "a"]][i % 2]
@@ -389,10 +390,10 @@ def test_a_list_or_an_object_is_no_class(monkeypatch, tmp_path, damage):
         cfg["path"] = str(write_jsonl(tmp_path / "rows.jsonl", rows))
     whole, streamed = errors_of(monkeypatch, **cfg)
     assert streamed == whole
-    assert "row " in whole and ("is a JSON object, not a class" in whole if damage == "a JSON object" else
+    assert "row " in whole and ("is a JSON object, not a" in whole if damage.startswith("a JSON object") else
                                 "is a list, not a class" in whole and 'data.task = "multilabel"' in whole)
     cfg.pop("task", None)  # unset, lists are label sets
-    if damage != "a JSON object":
+    if not damage.startswith("a JSON object"):
         assert_same_dataset(*read_both(monkeypatch, **cfg))
 
 
