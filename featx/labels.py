@@ -12,6 +12,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -266,12 +267,22 @@ def as_number(value, plain: bool = False) -> float | None:
 
 def class_key(value) -> str:
     """Canonical class name: 1, "1" and "1.0" are the same class; "007" and "7" are not; a
-    boolean (JSON, Parquet) is "True" / "False", as a CSV of booleans spells it."""
+    boolean (JSON, Parquet) is "True" / "False", as a CSV of booleans spells it. Integers are
+    compared exactly: through a float, 2**53 and 2**53 + 1 (or "1.0000000000000001" and "1",
+    "1e-400" and "0") were one class, named after neither."""
     if isinstance(value, bool):
         return str(value)
+    if isinstance(value, int):
+        return str(value)
     number = as_number(value, plain=True)
-    if number is not None and math.isfinite(number) and number.is_integer():
-        return str(int(number))
+    if number is not None and math.isfinite(number):
+        if isinstance(value, float):
+            if value.is_integer():
+                return str(int(value))
+        else:  # a plain number written as text (at most about 309 digits: its float is finite)
+            exact = Decimal(str(value).strip())
+            if exact == exact.to_integral_value():
+                return str(int(exact))
     return str(value).strip()
 
 

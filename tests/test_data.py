@@ -160,6 +160,21 @@ def test_numeric_labels_are_one_class_whatever_the_spelling(tmp_path):
     assert data.label_names == ("0", "1")
 
 
+def test_integer_labels_are_compared_exactly():
+    """Through a float, 2**53 and 2**53 + 1 (a CSV's "9007199254740993" and "...992", Parquet's
+    int64 2**63 - 1 and 2**63 - 2, "1.0000000000000001" and "1") were one class, named after
+    neither of them."""
+    from featx.labels import class_key
+
+    assert class_key("9007199254740993") != class_key("9007199254740992")
+    assert class_key(2 ** 63 - 1) == str(2 ** 63 - 1) == class_key(f" {2 ** 63 - 1} ")
+    assert class_key(10 ** 30) == class_key("1e30") == class_key(f"{10 ** 30}.000") == str(10 ** 30)
+    assert class_key("1.0000000000000001") == "1.0000000000000001" != class_key("1")
+    assert class_key("1e-400") == "1e-400" != class_key("0")
+    assert [class_key(v) for v in ("1", "1.0", 1, 1.0, "+1", "1e0", "-0", "0.0")] == ["1"] * 6 + ["0"] * 2
+    assert [class_key(v) for v in ("007", True, "2.50", "1e400", "nan")] == ["007", "True", "2.50", "1e400", "nan"]
+
+
 def test_max_rows(tmp_path, csv_dataset):
     data = load_dataset(DataConfig(path=str(csv_dataset), max_rows=7))
     assert all(len(s) == 7 for s in data.splits.values())

@@ -114,6 +114,16 @@ def test_binary_labels_inferred_from_the_distinct_values(monkeypatch, tmp_path):
     assert_same_dataset(whole, streamed)
 
 
+def test_labels_past_a_floats_precision_are_classes_of_their_own(monkeypatch, tmp_path):
+    """Two integer labels one float apart ("9007199254740993", "9007199254740992") were one
+    class, whole or streamed."""
+    big = ["9007199254740993", "9007199254740992", "1.0000000000000001", "1"]
+    rows = [{"text": r["text"], "label": big[i % 4]} for i, r in enumerate(classification_rows(200))]
+    whole, streamed = read_both(monkeypatch, path=str(write_rows(tmp_path / "big.csv", rows)))
+    assert whole.label_names == ("1", "1.0000000000000001", "9007199254740992", "9007199254740993")
+    assert_same_dataset(whole, streamed)
+
+
 @pytest.mark.parametrize("damage", ["empty text", "NUL", "missing label", "extra field",
                                     "unknown dev label", "one class"])
 def test_a_bad_row_gives_the_whole_file_readers_error(monkeypatch, tmp_path, damage):
