@@ -125,6 +125,13 @@ class DataConfig:
                                  f"{str(exc)[:200]}") from None
         if self.max_rows is not None and self.max_rows < 1:
             raise FeatxError(f"data.max_rows must be a positive integer, got {self.max_rows}")
+        if self.label is not None and not isinstance(self.label, str):
+            # label = ["z", "z"] made two label columns of one name: read whole, only the last of
+            # them was ever set (the first all 0s), streamed both; a target twice says nothing new.
+            twice = [c for i, c in enumerate(self.label) if c in self.label[:i]]
+            if twice:
+                raise FeatxError(f"data.label names column {shown(twice[0])} twice; give each label "
+                                 "column once")
 
 
 @dataclass(frozen=True)

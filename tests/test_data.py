@@ -175,6 +175,13 @@ def test_integer_labels_are_compared_exactly():
     assert [class_key(v) for v in ("007", True, "2.50", "1e400", "nan")] == ["007", "True", "2.50", "1e400", "nan"]
 
 
+def test_a_label_column_named_twice_is_refused():
+    """label = ["z", "z"]: read whole, the multilabel matrix set only the second "z" (the first
+    column all 0s), streamed both, and the two readers split the file apart."""
+    with pytest.raises(FeatxError, match="data.label names column 'z' twice"):
+        DataConfig(path="x.csv", label=("z", "y", "z"))
+
+
 def test_max_rows(tmp_path, csv_dataset):
     data = load_dataset(DataConfig(path=str(csv_dataset), max_rows=7))
     assert all(len(s) == 7 for s in data.splits.values())
