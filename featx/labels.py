@@ -68,6 +68,9 @@ class Columns:
     keep: tuple[str, ...]
     label_sep: str | None
     label_regex: str | None
+    named: bool = False
+    """data.label_names is given: the labels are classes (or label sets) it names, never
+    regression targets, however many distinct integers train has (`infer_task`)."""
 
     @classmethod
     def from_config(cls, cfg: DataConfig, keep, id_column: str | None) -> "Columns":
@@ -76,7 +79,7 @@ class Columns:
         # A column kept twice is kept once: rows.kept is keyed by name, and each row appended
         # its value to the one list twice (a split's kept values were then other rows').
         return cls(cfg.text or "text", cfg.text_pair, labels, id_column, cfg.split_column,
-                   tuple(dict.fromkeys(keep)), cfg.label_sep, cfg.label_regex)
+                   tuple(dict.fromkeys(keep)), cfg.label_sep, cfg.label_regex, cfg.label_names is not None)
 
     def empty_rows(self, table: Table) -> list[int]:
         """Rows whose text (or second text) is empty or missing: listed together in one error, or
@@ -332,7 +335,8 @@ def label_set(value, columns: Columns, where: str) -> list[str]:
 
 def infer_task(rows: Rows, columns: Columns, *, warn: bool = True) -> str:
     """binary / multiclass for strings or few integers, regression for other numbers, multilabel
-    for lists or a label separator; several label columns: 0/1 -> multilabel, else regression.
+    for lists or a label separator; several label columns: 0/1 -> multilabel, else regression;
+    with data.label_names (`columns.named`) one label column is classes, whatever its values.
     `warn`: say so when many distinct integers are read as a regression target (a load infers
     the task twice when it splits a file itself, and says it once)."""
     values = rows.labels
@@ -350,7 +354,9 @@ def infer_task(rows: Rows, columns: Columns, *, warn: bool = True) -> str:
     numbers = [as_number(x, plain=True) for x in flat]
     if len(columns.labels) > 1:
         return "multilabel" if all(n in (0.0, 1.0) for n in numbers) else "regression"
-    if all(n is not None for n in numbers):
+    # With data.label_names the labels are its classes (names or positions): 50 classes written
+    # 0..49 were a regression target, the names silently unused (fractions: a label it lacks).
+    if all(n is not None for n in numbers) and not columns.named:
         distinct = set(numbers)
         if all(n.is_integer() for n in distinct):
             if len(distinct) <= MAX_INFERRED_CLASSES:

@@ -365,6 +365,22 @@ def test_label_names_refused_alike_whole_and_streamed(monkeypatch, tmp_path, dam
     assert str(streamed.value) == str(whole.value)
 
 
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+def test_label_names_make_classes_of_more_than_20_integers(monkeypatch, tmp_path, layout):
+    """50 classes written as their positions 0..49 beside a names file (TREC's fine labels): with
+    data.task unset they were a regression target (more than 20 distinct integers) and the
+    names silently unused, whole or streamed."""
+    names = tmp_path / "names.txt"
+    names.write_text("".join(f"class {k}\n" for k in range(50)))
+    rows = [{"text": f"{r['text']} {i}", "label": str(i % 50)} for i, r in enumerate(classification_rows(400))]
+    cfg = laid_out(tmp_path, rows, layout) | {"label_names": str(names)}
+    whole, streamed = read_both(monkeypatch, **cfg)
+    assert whole.task == "multiclass" and whole.label_names == tuple(f"class {k}" for k in range(50))
+    position = {r["text"]: int(r["label"]) for r in rows}
+    assert whole.splits["train"].labels.tolist() == [position[t] for t in whole.splits["train"].texts]
+    assert_same_dataset(whole, streamed)
+
+
 def test_a_label_names_file_with_a_byte_order_mark(monkeypatch, tmp_path):
     """A names file saved with a BOM (Windows Notepad): its first name was "\\ufeffa", so labels
     written as positions made a class of that name and labels written as names missed it."""
