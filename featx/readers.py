@@ -126,6 +126,14 @@ def folder_files(path: Path) -> list[Path]:
                      f"Hugging Face save_to_disk dataset; give the file itself{_holds(path)}")
 
 
+def names_file(path: Path) -> list[Path]:
+    """[dataset_info.json] of a `save_to_disk` folder that has one, else []: the class names its
+    ClassLabel codes are read as are data too (a later stage's check of the files, beside the
+    Arrow files, sees them edited)."""
+    info = path / "dataset_info.json"
+    return [info] if path.is_dir() and folder_kind(path) == "arrow" and info.is_file() else []
+
+
 def _holds(folder: Path) -> str:
     """The first files of a folder, " (it holds a, b, ...)", for an error that names it."""
     inside = sorted(p.name for p in folder.iterdir() if p.is_file())[:5]

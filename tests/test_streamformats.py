@@ -305,6 +305,29 @@ def test_a_class_label_code_outside_the_names_is_an_error_naming_the_row(monkeyp
     assert_streams(monkeypatch, path=str(good))
 
 
+def test_a_kept_class_label_column_keys_the_cache_by_its_names(monkeypatch, tmp_path):
+    """A kept ClassLabel column's values are its names in dataset_info.json: with the names
+    edited, the streamed key (of the Arrow files' bytes) was the same while every kept value
+    had changed, and neither reader listed dataset_info.json among the files a later stage
+    checks."""
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features({"text": datasets.Value("string"), "label": datasets.Value("string"),
+                                  "fine": datasets.ClassLabel(names=["x", "y", "z"])})
+    folder = tmp_path / "saved"
+    data = {"text": [f"text {i} ✓" for i in range(150)], "label": ["ab"[i % 2] for i in range(150)],
+            "fine": [i % 3 for i in range(150)]}
+    datasets.Dataset.from_dict(data, features=features).save_to_disk(str(folder), num_shards=2)
+    cfg = {"path": str(folder), "keep": ("fine",)}
+    whole, streamed = read_both(monkeypatch, **cfg)
+    assert_same_dataset(whole, streamed)
+    assert str(folder / "dataset_info.json") in whole.files
+    with_class_names(folder, "fine", ["z", "y", "x"])
+    edited_whole, edited = read_both(monkeypatch, **cfg)
+    assert_same_dataset(edited_whole, edited)
+    assert list(edited.splits["train"].columns["fine"]) != list(streamed.splits["train"].columns["fine"])
+    assert edited.fingerprint() != streamed.fingerprint()
+
+
 @pytest.mark.parametrize("kind", ["strings", "large strings", "integers", "split files"])
 def test_lists_of_labels_in_parquet_read_as_the_whole_file_reader_does(monkeypatch, tmp_path, kind):
     """A multilabel Parquet column of lists (as pandas and datasets write them) streams: the rows'
