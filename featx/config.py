@@ -99,6 +99,11 @@ class DataConfig:
                 "`path` (one file) or `train` (with optional `dev` and `test`)")
         if (self.dev or self.test) and self.train is None:
             raise FeatxError("[data] `dev`/`test` files need a `train` file beside them")
+        if self.split_column is not None and (self.dev or self.test):
+            # Read whole, the column was checked and then unused: a row of train.csv marked "test"
+            # was trained on.
+            raise FeatxError(f"data.split_column ({shown(self.split_column)}) splits one file, and "
+                             "`dev`/`test` files are the splits already: unset one of them")
         if self.format is not None:
             check_choice(self.format, FORMATS, "data.format")
         check_choice(self.quoting, QUOTING, "data.quoting")

@@ -182,6 +182,14 @@ def test_a_label_column_named_twice_is_refused():
         DataConfig(path="x.csv", label=("z", "y", "z"))
 
 
+def test_a_split_column_beside_split_files_is_refused():
+    """With dev or test files, data.split_column was checked row by row and then unused: a row of
+    the train file marked "test" was trained on."""
+    with pytest.raises(FeatxError, match="data.split_column .'split'. splits one file"):
+        DataConfig(train="train.csv", dev="dev.csv", split_column="split")
+    assert DataConfig(train="train.csv", split_column="split").split_column == "split"  # one file
+
+
 def test_max_rows(tmp_path, csv_dataset):
     data = load_dataset(DataConfig(path=str(csv_dataset), max_rows=7))
     assert all(len(s) == 7 for s in data.splits.values())
