@@ -376,6 +376,8 @@ class LabelEncoder:
     names: tuple[str, ...]
     columns: Columns
     index: dict[str, int]
+    given: bool = False
+    """The names are data.label_names (a label is one of them, by name or position), not train's."""
 
     @classmethod
     def fit(cls, train: Rows, columns: Columns, task: str, cfg: DataConfig,
@@ -423,7 +425,7 @@ class LabelEncoder:
         if positions and not TASKS[task].regression:
             # Labels are integer positions in the names list (GoEmotions' "2,17").
             index = {str(i): i for i in range(len(names))} | index
-        return cls(task, names, columns, index)
+        return cls(task, names, columns, index, given=positions)
 
     def encode(self, rows: Rows, split: str) -> np.ndarray:
         if TASKS[self.task].regression:
@@ -458,6 +460,11 @@ class LabelEncoder:
         return out
 
     def _lookup(self, label: str, where: str, split: str) -> int:
+        if label not in self.index and self.given:  # not "never appears in train": train is not asked
+            raise FeatxError(
+                f"{where}, column {shown(self.columns.labels[0])}: label {shown(label)} in the {split} split "
+                f"is none of data.label_names, by name or by position 0..{len(self.names) - 1} (the names: "
+                f"{', '.join(list(self.names)[:20])}); add it to the names, or fix the row")
         if label not in self.index:
             raise FeatxError(
                 f"{where}, column {shown(self.columns.labels[0])}: label {shown(label)} in the {split} split "

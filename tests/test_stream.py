@@ -236,7 +236,8 @@ def test_a_label_unknown_only_past_max_rows_streams_as_read_whole(monkeypatch, t
     errors = []
     for threshold in (1 << 40, 0):  # its row among the first: the whole-file reader's error, either way
         monkeypatch.setattr(stream, "STREAM_BYTES", threshold)
-        with pytest.raises(FeatxError, match="never appears in train") as error:
+        expected = "none of data.label_names" if "label_names" in cfg else "never appears in train"
+        with pytest.raises(FeatxError, match=expected) as error:
             load_dataset(DataConfig(**(cfg | {"max_rows": 81})))
         errors.append(str(error.value))
     assert errors[0] == errors[1]
@@ -339,6 +340,8 @@ def test_label_names_errors_are_the_whole_file_readers(monkeypatch, tmp_path, da
     with pytest.raises(FeatxError) as streamed:
         load_dataset(DataConfig(**cfg))
     assert str(streamed.value) == str(whole.value)
+    if damage in ("a class not named", "a label set not named"):  # not "never appears in train"
+        assert "is none of data.label_names, by name or by position 0.." in str(whole.value)
 
 
 @pytest.mark.parametrize("damage", ["a name twice", "a name twice in the file", "a blank name",
