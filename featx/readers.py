@@ -51,6 +51,9 @@ class Table:
                    [t.path for t in tables for _ in t.rows])
 
     def require(self, column: str, role: str) -> None:
+        if not self.columns and not self.rows:  # an empty JSONL or label-text file: no column, as no row
+            raise FeatxError(f"{self.path} holds no rows (so no column {shown(column)}, configured as "
+                             f"data.{role}); give it rows, or leave the file out of [data]")
         if column not in self.columns:
             raise FeatxError(
                 f"{self.path}: no column {shown(column)} (configured as data.{role}); "

@@ -420,6 +420,19 @@ def test_a_list_or_an_object_is_no_class(monkeypatch, tmp_path, damage):
         assert_same_dataset(*read_both(monkeypatch, **cfg))
 
 
+@pytest.mark.parametrize("empty", ["dev", "train"])
+def test_a_jsonl_file_of_no_record_says_it_holds_no_rows(monkeypatch, tmp_path, empty):
+    """A JSONL split file of blank lines only (or no bytes) was "no column 'text' ...; the
+    columns are: " (an empty list), whole or streamed."""
+    rows = string_rows(120)
+    cfg = {"train": str(write_jsonl(tmp_path / "train.jsonl", rows[:100])),
+           "dev": str(write_jsonl(tmp_path / "dev.jsonl", rows[100:]))}
+    (tmp_path / f"{empty}.jsonl").write_bytes(b"\r\n  \n" if empty == "dev" else b"")
+    whole, streamed = errors_of(monkeypatch, **cfg)
+    assert streamed == whole
+    assert whole.startswith(f"{tmp_path / empty}.jsonl holds no rows (so no column 'text'")
+
+
 # ---------------------------------------------------------------------------------------------
 # Anything to report: the whole-file reader's error, whichever path
 
