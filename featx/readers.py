@@ -120,6 +120,10 @@ def folder_files(path: Path) -> list[Path]:
         return files
     if kind == "parquet":
         return sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in (".parquet", ".pq"))
+    if (path / "state.json").is_file() and (path / "dataset_info.json").is_file():
+        # `save_to_disk` of no rows writes no Arrow file: not "a folder that holds no dataset"
+        raise FeatxError(f"{path}: a Hugging Face save_to_disk dataset with no Arrow file (saved with no "
+                         "rows?); give it rows, or leave it out of [data]")
     if (path / "dataset_dict.json").is_file():
         splits = [p.name for p in sorted(path.iterdir()) if p.is_dir()]
         raise FeatxError(f"{path} is a Hugging Face DatasetDict ({', '.join(splits)}): give each split's "

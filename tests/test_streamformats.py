@@ -433,6 +433,18 @@ def test_a_jsonl_file_of_no_record_says_it_holds_no_rows(monkeypatch, tmp_path, 
     assert whole.startswith(f"{tmp_path / empty}.jsonl holds no rows (so no column 'text'")
 
 
+def test_a_saved_dataset_of_no_rows_says_so(monkeypatch, tmp_path):
+    """`save_to_disk` of no rows writes no Arrow file: the folder was "no Parquet shards or Hugging
+    Face save_to_disk dataset", whole or streamed."""
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features({"text": datasets.Value("string"), "label": datasets.Value("string")})
+    datasets.Dataset.from_dict({"text": [], "label": []}, features=features).save_to_disk(str(tmp_path / "dev"))
+    cfg = {"train": str(write_jsonl(tmp_path / "train.jsonl", string_rows(100))), "dev": str(tmp_path / "dev")}
+    whole, streamed = errors_of(monkeypatch, **cfg)
+    assert streamed == whole
+    assert "a Hugging Face save_to_disk dataset with no Arrow file (saved with no rows?)" in whole
+
+
 # ---------------------------------------------------------------------------------------------
 # Anything to report: the whole-file reader's error, whichever path
 
