@@ -277,16 +277,19 @@ def class_key(value) -> str:
         return str(value)
     if isinstance(value, int):
         return str(value)
-    number = as_number(value, plain=True)
-    if number is not None and math.isfinite(number):
-        if isinstance(value, float):
-            if value.is_integer():
-                return str(int(value))
-        else:  # a plain number written as text (at most about 309 digits: its float is finite)
-            exact = Decimal(str(value).strip())
-            if exact == exact.to_integral_value():
-                return str(int(exact))
-    return str(value).strip()
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else str(value)
+    text = str(value).strip()
+    match = PLAIN_NUMBER.fullmatch(text)
+    if match is None:
+        return text
+    if match.group(2) and match.group(3) is None and match.group(4) is None and len(text) < 300:  # "+7", "-0"
+        return str(int(text))
+    if math.isfinite(float(text)):  # (so at most about 309 digits before the point)
+        exact = Decimal(text)
+        if exact == exact.to_integral_value():
+            return str(int(exact))
+    return text
 
 
 def _class_name(value, where: str, columns: Columns) -> str:
