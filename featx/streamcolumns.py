@@ -224,7 +224,7 @@ def _check_codes(values, names: tuple[str, ...]) -> None:
 
     if pa.types.is_dictionary(values.type):
         values = values.dictionary_decode()
-    listed = _is_list(values.type)
+    listed = _is_list(values.type) or pa.types.is_fixed_size_list(values.type)  # Sequence(..., length=k)
     if listed:
         values = values.flatten()
         if values.null_count:

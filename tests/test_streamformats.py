@@ -274,7 +274,8 @@ def with_class_names(folder, column: str, names: list[str]):
 
 
 @pytest.mark.parametrize("code", [-2, 3])
-@pytest.mark.parametrize("column", ["label", "a column not read", "a Sequence not read"])
+@pytest.mark.parametrize("column", ["label", "a column not read", "a Sequence not read",
+                                    "a Sequence of one length not read"])
 def test_a_class_label_code_outside_the_names_is_an_error_naming_the_row(monkeypatch, tmp_path, code, column):
     """A ClassLabel code -2 was read as names[-2] (the last class but one) and a code past the
     names as a class of that number beside them: silently another class. A bad code in a
@@ -283,24 +284,26 @@ def test_a_class_label_code_outside_the_names_is_an_error_naming_the_row(monkeyp
     datasets = pytest.importorskip("datasets")
     codes = [i % 3 for i in range(150)]
     data = {"text": [f"text {i} ✓" for i in range(150)], "label": codes, "other": list(codes),
-            "others": [[c] for c in codes]}
-    name = {"label": "label", "a column not read": "other", "a Sequence not read": "others"}[column]
-    data[name][97] = [code] if name == "others" else code
+            "others": [[c] for c in codes], "pairs": [[c, 0] for c in codes]}
+    name = {"label": "label", "a column not read": "other", "a Sequence not read": "others",
+            "a Sequence of one length not read": "pairs"}[column]
+    data[name][97] = [code] if name == "others" else [code, 0] if name == "pairs" else code
     features = datasets.Features({"text": datasets.Value("string"), "label": datasets.Value("int64"),
                                   "other": datasets.Value("int64"),
-                                  "others": datasets.Sequence(datasets.Value("int64"))})
+                                  "others": datasets.Sequence(datasets.Value("int64")),
+                                  "pairs": datasets.Sequence(datasets.Value("int64"), length=2)})
     folder = tmp_path / "saved"
     datasets.Dataset.from_dict(data, features=features).save_to_disk(str(folder), num_shards=2)
-    for named in ("label", "other", "others"):
+    for named in ("label", "other", "others", "pairs"):
         with_class_names(folder, named, ["neg", "pos", "mid"])
     whole, streamed = errors_of(monkeypatch, path=str(folder))
     assert streamed == whole
     assert (f"data-00001-of-00002.arrow, row 23, column {name!r}: ClassLabel code {code} is none of the "
             "column's 3 class names") in whole
-    data[name][97] = [1] if name == "others" else 1
+    data[name][97] = [1] if name == "others" else [1, 0] if name == "pairs" else 1
     good = tmp_path / "good"
     datasets.Dataset.from_dict(data, features=features).save_to_disk(str(good), num_shards=2)
-    for named in ("label", "other", "others"):
+    for named in ("label", "other", "others", "pairs"):
         with_class_names(good, named, ["neg", "pos", "mid"])
     assert_streams(monkeypatch, path=str(good))
 
