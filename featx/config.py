@@ -130,6 +130,12 @@ class DataConfig:
                                  f"{str(exc)[:200]}") from None
         if self.max_rows is not None and self.max_rows < 1:
             raise FeatxError(f"data.max_rows must be a positive integer, got {self.max_rows}")
+        if self.label is not None and not isinstance(self.label, str) and not self.label:
+            raise FeatxError("data.label is an empty list; give the label column's name, or a list of "
+                             "columns (one 0/1 column per label, or one per regression target)")
+        if self.label_sep == "":  # str.split("") raised ValueError's traceback on the first row
+            raise FeatxError("data.label_sep is empty; give the separator between a field's labels, such "
+                             "as \",\" or \"|\" (or leave it unset for one label a row)")
         if self.label is not None and not isinstance(self.label, str):
             # label = ["z", "z"] made two label columns of one name: read whole, only the last of
             # them was ever set (the first all 0s), streamed both; a target twice says nothing new.

@@ -182,6 +182,15 @@ def test_a_label_column_named_twice_is_refused():
         DataConfig(path="x.csv", label=("z", "y", "z"))
 
 
+@pytest.mark.parametrize("given, expected", [({"label": ()}, "data.label is an empty list"),
+                                             ({"label_sep": ""}, "data.label_sep is empty")])
+def test_an_empty_label_list_or_separator_is_refused(given, expected):
+    """Both were tracebacks when the rows were read (IndexError, str.split's ValueError), whole or
+    streamed."""
+    with pytest.raises(FeatxError, match=expected):
+        DataConfig(path="x.csv", **given)
+
+
 def test_a_split_column_beside_split_files_is_refused():
     """With dev or test files, data.split_column was checked row by row and then unused: a row of
     the train file marked "test" was trained on."""
