@@ -503,6 +503,9 @@ def read_label_names(spec) -> tuple[str, ...] | None:
             raise FeatxError(f"{where} is not UTF-8 (byte {exc.start}: {exc.reason}); save it as "
                              "UTF-8") from None
         names = tuple(line.strip() for line in text.splitlines() if line.strip())
+    if not names:  # was "the training split has a single class ()"
+        raise FeatxError(f"{where} holds no name; give one name per class or label (or leave "
+                         "data.label_names unset)")
     for i, name in enumerate(names):
         if not isinstance(name, str) or not name.strip():
             raise FeatxError(f"{where}: name {i} is {shown(name)}, which is no name; give every class "

@@ -345,7 +345,7 @@ def test_label_names_errors_are_the_whole_file_readers(monkeypatch, tmp_path, da
 
 
 @pytest.mark.parametrize("damage", ["a name twice", "a name twice in the file", "a blank name",
-                                    "a file not UTF-8"])
+                                    "a file not UTF-8", "no name", "a file of blank lines"])
 def test_label_names_refused_alike_whole_and_streamed(monkeypatch, tmp_path, damage):
     """A name twice made two classes of one name (labels "0" and "2" of ("a", "b", "a"): codes
     0 and 2, both called "a"); a blank name no label can be; a names file not UTF-8 was
@@ -357,8 +357,11 @@ def test_label_names_refused_alike_whole_and_streamed(monkeypatch, tmp_path, dam
         "a name twice in the file": (str(names), "names 'a' twice (positions 0 and 2)"),
         "a blank name": (("a", " ", "c"), "name 1 is ' ', which is no name"),
         "a file not UTF-8": (str(names), "is not UTF-8"),
+        "no name": ((), "data.label_names holds no name"),
+        "a file of blank lines": (str(names), "names.txt' holds no name"),
     }[damage]
-    names.write_bytes("a\nb\na\n".encode() if damage == "a name twice in the file" else "é\nb\nc\n".encode("latin-1"))
+    names.write_bytes({"a name twice in the file": "a\nb\na\n".encode(), "a file of blank lines": b"\n  \r\n"}.get(
+        damage, "é\nb\nc\n".encode("latin-1")))
     cfg = {"path": str(write_rows(tmp_path / "rows.csv", rows)), "label_names": given}
     with pytest.raises(FeatxError, match=re.escape(expected)) as whole:
         load_dataset(DataConfig(**cfg))
