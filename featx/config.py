@@ -136,6 +136,13 @@ class DataConfig:
         if self.label_sep == "":  # str.split("") raised ValueError's traceback on the first row
             raise FeatxError("data.label_sep is empty; give the separator between a field's labels, such "
                              "as \",\" or \"|\" (or leave it unset for one label a row)")
+        several = self.label is not None and not isinstance(self.label, str) and len(self.label) > 1
+        if self.label_names is not None and (self.task == "regression" or several):
+            # Both readers took the targets' or the columns' names and dropped these unsaid.
+            raise FeatxError("data.label_names names the classes (or labels) of one label column; "
+                             + ("a regression has targets, not classes" if self.task == "regression" else
+                                "with several label columns, their names are the labels")
+                             + ": unset data.label_names")
         if self.label is not None and not isinstance(self.label, str):
             # label = ["z", "z"] made two label columns of one name: read whole, only the last of
             # them was ever set (the first all 0s), streamed both; a target twice says nothing new.

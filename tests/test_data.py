@@ -182,6 +182,15 @@ def test_a_label_column_named_twice_is_refused():
         DataConfig(path="x.csv", label=("z", "y", "z"))
 
 
+@pytest.mark.parametrize("given", [{"task": "regression"}, {"label": ("a", "b")}])
+def test_label_names_beside_targets_or_label_columns_are_refused(given):
+    """Both readers took the targets' or the label columns' names and dropped data.label_names
+    without a word."""
+    with pytest.raises(FeatxError, match="data.label_names names the classes .or labels. of one label column"):
+        DataConfig(path="x.csv", label_names=("x", "y"), **given)
+    DataConfig(path="x.csv", label_names=("x", "y"), label=("a",))  # one column in a list
+
+
 @pytest.mark.parametrize("given, expected", [({"label": ()}, "data.label is an empty list"),
                                              ({"label_sep": ""}, "data.label_sep is empty")])
 def test_an_empty_label_list_or_separator_is_refused(given, expected):
