@@ -99,6 +99,11 @@ class DataConfig:
                 "`path` (one file) or `train` (with optional `dev` and `test`)")
         if (self.dev or self.test) and self.train is None:
             raise FeatxError("[data] `dev`/`test` files need a `train` file beside them")
+        if self.split_column is not None and (self.dev or self.test):
+            # Read whole, the column was checked and then unused: a row of train.csv marked "test"
+            # was trained on.
+            raise FeatxError(f"data.split_column ({shown(self.split_column)}) splits one file, and "
+                             "`dev`/`test` files are the splits already: unset one of them")
         if self.format is not None:
             check_choice(self.format, FORMATS, "data.format")
         check_choice(self.quoting, QUOTING, "data.quoting")
@@ -125,6 +130,26 @@ class DataConfig:
                                  f"{str(exc)[:200]}") from None
         if self.max_rows is not None and self.max_rows < 1:
             raise FeatxError(f"data.max_rows must be a positive integer, got {self.max_rows}")
+        if self.label is not None and not isinstance(self.label, str) and not self.label:
+            raise FeatxError("data.label is an empty list; give the label column's name, or a list of "
+                             "columns (one 0/1 column per label, or one per regression target)")
+        if self.label_sep == "":  # str.split("") raised ValueError's traceback on the first row
+            raise FeatxError("data.label_sep is empty; give the separator between a field's labels, such "
+                             "as \",\" or \"|\" (or leave it unset for one label a row)")
+        several = self.label is not None and not isinstance(self.label, str) and len(self.label) > 1
+        if self.label_names is not None and (self.task == "regression" or several):
+            # Both readers took the targets' or the columns' names and dropped these unsaid.
+            raise FeatxError("data.label_names names the classes (or labels) of one label column; "
+                             + ("a regression has targets, not classes" if self.task == "regression" else
+                                "with several label columns, their names are the labels")
+                             + ": unset data.label_names")
+        if self.label is not None and not isinstance(self.label, str):
+            # label = ["z", "z"] made two label columns of one name: read whole, only the last of
+            # them was ever set (the first all 0s), streamed both; a target twice says nothing new.
+            twice = [c for i, c in enumerate(self.label) if c in self.label[:i]]
+            if twice:
+                raise FeatxError(f"data.label names column {shown(twice[0])} twice; give each label "
+                                 "column once")
 
 
 @dataclass(frozen=True)

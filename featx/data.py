@@ -24,7 +24,7 @@ from featx.config import DataConfig
 from featx.errors import FeatxError, shown
 from featx.labels import (SPLIT_ALIASES, Columns, LabelEncoder, check_unique_ids, class_key, dropped_per_split,
                           empty_message, infer_task, read_label_names)
-from featx.readers import SUFFIX_FORMATS, Table, folder_files, read_table, read_tables
+from featx.readers import SUFFIX_FORMATS, Table, folder_files, names_file, read_table, read_tables
 from featx.splits import SPLITS, label_assignment, split_single, stratified_assignment
 from featx.tasks import TASKS
 
@@ -166,7 +166,8 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
         task, keep, id_column = cfg.task, cfg.keep or (), cfg.id
         source = ", ".join(t.path for t in tables.values())
         files = tuple(str(f) for spec in (cfg.path, cfg.train, cfg.dev, cfg.test) if spec
-                      for p in ([spec] if isinstance(spec, str) else spec) for f in folder_files(Path(p)))
+                      for p in ([spec] if isinstance(spec, str) else spec)
+                      for f in (*folder_files(Path(p)), *names_file(Path(p))))
     columns = Columns.from_config(cfg, keep, id_column)
     empty = {s: columns.empty_rows(t) for s, t in tables.items()}
     if any(empty.values()) and not cfg.drop_empty:
@@ -382,6 +383,9 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
         reading += [["pair", columns.pair]] if columns.pair is not None else []
         reading += [["id", columns.id]] if columns.id is not None else []
         reading += [["keep", list(columns.keep)]] if columns.keep else []  # the cache stores them
+        # A kept ClassLabel column's values are its names (dataset_info.json), not the Arrow files' bytes.
+        named = {k: list(v) for k, v in getattr(p.source, "names", ()) if k in columns.keep}
+        reading += [["keep names", named]] if named else []
         _fingerprint(whole[split], digests[key], a, code, reading=reading)
         if share is not None:
             source, lo, hi, nbytes = share[key]
@@ -395,7 +399,7 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
             mine[split].with_fingerprint(f"{whole[split].fingerprint()}:rows-{offsets[split]}+{len(rows)}")
     # As the whole-file reader names them: a folder's files joined by " + ", the splits' by ", ".
     source = ", ".join(" + ".join(str(f) for f in p.source.files) for p in parsed.values())
-    paths = tuple(str(f) for p in parsed.values() for f in p.source.files)
+    paths = tuple(str(f) for p in parsed.values() for f in (*p.source.files, *names_file(p.source.path)))
     paths += (cfg.label_names,) if isinstance(cfg.label_names, str) else ()  # as read whole: its names are data
     log.info("read %s in a stream (%s rows): texts stay in the files until the cache holds them",
              source, f"{sum(len(s) for s in whole.values()):,}")
@@ -405,10 +409,14 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
 
 def _label_names(cfg: DataConfig) -> tuple[str, ...] | None:
     """data.label_names (a list, or a file of one name a line), read as LabelEncoder.fit reads
-    it; Fallback for a file that is not there (the whole-file reader reports it, in its turn)."""
+    it; Fallback for a file that is not there, or names it refuses (a name twice, a blank
+    name, a file not UTF-8): the whole-file reader reports them, in its turn."""
     if isinstance(cfg.label_names, str) and not Path(cfg.label_names).is_file():
         raise stream.Fallback("no data.label_names file")
-    return read_label_names(cfg.label_names)
+    try:
+        return read_label_names(cfg.label_names)
+    except FeatxError:
+        raise stream.Fallback("data.label_names refused") from None
 
 
 def _stream_splits(cfg: DataConfig, columns: Columns, parsed: dict):

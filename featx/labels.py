@@ -12,6 +12,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -67,13 +68,18 @@ class Columns:
     keep: tuple[str, ...]
     label_sep: str | None
     label_regex: str | None
+    named: bool = False
+    """data.label_names is given: the labels are classes (or label sets) it names, never
+    regression targets, however many distinct integers train has (`infer_task`)."""
 
     @classmethod
     def from_config(cls, cfg: DataConfig, keep, id_column: str | None) -> "Columns":
         label = cfg.label if cfg.label is not None else "label"
         labels = (label,) if isinstance(label, str) else tuple(label)
+        # A column kept twice is kept once: rows.kept is keyed by name, and each row appended
+        # its value to the one list twice (a split's kept values were then other rows').
         return cls(cfg.text or "text", cfg.text_pair, labels, id_column, cfg.split_column,
-                   tuple(keep), cfg.label_sep, cfg.label_regex)
+                   tuple(dict.fromkeys(keep)), cfg.label_sep, cfg.label_regex, cfg.label_names is not None)
 
     def empty_rows(self, table: Table) -> list[int]:
         """Rows whose text (or second text) is empty or missing: listed together in one error, or
@@ -264,18 +270,37 @@ def as_number(value, plain: bool = False) -> float | None:
 
 def class_key(value) -> str:
     """Canonical class name: 1, "1" and "1.0" are the same class; "007" and "7" are not; a
-    boolean (JSON, Parquet) is "True" / "False", as a CSV of booleans spells it."""
+    boolean (JSON, Parquet) is "True" / "False", as a CSV of booleans spells it. Integers are
+    compared exactly: through a float, 2**53 and 2**53 + 1 (or "1.0000000000000001" and "1",
+    "1e-400" and "0") were one class, named after neither."""
     if isinstance(value, bool):
         return str(value)
-    number = as_number(value, plain=True)
-    if number is not None and math.isfinite(number) and number.is_integer():
-        return str(int(number))
-    return str(value).strip()
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else str(value)
+    text = str(value).strip()
+    match = PLAIN_NUMBER.fullmatch(text)
+    if match is None:
+        return text
+    if match.group(2) and match.group(3) is None and match.group(4) is None and len(text) < 300:  # "+7", "-0"
+        return str(int(text))
+    if math.isfinite(float(text)):  # (so at most about 309 digits before the point)
+        exact = Decimal(text)
+        if exact == exact.to_integral_value():
+            return str(int(exact))
+    return text
 
 
 def _class_name(value, where: str, columns: Columns) -> str:
     """The class of a binary / multiclass label; an empty one (kept only for a multilabel
-    separator) is missing here."""
+    separator) is missing here. A list or an object is no class: it was one named by Python's
+    repr of it ("['a', 'b']", "{'k': 'a'}"), every distinct set or object a class of its own."""
+    if isinstance(value, (list, dict)):
+        fix = ('a list is a row\'s set of labels: set data.task = "multilabel" (or leave data.task unset)'
+               if isinstance(value, list) else "give the class as a string or a number")
+        raise FeatxError(f"{where}, column {shown(columns.labels[0])}: label {shown(value)} is a "
+                         f"{'list' if isinstance(value, list) else 'JSON object'}, not a class; {fix}")
     name = class_key(value)
     if not name:
         raise FeatxError(f"{where}, column {shown(columns.labels[0])}: the label is empty; a class "
@@ -302,6 +327,9 @@ def label_set(value, columns: Columns, where: str) -> list[str]:
                                  f"holds {shown(v)}, which is no label (a null, a blank or a nested "
                                  "value); remove it from the list, or fix the row")
         return [class_key(v) for v in value]
+    if isinstance(value, dict):  # split by data.label_sep, Python's repr of it gave labels such as "{'k': 1}"
+        raise FeatxError(f"{where}, column {shown(columns.labels[0])}: label {shown(value)} is a JSON object, "
+                         "not a row's labels; give them as a list or a string of data.label_sep")
     if columns.label_sep is None:
         raise FeatxError(f"{where}, column {shown(columns.labels[0])}: a multilabel column needs a list "
                          "(JSON) or a separator: set data.label_sep (e.g. \",\")")
@@ -310,7 +338,8 @@ def label_set(value, columns: Columns, where: str) -> list[str]:
 
 def infer_task(rows: Rows, columns: Columns, *, warn: bool = True) -> str:
     """binary / multiclass for strings or few integers, regression for other numbers, multilabel
-    for lists or a label separator; several label columns: 0/1 -> multilabel, else regression.
+    for lists or a label separator; several label columns: 0/1 -> multilabel, else regression;
+    with data.label_names (`columns.named`) one label column is classes, whatever its values.
     `warn`: say so when many distinct integers are read as a regression target (a load infers
     the task twice when it splits a file itself, and says it once)."""
     values = rows.labels
@@ -328,7 +357,9 @@ def infer_task(rows: Rows, columns: Columns, *, warn: bool = True) -> str:
     numbers = [as_number(x, plain=True) for x in flat]
     if len(columns.labels) > 1:
         return "multilabel" if all(n in (0.0, 1.0) for n in numbers) else "regression"
-    if all(n is not None for n in numbers):
+    # With data.label_names the labels are its classes (names or positions): 50 classes written
+    # 0..49 were a regression target, the names silently unused (fractions: a label it lacks).
+    if all(n is not None for n in numbers) and not columns.named:
         distinct = set(numbers)
         if all(n.is_integer() for n in distinct):
             if len(distinct) <= MAX_INFERRED_CLASSES:
@@ -348,6 +379,8 @@ class LabelEncoder:
     names: tuple[str, ...]
     columns: Columns
     index: dict[str, int]
+    given: bool = False
+    """The names are data.label_names (a label is one of them, by name or position), not train's."""
 
     @classmethod
     def fit(cls, train: Rows, columns: Columns, task: str, cfg: DataConfig,
@@ -395,7 +428,7 @@ class LabelEncoder:
         if positions and not TASKS[task].regression:
             # Labels are integer positions in the names list (GoEmotions' "2,17").
             index = {str(i): i for i in range(len(names))} | index
-        return cls(task, names, columns, index)
+        return cls(task, names, columns, index, given=positions)
 
     def encode(self, rows: Rows, split: str) -> np.ndarray:
         if TASKS[self.task].regression:
@@ -430,6 +463,11 @@ class LabelEncoder:
         return out
 
     def _lookup(self, label: str, where: str, split: str) -> int:
+        if label not in self.index and self.given:  # not "never appears in train": train is not asked
+            raise FeatxError(
+                f"{where}, column {shown(self.columns.labels[0])}: label {shown(label)} in the {split} split "
+                f"is none of data.label_names, by name or by position 0..{len(self.names) - 1} (the names: "
+                f"{', '.join(list(self.names)[:20])}); add it to the names, or fix the row")
         if label not in self.index:
             raise FeatxError(
                 f"{where}, column {shown(self.columns.labels[0])}: label {shown(label)} in the {split} split "
@@ -444,14 +482,38 @@ def natural_key(name: str):
 
 
 def read_label_names(spec) -> tuple[str, ...] | None:
-    """data.label_names: a tuple of names, or a file of one name a line (blank lines skipped)."""
-    if spec is None or isinstance(spec, tuple):
-        return spec
-    path = Path(spec)
-    if not path.is_file():
-        raise FeatxError(f"data.label_names file {spec!r} not found; give a list or a file with one "
-                         "name per line")
-    return tuple(line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+    """data.label_names: a tuple of names, or a file of one name a line (blank lines skipped, a
+    byte-order mark dropped). A name given twice or a blank name is an error: the position and
+    the name of one class were two classes of one name (labels 0 and 2 of ("a", "b", "a")), and
+    no label reads as a blank name."""
+    if spec is None:
+        return None
+    where = "data.label_names"
+    if isinstance(spec, tuple):
+        names = spec
+    else:
+        path = Path(spec)
+        if not path.is_file():
+            raise FeatxError(f"data.label_names file {spec!r} not found; give a list or a file with one "
+                             "name per line")
+        where = f"data.label_names file {spec!r}"
+        try:
+            text = path.read_text(encoding="utf-8-sig")  # a BOM was read into the first name
+        except UnicodeDecodeError as exc:
+            raise FeatxError(f"{where} is not UTF-8 (byte {exc.start}: {exc.reason}); save it as "
+                             "UTF-8") from None
+        names = tuple(line.strip() for line in text.splitlines() if line.strip())
+    if not names:  # was "the training split has a single class ()"
+        raise FeatxError(f"{where} holds no name; give one name per class or label (or leave "
+                         "data.label_names unset)")
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or not name.strip():
+            raise FeatxError(f"{where}: name {i} is {shown(name)}, which is no name; give every class "
+                             "or label a name")
+        if name in names[:i]:
+            raise FeatxError(f"{where} names {shown(name)} twice (positions {names.index(name)} and {i}); "
+                             "give each class or label one name")
+    return names
 
 
 def check_unique_ids(raw: dict[str, Rows]) -> None:

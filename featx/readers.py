@@ -51,6 +51,9 @@ class Table:
                    [t.path for t in tables for _ in t.rows])
 
     def require(self, column: str, role: str) -> None:
+        if not self.columns and not self.rows:  # an empty JSONL or label-text file: no column, as no row
+            raise FeatxError(f"{self.path} holds no rows (so no column {shown(column)}, configured as "
+                             f"data.{role}); give it rows, or leave the file out of [data]")
         if column not in self.columns:
             raise FeatxError(
                 f"{self.path}: no column {shown(column)} (configured as data.{role}); "
@@ -117,6 +120,10 @@ def folder_files(path: Path) -> list[Path]:
         return files
     if kind == "parquet":
         return sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in (".parquet", ".pq"))
+    if (path / "state.json").is_file() and (path / "dataset_info.json").is_file():
+        # `save_to_disk` of no rows writes no Arrow file: not "a folder that holds no dataset"
+        raise FeatxError(f"{path}: a Hugging Face save_to_disk dataset with no Arrow file (saved with no "
+                         "rows?); give it rows, or leave it out of [data]")
     if (path / "dataset_dict.json").is_file():
         splits = [p.name for p in sorted(path.iterdir()) if p.is_dir()]
         raise FeatxError(f"{path} is a Hugging Face DatasetDict ({', '.join(splits)}): give each split's "
@@ -124,6 +131,14 @@ def folder_files(path: Path) -> list[Path]:
                          "(and data.dev, data.test)")
     raise FeatxError(f"data file {str(path)!r} is a folder, not a file, and holds no Parquet shards or "
                      f"Hugging Face save_to_disk dataset; give the file itself{_holds(path)}")
+
+
+def names_file(path: Path) -> list[Path]:
+    """[dataset_info.json] of a `save_to_disk` folder that has one, else []: the class names its
+    ClassLabel codes are read as are data too (a later stage's check of the files, beside the
+    Arrow files, sees them edited)."""
+    info = path / "dataset_info.json"
+    return [info] if path.is_dir() and folder_kind(path) == "arrow" and info.is_file() else []
 
 
 def _holds(folder: Path) -> str:
@@ -181,10 +196,16 @@ def _read_arrow(path: Path, names: dict[str, list[str]]) -> Table:
                                  f"is none of the column's {len(table_names)} class names; save the dataset "
                                  "again with every code of a row's labels in 0..n-1")
             return [table_names[v] for v in value]
+        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value < len(table_names):
+            # Python's names[-2] read the last class but one, and a code past the names a class
+            # of that number beside them: both silently another class than the file's.
+            raise FeatxError(f"{path}, row {row}, column {shown(column)}: ClassLabel code {value!r} is none "
+                             f"of the column's {len(table_names)} class names; save the dataset again with "
+                             "every code in 0..n-1 (or -1, no label)")
         try:
             return table_names[value]
         except (IndexError, TypeError):
-            return value  # a code outside the names: the label checks name the row
+            return value  # not a code (the label checks name the row)
     try:
         rows = [{str(k): named(str(k), _plain(v), i) for k, v in r.items()}
                 for i, r in enumerate(table.to_pylist(), start=1)]

@@ -100,10 +100,16 @@ class ColumnarSource:
         # The other string columns too, for their UTF-8 only: the whole-file reader converts
         # every column, and refuses a string that is not UTF-8 in any of them.
         others = [c for c in _string_columns(self.files, self.arrow) if c not in columns]
+        # Every ClassLabel column's codes too, used or not: the whole-file reader reads each as
+        # its names and refuses a code outside them (featx.readers).
+        coded = {c: names for c, names in self.names if c in self.columns}
+        read = columns + others + [c for c in coded if c not in columns and c not in others]
         try:
-            for batch in self.batches(columns + others):
+            for batch in self.batches(read):
                 for other in others:
                     batch.column(other).validate(full=True)
+                for name, names in coded.items():
+                    _check_codes(batch.column(read.index(name)), names)
                 column = lambda name: batch.column(columns.index(name))  # noqa: E731
                 for text in wanted.texts:
                     texts = _scalars(column(text), strings=True)
@@ -142,13 +148,13 @@ class ColumnarSource:
 
     def _named(self, column: str, value):
         """featx.readers' rule: a ClassLabel code is its class name, -1 ("no label") a missing
-        label (None), another code outside them stays."""
+        label (None); a code outside them `_check_codes` sent to that reader."""
         names = dict(self.names).get(column)
         if names is None or not isinstance(value, int) or isinstance(value, bool):
             return value
         if value == -1:
             return None
-        return names[value] if -len(names) <= value < len(names) else value
+        return names[value] if 0 <= value < len(names) else value  # (pass 1 refused the others)
 
     def values(self, column: str, assignment: np.ndarray | None, code: int):
         record = 0
@@ -207,6 +213,27 @@ def _label_lists(values, names: tuple[str, ...] | None) -> tuple[list[list], np.
         if names is not None:
             distinct = [[names[v] for v in labels] for labels in distinct]
     return distinct, stream._indices(encoded)
+
+
+def _check_codes(values, names: tuple[str, ...]) -> None:
+    """A saved dataset's ClassLabel column as featx.readers reads it: integer codes in
+    0..n-1, or -1 (no label) and nulls alone; a Sequence of them, codes in 0..n-1 only. Fallback
+    on anything else: that reader names the row, or reads what is no code."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    listed = _is_list(values.type) or pa.types.is_fixed_size_list(values.type)  # Sequence(..., length=k)
+    if listed:
+        values = values.flatten()
+        if values.null_count:
+            raise stream.Fallback("a null in a Sequence of ClassLabel codes")
+    if not pa.types.is_integer(values.type):
+        raise stream.Fallback(f"a ClassLabel column of {values.type}")
+    lowest = 0 if listed else -1  # -1 or 0..n-1 are the integers in [-1, n) (min and max skip nulls)
+    if len(values) > values.null_count and not lowest <= pc.min(values).as_py() <= pc.max(values).as_py() < len(names):
+        raise stream.Fallback("a ClassLabel code outside its names")
 
 
 def _check_kept(values) -> None:

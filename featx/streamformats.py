@@ -38,8 +38,6 @@ def sources_of(cfg) -> dict:
     sizes = [_size(path) for path in files.values()]
     if -1 in sizes or sum(sizes) < stream.threshold():
         raise stream.Fallback("small or missing files, or not data folders")  # the reader says which
-    if cfg.split_column is not None and None not in files:
-        raise stream.Fallback("a split column beside split files")
     return {s: source_for(path, cfg, cfg.format) for s, path in files.items()}
 
 

@@ -184,6 +184,8 @@ def task_of(p: stream.Parsed, mask, columns: Columns, *, warn: bool = True) -> s
     targets = p.targets if mask is None else p.targets[mask]  # plain numbers (stream.Wanted.plain)
     if len(columns.labels) > 1:
         return "multilabel" if np.isin(targets, (0.0, 1.0)).all() else "regression"
+    if columns.named:  # classes (infer_task), among more distinct labels than pass 1 codes
+        raise stream.Fallback("data.label_names over more distinct labels than pass 1 codes")
     distinct = np.unique(targets[:, 0])
     if len(distinct) <= MAX_INFERRED_CLASSES:
         return infer_task(Distinct(distinct.tolist()), columns)

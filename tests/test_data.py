@@ -160,6 +160,54 @@ def test_numeric_labels_are_one_class_whatever_the_spelling(tmp_path):
     assert data.label_names == ("0", "1")
 
 
+def test_integer_labels_are_compared_exactly():
+    """Through a float, 2**53 and 2**53 + 1 (a CSV's "9007199254740993" and "...992", Parquet's
+    int64 2**63 - 1 and 2**63 - 2, "1.0000000000000001" and "1") were one class, named after
+    neither of them."""
+    from featx.labels import class_key
+
+    assert class_key("9007199254740993") != class_key("9007199254740992")
+    assert class_key(2 ** 63 - 1) == str(2 ** 63 - 1) == class_key(f" {2 ** 63 - 1} ")
+    assert class_key(10 ** 30) == class_key("1e30") == class_key(f"{10 ** 30}.000") == str(10 ** 30)
+    assert class_key("1.0000000000000001") == "1.0000000000000001" != class_key("1")
+    assert class_key("1e-400") == "1e-400" != class_key("0")
+    assert [class_key(v) for v in ("1", "1.0", 1, 1.0, "+1", "1e0", "-0", "0.0")] == ["1"] * 6 + ["0"] * 2
+    assert [class_key(v) for v in ("007", True, "2.50", "1e400", "nan")] == ["007", "True", "2.50", "1e400", "nan"]
+
+
+def test_a_label_column_named_twice_is_refused():
+    """label = ["z", "z"]: read whole, the multilabel matrix set only the second "z" (the first
+    column all 0s), streamed both, and the two readers split the file apart."""
+    with pytest.raises(FeatxError, match="data.label names column 'z' twice"):
+        DataConfig(path="x.csv", label=("z", "y", "z"))
+
+
+@pytest.mark.parametrize("given", [{"task": "regression"}, {"label": ("a", "b")}])
+def test_label_names_beside_targets_or_label_columns_are_refused(given):
+    """Both readers took the targets' or the label columns' names and dropped data.label_names
+    without a word."""
+    with pytest.raises(FeatxError, match="data.label_names names the classes .or labels. of one label column"):
+        DataConfig(path="x.csv", label_names=("x", "y"), **given)
+    DataConfig(path="x.csv", label_names=("x", "y"), label=("a",))  # one column in a list
+
+
+@pytest.mark.parametrize("given, expected", [({"label": ()}, "data.label is an empty list"),
+                                             ({"label_sep": ""}, "data.label_sep is empty")])
+def test_an_empty_label_list_or_separator_is_refused(given, expected):
+    """Both were tracebacks when the rows were read (IndexError, str.split's ValueError), whole or
+    streamed."""
+    with pytest.raises(FeatxError, match=expected):
+        DataConfig(path="x.csv", **given)
+
+
+def test_a_split_column_beside_split_files_is_refused():
+    """With dev or test files, data.split_column was checked row by row and then unused: a row of
+    the train file marked "test" was trained on."""
+    with pytest.raises(FeatxError, match="data.split_column .'split'. splits one file"):
+        DataConfig(train="train.csv", dev="dev.csv", split_column="split")
+    assert DataConfig(train="train.csv", split_column="split").split_column == "split"  # one file
+
+
 def test_max_rows(tmp_path, csv_dataset):
     data = load_dataset(DataConfig(path=str(csv_dataset), max_rows=7))
     assert all(len(s) == 7 for s in data.splits.values())

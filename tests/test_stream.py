@@ -5,6 +5,7 @@ which reads only its own share of the file."""
 from __future__ import annotations
 
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -110,6 +111,16 @@ def test_binary_labels_inferred_from_the_distinct_values(monkeypatch, tmp_path):
     rows = [{"text": r["text"], "label": str(i % 2)} for i, r in enumerate(classification_rows(200))]
     whole, streamed = read_both(monkeypatch, path=str(write_rows(tmp_path / "b.csv", rows)))
     assert whole.task == "binary"
+    assert_same_dataset(whole, streamed)
+
+
+def test_labels_past_a_floats_precision_are_classes_of_their_own(monkeypatch, tmp_path):
+    """Two integer labels one float apart ("9007199254740993", "9007199254740992") were one
+    class, whole or streamed."""
+    big = ["9007199254740993", "9007199254740992", "1.0000000000000001", "1"]
+    rows = [{"text": r["text"], "label": big[i % 4]} for i, r in enumerate(classification_rows(200))]
+    whole, streamed = read_both(monkeypatch, path=str(write_rows(tmp_path / "big.csv", rows)))
+    assert whole.label_names == ("1", "1.0000000000000001", "9007199254740992", "9007199254740993")
     assert_same_dataset(whole, streamed)
 
 
@@ -225,7 +236,8 @@ def test_a_label_unknown_only_past_max_rows_streams_as_read_whole(monkeypatch, t
     errors = []
     for threshold in (1 << 40, 0):  # its row among the first: the whole-file reader's error, either way
         monkeypatch.setattr(stream, "STREAM_BYTES", threshold)
-        with pytest.raises(FeatxError, match="never appears in train") as error:
+        expected = "none of data.label_names" if "label_names" in cfg else "never appears in train"
+        with pytest.raises(FeatxError, match=expected) as error:
             load_dataset(DataConfig(**(cfg | {"max_rows": 81})))
         errors.append(str(error.value))
     assert errors[0] == errors[1]
@@ -328,6 +340,64 @@ def test_label_names_errors_are_the_whole_file_readers(monkeypatch, tmp_path, da
     with pytest.raises(FeatxError) as streamed:
         load_dataset(DataConfig(**cfg))
     assert str(streamed.value) == str(whole.value)
+    if damage in ("a class not named", "a label set not named"):  # not "never appears in train"
+        assert "is none of data.label_names, by name or by position 0.." in str(whole.value)
+
+
+@pytest.mark.parametrize("damage", ["a name twice", "a name twice in the file", "a blank name",
+                                    "a file not UTF-8", "no name", "a file of blank lines"])
+def test_label_names_refused_alike_whole_and_streamed(monkeypatch, tmp_path, damage):
+    """A name twice made two classes of one name (labels "0" and "2" of ("a", "b", "a"): codes
+    0 and 2, both called "a"); a blank name no label can be; a names file not UTF-8 was
+    UnicodeDecodeError's traceback. One error, whole or streamed."""
+    rows = [{"text": r["text"], "label": str(i % 3)} for i, r in enumerate(classification_rows(200))]
+    names = tmp_path / "names.txt"
+    given, expected = {
+        "a name twice": (("a", "b", "a"), "names 'a' twice (positions 0 and 2)"),
+        "a name twice in the file": (str(names), "names 'a' twice (positions 0 and 2)"),
+        "a blank name": (("a", " ", "c"), "name 1 is ' ', which is no name"),
+        "a file not UTF-8": (str(names), "is not UTF-8"),
+        "no name": ((), "data.label_names holds no name"),
+        "a file of blank lines": (str(names), "names.txt' holds no name"),
+    }[damage]
+    names.write_bytes({"a name twice in the file": "a\nb\na\n".encode(), "a file of blank lines": b"\n  \r\n"}.get(
+        damage, "é\nb\nc\n".encode("latin-1")))
+    cfg = {"path": str(write_rows(tmp_path / "rows.csv", rows)), "label_names": given}
+    with pytest.raises(FeatxError, match=re.escape(expected)) as whole:
+        load_dataset(DataConfig(**cfg))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    with pytest.raises(FeatxError) as streamed:
+        load_dataset(DataConfig(**cfg))
+    assert str(streamed.value) == str(whole.value)
+
+
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+def test_label_names_make_classes_of_more_than_20_integers(monkeypatch, tmp_path, layout):
+    """50 classes written as their positions 0..49 beside a names file (TREC's fine labels): with
+    data.task unset they were a regression target (more than 20 distinct integers) and the
+    names silently unused, whole or streamed."""
+    names = tmp_path / "names.txt"
+    names.write_text("".join(f"class {k}\n" for k in range(50)))
+    rows = [{"text": f"{r['text']} {i}", "label": str(i % 50)} for i, r in enumerate(classification_rows(400))]
+    cfg = laid_out(tmp_path, rows, layout) | {"label_names": str(names)}
+    whole, streamed = read_both(monkeypatch, **cfg)
+    assert whole.task == "multiclass" and whole.label_names == tuple(f"class {k}" for k in range(50))
+    position = {r["text"]: int(r["label"]) for r in rows}
+    assert whole.splits["train"].labels.tolist() == [position[t] for t in whole.splits["train"].texts]
+    assert_same_dataset(whole, streamed)
+
+
+def test_a_label_names_file_with_a_byte_order_mark(monkeypatch, tmp_path):
+    """A names file saved with a BOM (Windows Notepad): its first name was "\\ufeffa", so labels
+    written as positions made a class of that name and labels written as names missed it."""
+    names = tmp_path / "names.txt"
+    names.write_bytes("\ufeffa\r\nb\r\nc\r\n".encode())
+    for labels in (["0", "1", "2"], ["a", "b", "c"]):
+        rows = [{"text": r["text"], "label": labels[i % 3]} for i, r in enumerate(classification_rows(200))]
+        cfg = {"path": str(write_rows(tmp_path / "rows.csv", rows)), "label_names": str(names)}
+        whole, streamed = read_both(monkeypatch, **cfg)
+        assert whole.label_names == ("a", "b", "c")
+        assert_same_dataset(whole, streamed)
 
 
 # TREC's "COARSE:fine", seven raw labels (odd: each lands in every split of `laid_out`), two of one
@@ -451,6 +521,17 @@ def test_kept_columns_stream_as_read_whole(monkeypatch, tmp_path, layout):
         if not extra:
             assert {"", "  ", "NA", "two\nlines"} <= set(whole.splits["train"].columns["note"])
             assert set(whole.splits["dev"].columns["label"]) == set(QUESTIONS)
+
+
+def test_a_column_kept_twice_is_kept_once_with_its_rows_values(monkeypatch, tmp_path):
+    """keep = ["note", "note"]: read whole, each row appended its value to the one list twice,
+    so a split's kept values were other rows' (silently misaligned); the column is kept once."""
+    rows = kept_rows(200)
+    cfg = laid_out(tmp_path, rows, "split column") | {"keep": ("note", "label", "note")}
+    whole, streamed = read_both(monkeypatch, **cfg)
+    assert_same_dataset(whole, streamed)
+    assert list(whole.splits["train"].columns) == ["note", "label"]
+    assert whole.splits["dev"].columns["note"] == [r["note"] for r in rows if r["split"] == "dev"]
 
 
 @pytest.mark.parametrize("damage", ["a kept column missing", "NUL in a kept value"])

@@ -261,6 +261,76 @@ def test_a_saved_dataset_whose_class_label_is_minus_one_has_a_missing_label(monk
 
 
 
+def with_class_names(folder, column: str, names: list[str]):
+    """A saved dataset whose integer `column` (or Sequence of integers) its dataset_info.json
+    now calls a ClassLabel of `names`: codes `datasets` itself refuses to write (past the names,
+    below -1)."""
+    info = json.loads((folder / "dataset_info.json").read_text())
+    spec = info["features"][column]
+    label = {"names": names, "_type": "ClassLabel"}
+    info["features"][column] = dict(spec, feature=label) if "feature" in spec else label
+    (folder / "dataset_info.json").write_text(json.dumps(info))
+    return folder
+
+
+@pytest.mark.parametrize("code", [-2, 3])
+@pytest.mark.parametrize("column", ["label", "a column not read", "a Sequence not read",
+                                    "a Sequence of one length not read"])
+def test_a_class_label_code_outside_the_names_is_an_error_naming_the_row(monkeypatch, tmp_path, code, column):
+    """A ClassLabel code -2 was read as names[-2] (the last class but one) and a code past the
+    names as a class of that number beside them: silently another class. A bad code in a
+    ClassLabel column featx does not read was the whole-file reader's error, and no error
+    streamed."""
+    datasets = pytest.importorskip("datasets")
+    codes = [i % 3 for i in range(150)]
+    data = {"text": [f"text {i} ✓" for i in range(150)], "label": codes, "other": list(codes),
+            "others": [[c] for c in codes], "pairs": [[c, 0] for c in codes]}
+    name = {"label": "label", "a column not read": "other", "a Sequence not read": "others",
+            "a Sequence of one length not read": "pairs"}[column]
+    data[name][97] = [code] if name == "others" else [code, 0] if name == "pairs" else code
+    features = datasets.Features({"text": datasets.Value("string"), "label": datasets.Value("int64"),
+                                  "other": datasets.Value("int64"),
+                                  "others": datasets.Sequence(datasets.Value("int64")),
+                                  "pairs": datasets.Sequence(datasets.Value("int64"), length=2)})
+    folder = tmp_path / "saved"
+    datasets.Dataset.from_dict(data, features=features).save_to_disk(str(folder), num_shards=2)
+    for named in ("label", "other", "others", "pairs"):
+        with_class_names(folder, named, ["neg", "pos", "mid"])
+    whole, streamed = errors_of(monkeypatch, path=str(folder))
+    assert streamed == whole
+    assert (f"data-00001-of-00002.arrow, row 23, column {name!r}: ClassLabel code {code} is none of the "
+            "column's 3 class names") in whole
+    data[name][97] = [1] if name == "others" else [1, 0] if name == "pairs" else 1
+    good = tmp_path / "good"
+    datasets.Dataset.from_dict(data, features=features).save_to_disk(str(good), num_shards=2)
+    for named in ("label", "other", "others", "pairs"):
+        with_class_names(good, named, ["neg", "pos", "mid"])
+    assert_streams(monkeypatch, path=str(good))
+
+
+def test_a_kept_class_label_column_keys_the_cache_by_its_names(monkeypatch, tmp_path):
+    """A kept ClassLabel column's values are its names in dataset_info.json: with the names
+    edited, the streamed key (of the Arrow files' bytes) was the same while every kept value
+    had changed, and neither reader listed dataset_info.json among the files a later stage
+    checks."""
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features({"text": datasets.Value("string"), "label": datasets.Value("string"),
+                                  "fine": datasets.ClassLabel(names=["x", "y", "z"])})
+    folder = tmp_path / "saved"
+    data = {"text": [f"text {i} ✓" for i in range(150)], "label": ["ab"[i % 2] for i in range(150)],
+            "fine": [i % 3 for i in range(150)]}
+    datasets.Dataset.from_dict(data, features=features).save_to_disk(str(folder), num_shards=2)
+    cfg = {"path": str(folder), "keep": ("fine",)}
+    whole, streamed = read_both(monkeypatch, **cfg)
+    assert_same_dataset(whole, streamed)
+    assert str(folder / "dataset_info.json") in whole.files
+    with_class_names(folder, "fine", ["z", "y", "x"])
+    edited_whole, edited = read_both(monkeypatch, **cfg)
+    assert_same_dataset(edited_whole, edited)
+    assert list(edited.splits["train"].columns["fine"]) != list(streamed.splits["train"].columns["fine"])
+    assert edited.fingerprint() != streamed.fingerprint()
+
+
 @pytest.mark.parametrize("kind", ["strings", "large strings", "integers", "split files"])
 def test_lists_of_labels_in_parquet_read_as_the_whole_file_reader_does(monkeypatch, tmp_path, kind):
     """A multilabel Parquet column of lists (as pandas and datasets write them) streams: the rows'
@@ -324,6 +394,59 @@ def test_a_bad_list_of_labels_gives_the_whole_file_readers_error(monkeypatch, tm
     whole, streamed = errors_of(monkeypatch, **cfg)
     assert streamed == whole
     assert "row " in whole
+
+@pytest.mark.parametrize("damage", ["a JSON object", "a JSON object of label_sep", "a JSON list of a multiclass task",
+                                    "a Parquet list of a multiclass task"])
+def test_a_list_or_an_object_is_no_class(monkeypatch, tmp_path, damage):
+    """A JSON object label, or a list of labels where data.task is binary or multiclass, was a
+    class named by Python's repr of it ("{'k': 'a'}", "['a', 'b']"), whole or streamed (pass 1
+    sent such labels to the whole-file reader, which took them)."""
+    rows = string_rows(200)
+    cfg = {}
+    if damage.startswith("a JSON object"):
+        rows[120]["label"] = {"k": "a"}
+        cfg = {"label_sep": ","} if damage.endswith("label_sep") else {}
+    else:
+        for i, row in enumerate(rows):
+            row["label"] = [["a"], ["b", "a"]][i % 2]
+        cfg["task"] = "multiclass"
+    if damage.startswith("a Parquet"):
+        cfg["path"] = str(write_parquet(tmp_path / "rows.parquet", rows, pa.list_(pa.string())))
+    else:
+        cfg["path"] = str(write_jsonl(tmp_path / "rows.jsonl", rows))
+    whole, streamed = errors_of(monkeypatch, **cfg)
+    assert streamed == whole
+    assert "row " in whole and ("is a JSON object, not a" in whole if damage.startswith("a JSON object") else
+                                "is a list, not a class" in whole and 'data.task = "multilabel"' in whole)
+    cfg.pop("task", None)  # unset, lists are label sets
+    if not damage.startswith("a JSON object"):
+        assert_same_dataset(*read_both(monkeypatch, **cfg))
+
+
+@pytest.mark.parametrize("empty", ["dev", "train"])
+def test_a_jsonl_file_of_no_record_says_it_holds_no_rows(monkeypatch, tmp_path, empty):
+    """A JSONL split file of blank lines only (or no bytes) was "no column 'text' ...; the
+    columns are: " (an empty list), whole or streamed."""
+    rows = string_rows(120)
+    cfg = {"train": str(write_jsonl(tmp_path / "train.jsonl", rows[:100])),
+           "dev": str(write_jsonl(tmp_path / "dev.jsonl", rows[100:]))}
+    (tmp_path / f"{empty}.jsonl").write_bytes(b"\r\n  \n" if empty == "dev" else b"")
+    whole, streamed = errors_of(monkeypatch, **cfg)
+    assert streamed == whole
+    assert whole.startswith(f"{tmp_path / empty}.jsonl holds no rows (so no column 'text'")
+
+
+def test_a_saved_dataset_of_no_rows_says_so(monkeypatch, tmp_path):
+    """`save_to_disk` of no rows writes no Arrow file: the folder was "no Parquet shards or Hugging
+    Face save_to_disk dataset", whole or streamed."""
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features({"text": datasets.Value("string"), "label": datasets.Value("string")})
+    datasets.Dataset.from_dict({"text": [], "label": []}, features=features).save_to_disk(str(tmp_path / "dev"))
+    cfg = {"train": str(write_jsonl(tmp_path / "train.jsonl", string_rows(100))), "dev": str(tmp_path / "dev")}
+    whole, streamed = errors_of(monkeypatch, **cfg)
+    assert streamed == whole
+    assert "a Hugging Face save_to_disk dataset with no Arrow file (saved with no rows?)" in whole
+
 
 # ---------------------------------------------------------------------------------------------
 # Anything to report: the whole-file reader's error, whichever path
