@@ -86,6 +86,9 @@ def test_two_ranks_write_the_single_process_cache(tmp_path, tiny_bert):
     assert again.returncode == 0 and "cache hit" in again.stderr
 
 
+# Real torchrun (a process per rank, gloo) for one streamed input shared in byte ranges; the other
+# formats, pairs, ids and targets, max_rows and ranks without a row of a split run the same
+# featx.distributed code with ranks as threads (tests/test_shards.py), in seconds.
 def test_two_ranks_share_a_streamed_file_and_write_the_single_process_cache(tmp_path, tiny_bert, monkeypatch):
     from featx import stream
 
@@ -104,127 +107,6 @@ def test_two_ranks_share_a_streamed_file_and_write_the_single_process_cache(tmp_
     with Cache(path) as cache:
         stats = cache.meta["extract_stats"]
         assert stats["world_size"] == 2 and sum(r["rows_total"] for r in stats["per_rank"]) == 300
-
-
-def test_two_ranks_share_the_first_rows_of_max_rows_of_a_streamed_file(tmp_path, tiny_bert, monkeypatch):
-    """data.max_rows: each split's first rows lie in rank 0's bytes, so each rank streams the
-    file alone (no shares) and the ranks deal the first rows."""
-    from featx import stream
-
-    def streamable(name: str) -> Path:
-        path = job(tmp_path, tiny_bert, name)
-        path.write_text(path.read_text().replace('id = "id"\n', "max_rows = 20\n"))
-        return path
-
-    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
-    single = extract(load_pipeline(streamable("single")))
-    run = torchrun(streamable("sharded"), env=ENV | {"FEATX_STREAM_BYTES": "0"})
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "reads only its share" not in run.stderr and "in a stream" in run.stderr
-    assert_same_cache(Path(run.stdout.strip().splitlines()[-1]), single.path)
-    with Cache(single.path) as cache:
-        assert cache.meta["extract_stats"]["rows_total"] == 60
-
-
-@pytest.mark.parametrize("fmt", ["jsonl", "parquet shards"])
-def test_two_ranks_share_a_streamed_jsonl_or_parquet_input(tmp_path, tiny_bert, monkeypatch, fmt):
-    """JSONL shared by byte ranges cut after line feeds, a folder of Parquet shards by rows."""
-    import json
-
-    from featx import stream
-
-    rows = [{"text": r["text"], "label": [1, "1", 2, "two"][i % 4]} for i, r in enumerate(classification_rows(300, seed=5))]
-    if fmt == "jsonl":
-        data = tmp_path / "rows.jsonl"
-        data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    else:
-        pq = pytest.importorskip("pyarrow.parquet")
-        import pyarrow as pa
-
-        data = tmp_path / "shards"
-        data.mkdir()
-        for k in range(3):
-            part = rows[k * 100:(k + 1) * 100]
-            pq.write_table(pa.table({"text": [r["text"] for r in part], "label": [str(r["label"]) for r in part]}),
-                           data / f"part-{k}.parquet", row_group_size=30)
-
-    def pipeline(name: str) -> Path:
-        path = write_pipeline_toml(tmp_path / f"{name}.toml", data, tiny_bert, tmp_path / name, store_dtype="float32")
-        path.write_text(path.read_text().replace('id = "id"\n', ""))
-        return path
-
-    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
-    single = extract(load_pipeline(pipeline("single")))
-    run = torchrun(pipeline("sharded"), env=ENV | {"FEATX_STREAM_BYTES": "0"})
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "rank 0 reads only its share" in run.stderr and "rank 1 reads only its share" in run.stderr
-    assert_same_cache(Path(run.stdout.strip().splitlines()[-1]), single.path)
-
-
-def test_two_ranks_share_streamed_text_pairs_ids_and_targets(tmp_path, tiny_bert, monkeypatch):
-    """Text pairs, an id column and a regression target, streamed and shared: the texts, second
-    texts and ids of the final cache come from the shards."""
-    from featx import stream
-
-    rows = [{"id": f"q{i:04d}", "text": r["text"], "text2": r["text2"], "score": f"{(i * 37) % 101 / 7:.3f}"}
-            for i, r in enumerate(classification_rows(300, seed=5, pairs=True))]
-    data = write_rows(tmp_path / "pairs.csv", rows)
-
-    def pipeline(name: str) -> Path:
-        path = write_pipeline_toml(tmp_path / f"{name}.toml", data, tiny_bert, tmp_path / name, store_dtype="float32")
-        path.write_text(path.read_text().replace('id = "id"\n', 'id = "id"\ntext_pair = "text2"\nlabel = "score"\n'))
-        return path
-
-    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
-    single = extract(load_pipeline(pipeline("single")))
-    with Cache(single.path) as cache:
-        assert cache.meta["task"] == "regression" and list(cache.ids("train"))[0].startswith("q")
-    run = torchrun(pipeline("sharded"), env=ENV | {"FEATX_STREAM_BYTES": "0"})
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "rank 0 reads only its share" in run.stderr and "rank 1 reads only its share" in run.stderr
-    assert_same_cache(Path(run.stdout.strip().splitlines()[-1]), single.path)
-
-
-# Real torchrun for the streamed byte ranges alone (a process per rank, gloo): the dealt rows and
-# a rank with no row at all go through the same code in tests/test_shards.py, ranks as threads.
-@pytest.mark.parametrize("share", ["byte ranges"])
-def test_a_rank_with_no_row_of_a_split_still_gives_the_single_process_cache(tmp_path, tiny_bert, monkeypatch, share):
-    """A dev split of one row: one rank holds none of it, its rows dealt (the files read whole)
-    or its file cut in byte ranges (streamed); "nothing": a regression of one row per split,
-    dealt, leaves rank 1 no row at all. Its shard holds zero-row splits, and the assembled cache
-    is the single process's (tests/test_shards.py runs the same with ranks as threads)."""
-    from featx import stream
-
-    rows = classification_rows(41, seed=3)
-    if share == "nothing":
-        rows = [dict(r, label=f"{i / 3:.3f}") for i, r in enumerate(rows[:3])]
-    files = {name: write_rows(tmp_path / f"{name}.csv", part)
-             for name, part in {"train": rows[:-2], "dev": rows[-2:-1], "test": rows[-1:]}.items()}
-
-    def pipeline(name: str) -> Path:
-        path = write_pipeline_toml(tmp_path / f"{name}.toml", files["train"], tiny_bert, tmp_path / name,
-                                   store_dtype="float32")
-        split_files = "".join(f'{s} = "{f}"\n' for s, f in files.items())
-        path.write_text(path.read_text().replace(f'path = "{files["train"]}"\n', split_files)
-                        .replace('id = "id"\n', 'id = "id"\ntask = "regression"\n' if share == "nothing" else 'id = "id"\n'))
-        return path
-
-    env = ENV
-    if share == "byte ranges":
-        monkeypatch.setattr(stream, "STREAM_BYTES", 0)
-        env = ENV | {"FEATX_STREAM_BYTES": "0"}
-    single = extract(load_pipeline(pipeline("single")))
-    with Cache(single.path) as cache:
-        assert cache.n_rows("dev") == 1
-    run = torchrun(pipeline("sharded"), env=env)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert ("rank 1 reads only its share" in run.stderr) == (share == "byte ranges")
-    path = Path(run.stdout.strip().splitlines()[-1])
-    assert not list(path.parent.glob("*.shards"))  # assembled, shards removed
-    assert_same_cache(path, single.path)
-    with Cache(path) as cache:
-        per_rank = [r["rows_total"] for r in cache.meta["extract_stats"]["per_rank"]]
-        assert sum(per_rank) == len(rows) and (min(per_rank) == 0) == (share == "nothing")
 
 
 def _children(pid: int) -> list[int]:

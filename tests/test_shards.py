@@ -104,3 +104,68 @@ def test_a_rank_with_no_row_of_a_split_writes_a_shard_that_assembles(make_pipeli
             assert list(a.text_pairs("dev")) == list(b.text_pairs("dev"))
             for u, v in zip(a.pair_features("dev", "mean", "all"), b.pair_features("dev", "mean", "all")):
                 np.testing.assert_allclose(u, v, atol=1e-5, rtol=0)
+
+
+def sharded_and_single(two_ranks, make_pipeline, tmp_path, caplog, data: dict):
+    """(the single process's extraction, rank 0's sharded one, what the ranks logged) of `data`,
+    streamed (every input a stream, however small)."""
+    pipeline = lambda name: make_pipeline(data, extract={"store_dtype": "float32"},  # noqa: E731
+                                          data_dir=str(tmp_path / name))
+    single = extract(pipeline("single"))
+    with caplog.at_level("INFO", logger="featx"):
+        results = two_ranks.run(lambda: distributed.extract_sharded(pipeline("sharded")))
+    assert results[1].path == results[0].path and not results[0].hit
+    assert_same_cache(results[0].path, single.path)  # the same key: the file's digest, whoever hashed it
+    return single, results[0], caplog.text
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet shards"])
+def test_two_ranks_share_a_streamed_jsonl_or_parquet_input(make_pipeline, tmp_path, monkeypatch, caplog,
+                                                           two_ranks, fmt):
+    """JSONL shared by byte ranges cut after line feeds, a folder of Parquet shards by rows."""
+    import json
+
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    rows = [{"text": r["text"], "label": [1, "1", 2, "two"][i % 4]} for i, r in enumerate(classification_rows(300, seed=5))]
+    if fmt == "jsonl":
+        data = tmp_path / "rows.jsonl"
+        data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        pq = pytest.importorskip("pyarrow.parquet")
+        import pyarrow as pa
+
+        data = tmp_path / "shards"
+        data.mkdir()
+        for k in range(3):
+            part = rows[k * 100:(k + 1) * 100]
+            pq.write_table(pa.table({"text": [r["text"] for r in part], "label": [str(r["label"]) for r in part]}),
+                           data / f"part-{k}.parquet", row_group_size=30)
+    *_, said = sharded_and_single(two_ranks, make_pipeline, tmp_path, caplog, {"path": str(data)})
+    assert "rank 0 reads only its share" in said and "rank 1 reads only its share" in said
+
+
+def test_two_ranks_share_streamed_text_pairs_ids_and_targets(make_pipeline, tmp_path, monkeypatch, caplog,
+                                                             two_ranks):
+    """Text pairs, an id column and a regression target, streamed and shared: the texts, second
+    texts and ids of the final cache come from the shards."""
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    rows = [{"id": f"q{i:04d}", "text": r["text"], "text2": r["text2"], "score": f"{(i * 37) % 101 / 7:.3f}"}
+            for i, r in enumerate(classification_rows(300, seed=5, pairs=True))]
+    data = {"path": str(write_rows(tmp_path / "pairs.csv", rows)), "id": "id", "text_pair": "text2",
+            "label": "score"}
+    single, sharded, said = sharded_and_single(two_ranks, make_pipeline, tmp_path, caplog, data)
+    assert "rank 0 reads only its share" in said and "rank 1 reads only its share" in said
+    with Cache(sharded.path) as a, Cache(single.path) as b:
+        assert a.meta["task"] == "regression" and list(a.ids("train"))[0].startswith("q")
+        assert list(a.text_pairs("train")) == list(b.text_pairs("train"))
+
+
+def test_two_ranks_share_the_first_rows_of_max_rows_of_a_streamed_file(make_pipeline, tmp_path, monkeypatch,
+                                                                        caplog, two_ranks):
+    """data.max_rows: each split's first rows lie in rank 0's bytes, so each rank streams the
+    file alone (no shares) and the ranks deal the first rows."""
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    data = {"path": str(write_rows(tmp_path / "rows.csv", classification_rows(300, seed=5))), "max_rows": 20}
+    single, _, said = sharded_and_single(two_ranks, make_pipeline, tmp_path, caplog, data)
+    assert "reads only its share" not in said and "in a stream" in said
+    assert single.stats["rows_total"] == 60
