@@ -133,6 +133,13 @@ class DataConfig:
         if self.label is not None and not isinstance(self.label, str) and not self.label:
             raise FeatxError("data.label is an empty list; give the label column's name, or a list of "
                              "columns (one 0/1 column per label, or one per regression target)")
+        for role in ("text", "text_pair", "id", "split_column"):
+            if getattr(self, role) is not None and not str(getattr(self, role)).strip():
+                # text = "" silently read the default column "text" (an empty name is falsy).
+                raise FeatxError(f"data.{role} is empty; give a column's name (or leave it unset)")
+        if self.label is not None and any(not str(c).strip() for c in
+                                          ([self.label] if isinstance(self.label, str) else self.label)):
+            raise FeatxError("data.label holds an empty column name; give the label column's name")
         if self.label_sep == "":  # str.split("") raised ValueError's traceback on the first row
             raise FeatxError("data.label_sep is empty; give the separator between a field's labels, such "
                              "as \",\" or \"|\" (or leave it unset for one label a row)")

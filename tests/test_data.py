@@ -386,3 +386,11 @@ def test_a_dev_split_drop_empty_empties_is_refused(tmp_path):
                      test=str(write_rows(tmp_path / "test.csv", rows[25:])), drop_empty=True)
     with pytest.raises(FeatxError, match=r"dev.csv: the dev split holds no rows \(data.drop_empty dropped them all\)"):
         load_dataset(cfg)
+
+
+@pytest.mark.parametrize("role", ["text", "text_pair", "id", "split_column", "label"])
+def test_an_empty_column_name_is_refused(tmp_path, role):
+    """Red team: text = "" silently read the default column "text"."""
+    path = str(write_rows(tmp_path / "rows.csv", classification_rows(20)))
+    with pytest.raises(FeatxError, match=f"data.{role} (is empty|holds an empty column name)"):
+        DataConfig(path=path, **{role: " " if role != "label" else ("label", "")})
