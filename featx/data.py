@@ -411,8 +411,6 @@ def _label_names(cfg: DataConfig) -> tuple[str, ...] | None:
     """data.label_names (a list, or a file of one name a line), read as LabelEncoder.fit reads
     it; Fallback for a file that is not there, or names it refuses (a name twice, a blank
     name, a file not UTF-8): the whole-file reader reports them, in its turn."""
-    if isinstance(cfg.label_names, str) and not Path(cfg.label_names).is_file():
-        raise stream.Fallback("no data.label_names file")
     try:
         return read_label_names(cfg.label_names)
     except FeatxError:

@@ -506,12 +506,13 @@ def read_label_names(spec) -> tuple[str, ...] | None:
     if not names:  # was "the training split has a single class ()"
         raise FeatxError(f"{where} holds no name; give one name per class or label (or leave "
                          "data.label_names unset)")
+    first: dict[str, int] = {}  # each name's position (not a scan of those before: many names)
     for i, name in enumerate(names):
         if not isinstance(name, str) or not name.strip():
             raise FeatxError(f"{where}: name {i} is {shown(name)}, which is no name; give every class "
                              "or label a name")
-        if name in names[:i]:
-            raise FeatxError(f"{where} names {shown(name)} twice (positions {names.index(name)} and {i}); "
+        if first.setdefault(name, i) != i:
+            raise FeatxError(f"{where} names {shown(name)} twice (positions {first[name]} and {i}); "
                              "give each class or label one name")
     return names
 

@@ -187,21 +187,18 @@ def _read_arrow(path: Path, names: dict[str, list[str]]) -> Table:
             return value
         if value == -1 and isinstance(value, int):
             return None  # ClassLabel's "no label" (GLUE's test splits): a missing label, not the last name
-        if isinstance(value, list):
-            # A Sequence of ClassLabel codes: -1 or a code past the names is no label of the row's
-            # (Python's names[-1] would silently read the last class).
-            wrong = [v for v in value if not (isinstance(v, int) and 0 <= v < len(table_names))]
-            if wrong:
-                raise FeatxError(f"{path}, row {row}, column {shown(column)}: ClassLabel code {wrong[0]!r} "
-                                 f"is none of the column's {len(table_names)} class names; save the dataset "
-                                 "again with every code of a row's labels in 0..n-1")
-            return [table_names[v] for v in value]
-        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value < len(table_names):
-            # Python's names[-2] read the last class but one, and a code past the names a class
-            # of that number beside them: both silently another class than the file's.
-            raise FeatxError(f"{path}, row {row}, column {shown(column)}: ClassLabel code {value!r} is none "
+        listed = isinstance(value, list)  # a Sequence of ClassLabel codes: one row's labels
+        codes = value if listed else [value] if isinstance(value, int) and not isinstance(value, bool) else []
+        wrong = [v for v in codes if not (isinstance(v, int) and 0 <= v < len(table_names))]
+        if wrong:
+            # Python's names[-1] or names[-2] silently read the last class (but one), and a code
+            # past the names was a class of that number beside them: another class than the file's.
+            raise FeatxError(f"{path}, row {row}, column {shown(column)}: ClassLabel code {wrong[0]!r} is none "
                              f"of the column's {len(table_names)} class names; save the dataset again with "
-                             "every code in 0..n-1 (or -1, no label)")
+                             + ("every code of a row's labels in 0..n-1" if listed else
+                                "every code in 0..n-1 (or -1, no label)"))
+        if listed:
+            return [table_names[v] for v in value]
         try:
             return table_names[value]
         except (IndexError, TypeError):

@@ -184,9 +184,9 @@ def _is_list(kind) -> bool:
 def _label_lists(values, names: tuple[str, ...] | None) -> tuple[list[list], np.ndarray]:
     """A column of label lists (a multilabel row's labels, or a saved dataset's Sequence of
     ClassLabel codes) as its distinct lists and each row's index into them: the lists featx.readers
-    gives (pandas' arrays or to_pylist, codes read as their names). Lists of strings or integers
-    only, without a null, a blank or NUL string or a code outside the names: anything the label
-    checks would report is the exact reader's to name (`stream.Fallback`)."""
+    gives (pandas' arrays or to_pylist, codes read as their names, which `_check_codes` checked
+    first). Lists of strings or integers only, without a null or a blank or NUL string: anything
+    the label checks would report is the exact reader's to name (`stream.Fallback`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -201,8 +201,6 @@ def _label_lists(values, names: tuple[str, ...] | None) -> tuple[list[list], np.
         flat.validate(full=True)
         if stream._has_blank(flat) or stream.has_nul(flat):
             raise stream.Fallback("a blank label or a NUL byte in a list of labels")
-    elif names is not None and len(flat) and not 0 <= pc.min(flat).as_py() <= pc.max(flat).as_py() < len(names):
-        raise stream.Fallback("a ClassLabel code outside its names")  # -1 too: the reader's to judge
     # Each row's list as one string, its labels joined by NUL (a NUL in a label was refused
     # above), coded by pyarrow: no Python per row. An empty list is the empty string.
     # (A batch's labels are far fewer than 2 GB: plain lists of plain strings, the kernel's type.)

@@ -16,7 +16,7 @@ from featx.config import DataConfig
 from featx.data import load_dataset
 from featx.errors import FeatxError
 from tests.conftest import ROOT, classification_rows, write_rows
-from tests.test_stream import Ranks, assert_same_dataset, assert_shares_read_as_whole
+from tests.test_stream import Ranks, assert_same_dataset, assert_shares_read_as_whole, errors_of
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -44,17 +44,6 @@ def assert_streams(monkeypatch, **cfg) -> None:
     """The configuration is read in a stream (so that its damaged twin tests the stream's checks)."""
     monkeypatch.setattr(stream, "STREAM_BYTES", 0)
     assert isinstance(load_dataset(DataConfig(**cfg)).splits["train"].texts, stream.Column)
-
-
-def errors_of(monkeypatch, **cfg) -> tuple[str, str]:
-    """The whole-file reader's error and the streamed path's, for one configuration."""
-    messages = []
-    for threshold in (1 << 40, 0):
-        monkeypatch.setattr(stream, "STREAM_BYTES", threshold)
-        with pytest.raises(FeatxError) as error:
-            load_dataset(DataConfig(**cfg))
-        messages.append(str(error.value))
-    return messages[0], messages[1]
 
 
 # ---------------------------------------------------------------------------------------------
