@@ -63,7 +63,7 @@ def allowed() -> dict[str, type]:
                MLPClassifier, MLPRegressor, AdamOptimizer, SGDOptimizer, TransformedTargetRegressor,
                MultiOutputClassifier, MultiOutputRegressor, OneVsRestClassifier, DummyClassifier, DummyRegressor,
                TfidfVectorizer, TfidfTransformer, LGBMClassifier, LGBMRegressor, Booster,
-               boosting.LightGBMClassifierHead, boosting.LightGBMRegressorHead, heads.MultilabelLogistic,
+               boosting.LightGBMClassifierHead, boosting.LightGBMRegressorHead, heads.MultilabelLogistic, heads.MultinomialLogistic,
                lexical.LexicalFeatures, heads.IncreasingScore, varying.VaryingLabels, heads.MLPHead, heads.MLPRegressorHead,
                heads.TorchLogistic, heads.TorchRidge, heads.TorchMLPClassifier, heads.TorchMLPRegressor,
                heads.RidgeClassifierHead]

@@ -94,6 +94,29 @@ def test_intervals_are_reproducible_and_blocked_like_one_pass(monkeypatch):
         assert small[name] == pytest.approx(first[name], abs=0.05)
 
 
+def test_the_counts_drawn_once_serve_every_later_call_and_nobody_writes_into_them(monkeypatch):
+    rng = np.random.default_rng(3)
+    y, scores = problem("multiclass", 300, rng)
+    BS._kept.clear()
+    drawn = []
+    counts = BS.counts
+    monkeypatch.setattr(BS, "counts", lambda *a: drawn.append(a[:2]) or counts(*a))
+    first = BS.intervals("multiclass", y, scores[None], n_resamples=200)
+    assert drawn and all(not W.flags.writeable for W in next(iter(BS._kept.values())))
+    drawn.clear()
+    # the same rows again (another record's test interval): the same draws, none drawn anew
+    assert BS.intervals("multiclass", y, scores[None], n_resamples=200) == first
+    assert BS.standard_error("multiclass", "accuracy", y, scores, n_resamples=200) is not None
+    assert not drawn
+    # another number of rows draws its own; past KEPT_BYTES nothing is kept, the figures the same
+    other = BS.intervals("multiclass", y[:250], scores[None, :250], n_resamples=200)
+    assert drawn
+    monkeypatch.setattr(BS, "KEPT_BYTES", 1000)
+    BS._kept.clear()
+    assert BS.intervals("multiclass", y[:250], scores[None, :250], n_resamples=200) == other
+    assert not BS._kept
+
+
 def test_paired_comparison_of_identical_and_different_predictors():
     rng = np.random.default_rng(4)
     y, good = problem("multiclass", 400, rng)

@@ -831,3 +831,15 @@ def test_two_workers_give_the_one_worker_records(make_pipeline, csv_dataset, tmp
     for a, b in zip(one, two):
         assert a.scout == b.scout and a.metrics == pytest.approx(b.metrics, abs=1e-9), a.features
 
+
+
+def test_probe_workers_keep_the_memory_they_free_unless_the_user_set_malloc(monkeypatch):
+    from featx.probe import malloc_keeps_memory
+
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    ours = malloc_keeps_memory()["GLIBC_TUNABLES"]
+    assert "glibc.malloc.mmap_threshold=33554432" in ours and "glibc.malloc.trim_threshold=" in ours
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.rtld.optional_static_tls=2048")
+    assert malloc_keeps_memory()["GLIBC_TUNABLES"] == f"glibc.rtld.optional_static_tls=2048:{ours}"
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
+    assert malloc_keeps_memory() == {}

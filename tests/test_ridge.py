@@ -38,6 +38,23 @@ def test_decisions_are_ridge_on_standardised_one_hot_targets(alpha):
     assert 0.05 < head.temperature_ < 60
 
 
+def test_the_calibration_is_the_least_training_log_loss_of_its_softmax():
+    from scipy.optimize import minimize
+    from scipy.special import log_softmax
+
+    X, y = _problem()
+    head = RidgeClassifierHead(alpha=1.0).fit(X, y)
+    decision, Y = head.decision_function(X), np.eye(4)[y]
+
+    def loss(theta):  # written plainly: mean -log p(true class) of softmax(T d + b)
+        return -(Y * log_softmax(np.exp(theta[0]) * decision + theta[1:], axis=1)).sum(axis=1).mean()
+
+    ours = np.concatenate([[np.log(head.temperature_)], head.offset_])
+    best = minimize(loss, ours, method="L-BFGS-B", bounds=[(-3.0, 4.0)] + [(-50.0, 50.0)] * 4,
+                    options={"ftol": 1e-15, "gtol": 1e-10})
+    assert loss(ours) == pytest.approx(best.fun, abs=1e-6)
+
+
 def test_multilabel_decisions_keep_each_labels_prior():
     X, y = _problem(1)
     Y = np.stack([y == 0, y == 1, np.zeros_like(y), np.ones_like(y)], axis=1).astype(int)

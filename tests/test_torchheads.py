@@ -33,7 +33,7 @@ def problem(task: str, n: int = 300, d: int = 8, seed: int = 0):
 
 
 @parametrize_with_checks([TorchLogistic(max_iter=100, n_jobs=1), TorchRidge(n_jobs=1), TorchMLPClassifier(hidden=16, n_jobs=1),
-                          TorchMLPRegressor(hidden=16, n_jobs=1)])
+                          TorchMLPRegressor(hidden=16, n_jobs=1), H.MultinomialLogistic()])
 def test_torch_heads_are_scikit_learn_estimators(estimator, check):
     check(estimator)
 
@@ -47,6 +47,35 @@ def test_logistic_reaches_scikit_learns_optimum(task, C):
     # Within what the stopping rule leaves: scikit-learn at its own default tol is 6e-4 away.
     np.testing.assert_allclose(ours.predict_proba(X), theirs.predict_proba(X), atol=1e-3)
     assert (ours.predict(X) == theirs.predict(X)).mean() > 0.99
+
+
+@pytest.mark.parametrize("C", [0.01, 1.0, 100.0])
+def test_the_multiclass_logistic_head_reaches_scikit_learns_optimum(C):
+    X, y = problem("multiclass")
+    head = H.build("logistic", "multiclass", {"C": C})
+    assert isinstance(head[-1], H.MultinomialLogistic)
+    ours = H.fit(head, X, y)[-1]
+    Z = head[0].transform(X)
+    theirs = LogisticRegression(C=C, tol=1e-8, max_iter=5000).fit(Z, y)
+    np.testing.assert_allclose(ours.predict_proba(Z), theirs.predict_proba(Z), atol=2e-3)
+    assert (ours.predict(Z) == theirs.predict(Z)).mean() > 0.99
+    # along the path a warm start reaches the same optimum as a fresh one
+    warm = H.MultinomialLogistic(C=C / 10, warm_start=True).fit(Z, y)
+    warm.set_params(C=C).fit(Z, y)
+    np.testing.assert_allclose(warm.predict_proba(Z), ours.predict_proba(Z), atol=2e-3)
+    # a binary task keeps scikit-learn's one logit; a saved head loads back and predicts the same
+    assert isinstance(H.build("logistic", "binary", {"C": C})[-1], LogisticRegression)
+    loaded, _ = serialize.loads(serialize.dumps(head, {}))
+    np.testing.assert_array_equal(loaded.predict_proba(X), head.predict_proba(X))
+
+
+def test_the_multiclass_logistic_head_refuses_one_class_and_cold_starts_on_other_classes():
+    X, y = problem("multiclass")
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        H.MultinomialLogistic().fit(X, np.zeros(len(X), dtype=int))
+    head = H.MultinomialLogistic(warm_start=True).fit(X[y < 3], y[y < 3])
+    fresh = H.MultinomialLogistic().fit(X, y)
+    np.testing.assert_allclose(head.fit(X, y).predict_proba(X), fresh.predict_proba(X), atol=2e-3)
 
 
 def test_multilabel_logistic_is_one_regression_per_label():
