@@ -158,8 +158,11 @@ class RidgeClassifierHead(ClassifierMixin, BaseEstimator):
         if start is None:
             prior = np.log(np.clip(Y.mean(axis=0), 1e-12, None))
             start = (0.0, prior - prior.mean())
+        # 30 corrections, not L-BFGS's 10: the rare classes' offsets have little curvature, and a
+        # refit on another fold's rows took 180 steps from the last fit's solution; with 30, half
+        # the steps for the same optimum (a 75-class scout: 967 -> 467 steps over its 9 fits).
         result = minimize(loss, np.concatenate([[start[0]], start[1]]), jac=True, method="L-BFGS-B",
-                          bounds=[(-3.0, 4.0)] + [(-50.0, 50.0)] * k)
+                          bounds=[(-3.0, 4.0)] + [(-50.0, 50.0)] * k, options={"maxcor": 30})
         return float(np.exp(result.x[0])), result.x[1:]
 
     def _fit_temperature(self, decision: np.ndarray, Y: np.ndarray) -> float:

@@ -171,6 +171,40 @@ def test_the_second_stage_takes_the_runner_up_in_a_near_tie():
     assert [f.name for f in tied] == ["mean@1", "mean@3"]
 
 
+def test_a_near_tie_is_judged_on_the_paired_difference_when_the_predictions_are_stored(monkeypatch, tmp_path):
+    from featx import records as R
+    from featx.job import Features
+    from featx.probe import _second_stage_features
+
+    first = [(Features("mean", (i,)), "ridge") for i in range(2)]
+    rng = np.random.default_rng(0)
+    truth = rng.integers(0, 3, 2000)
+    right = np.eye(3)[truth] * 0.8 + 0.1  # every row right
+    wrong = np.roll(right, 1, axis=1)
+    # the runner-up is the best wrong on 1% more rows: a gap of 0.01 within the score's own error
+    # (about 0.01 on 2,000 rows) but far beyond the error of a difference on 20 rows
+    same = np.where((np.arange(2000) < 300)[:, None], wrong, right)
+    worse = np.where((np.arange(2000) < 320)[:, None], wrong, right)
+    unrelated = np.where((np.arange(2000) >= 1680)[:, None], wrong, right)  # 320 other rows
+
+    def scout(layer, score):
+        return fake("probe", "multiclass", f"mean@{layer}", "ridge", 0.5, selection_score=score, selection_se=0.011)
+
+    def stored(runner_up):
+        def read(directory, record):
+            found = same if record.features == "mean@1" else runner_up
+            return R.Predictions(np.arange(3), np.arange(3), np.zeros((1, 3, 3)), 0.5, truth, found)
+        return read
+
+    scouts = [scout(0, 0.84), scout(1, 0.85)]
+    monkeypatch.setattr(R, "read_predictions", stored(worse))
+    assert [f.name for f in _second_stage_features(scouts, first, tmp_path)] == ["mean@1"]
+    monkeypatch.setattr(R, "read_predictions", stored(unrelated))
+    assert [f.name for f in _second_stage_features(scouts, first, tmp_path)] == ["mean@1", "mean@0"]
+    # without stored predictions, the best's own error judges, as before
+    assert [f.name for f in _second_stage_features(scouts, first)] == ["mean@1", "mean@0"]
+
+
 def test_an_imbalanced_binary_task_decides_as_well_as_its_majority():
     from sklearn.linear_model import RidgeClassifier
 
