@@ -92,16 +92,7 @@ def _paired_ses(top: Record, probes: list[Record], runs_dir, metric: str, bound:
     """{id(record): standard error of (top - record) on the shared selection rows}, for the
     probes whose gap to the top is below `bound` and whose selection predictions are stored on
     the same rows as the top's (same protocol, same labels)."""
-    from featx import bootstrap
-
-    def selection(record):
-        try:
-            found = read_predictions(record_dir(runs_dir, record), record)
-        except FeatxError:
-            return None
-        return found if found.selection_scores is not None else None
-
-    mine = selection(top)
+    mine = stored_selection(record_dir(runs_dir, top), top)
     if mine is None:
         return {}
     out = {}
@@ -109,15 +100,33 @@ def _paired_ses(top: Record, probes: list[Record], runs_dir, metric: str, bound:
         gap = selection_score(top) - selection_score(record)
         if record is top or not 0 < gap <= bound or record.protocol != top.protocol:
             continue
-        theirs = selection(record)
-        if theirs is None or not np.array_equal(theirs.selection_truth, mine.selection_truth):
-            continue
-        se = bootstrap.difference_se(top.task, metric, mine.selection_truth,
-                                     (mine.selection_scores, mine.threshold),
-                                     (theirs.selection_scores, theirs.threshold))
+        se = selection_difference_se(top, metric, mine, stored_selection(record_dir(runs_dir, record), record))
         if se is not None:
             out[id(record)] = se
     return out
+
+
+def stored_selection(directory: Path, record: Record):
+    """A record's stored predictions (in its configuration folder) when they hold its selection
+    rows' scores, else None."""
+    try:
+        found = read_predictions(directory, record)
+    except FeatxError:
+        return None
+    return found if found.selection_scores is not None else None
+
+
+def selection_difference_se(top: Record, metric: str, mine, theirs) -> float | None:
+    """Bootstrap standard error of `metric` of `mine` minus `theirs` (stored selection
+    predictions, `stored_selection`) on their selection rows; None when either is missing, the
+    rows differ, or too few resamples define it."""
+    from featx import bootstrap
+
+    if mine is None or theirs is None or not np.array_equal(theirs.selection_truth, mine.selection_truth):
+        return None
+    return bootstrap.difference_se(top.task, metric, mine.selection_truth,
+                                   (mine.selection_scores, mine.threshold),
+                                   (theirs.selection_scores, theirs.threshold))
 
 
 def best_frozen(records: list[Record], runs_dir: str | Path | None = None) -> Record | None:

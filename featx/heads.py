@@ -94,7 +94,19 @@ def _fit_stopping_if(network, possible: bool, fit, X, y):
         network.early_stopping = True
 
 
-class MultilabelLogistic(ClassifierMixin, BaseEstimator):
+class L2Logistic(ClassifierMixin, BaseEstimator):
+    """The parameters featx's logistic heads share: L2 strength C (scikit-learn's), L-BFGS's
+    step cap and gradient tolerance, and whether a refit starts from the last solution."""
+
+    def __init__(self, *, C: float = 1.0, max_iter: int = 2000, tol: float = 1e-4,
+                 warm_start: bool = False):
+        self.C = C
+        self.max_iter = max_iter
+        self.tol = tol
+        self.warm_start = warm_start
+
+
+class MultilabelLogistic(L2Logistic):
     """One L2-regularised logistic regression per label, fitted jointly.
 
     The objective is exactly that of L separate scikit-learn `LogisticRegression(C=C)` fits
@@ -106,13 +118,6 @@ class MultilabelLogistic(ClassifierMixin, BaseEstimator):
     optimum is an infinite intercept): zero weights, intercept -/+ CONSTANT_LOGIT, and
     `predict_proba` gives exactly its constant. `varying_` says which labels were fitted.
     """
-
-    def __init__(self, *, C: float = 1.0, max_iter: int = 2000, tol: float = 1e-4,
-                 warm_start: bool = False):
-        self.C = C
-        self.max_iter = max_iter
-        self.tol = tol
-        self.warm_start = warm_start
 
     def fit(self, X, y):
         from scipy.optimize import minimize
@@ -173,7 +178,7 @@ class MultilabelLogistic(ClassifierMixin, BaseEstimator):
         return (self.predict_proba(X) >= 0.5).astype(int)
 
 
-class MultinomialLogistic(ClassifierMixin, BaseEstimator):
+class MultinomialLogistic(L2Logistic):
     """L2-regularised multinomial logistic regression: scikit-learn's `LogisticRegression(C=C)`
     objective for a multiclass task (mean log-loss of the softmax + ||W||^2 / (2 C n), the
     intercepts unpenalised), to the same gradient tolerance, by the same solver (L-BFGS).
@@ -185,13 +190,6 @@ class MultinomialLogistic(ClassifierMixin, BaseEstimator):
     keeps 30 corrections instead of 10: the same optimum in about a quarter fewer steps. A 78-class
     probe's logistic fits: about 1.5x faster (docs/benchmarks.md, Probe cost).
     """
-
-    def __init__(self, *, C: float = 1.0, max_iter: int = 2000, tol: float = 1e-4,
-                 warm_start: bool = False):
-        self.C = C
-        self.max_iter = max_iter
-        self.tol = tol
-        self.warm_start = warm_start
 
     def fit(self, X, y):
         from scipy.optimize import minimize

@@ -17,8 +17,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from featx import heads as H
 from featx import metrics as M
 from featx.baselines import Baselines
@@ -29,7 +27,7 @@ from featx.files import writable_dir
 from featx.job import TEXT, Features, probe_one
 from featx.recordschema import Record
 from featx.records import configuration, probe_config_hash, probe_dir, read_records, read_run_status, record_name, write_json, write_record, write_run_status
-from featx.choice import selection_score
+from featx.choice import selection_difference_se, selection_score, stored_selection
 from featx.search import choose_protocol
 from featx.tasks import TASKS
 
@@ -337,23 +335,9 @@ def _tie_error(top: Record, other: Record, directory: Path | None) -> float:
     """The standard error the scout's best and runner-up are told apart by: of their paired
     difference on the selection rows when both records' selection predictions are stored on the
     same rows, else of the best's score."""
-    from featx import bootstrap
-    from featx.records import read_predictions
-
-    fallback = top.selection_se or 0.0
-    if directory is None:
-        return fallback
-    try:
-        mine, theirs = read_predictions(directory, top), read_predictions(directory, other)
-    except FeatxError:
-        return fallback
-    if (mine.selection_scores is None or theirs.selection_scores is None
-            or not np.array_equal(mine.selection_truth, theirs.selection_truth)):
-        return fallback
-    se = bootstrap.difference_se(top.task, top.primary_metric, mine.selection_truth,
-                                 (mine.selection_scores, mine.threshold),
-                                 (theirs.selection_scores, theirs.threshold))
-    return fallback if se is None else se
+    se = None if directory is None else selection_difference_se(
+        top, top.primary_metric, stored_selection(directory, top), stored_selection(directory, other))
+    return (top.selection_se or 0.0) if se is None else se
 
 
 def finished_run(directory: Path, cfg: ProbeConfig) -> list[Record] | None:

@@ -172,6 +172,7 @@ def test_the_second_stage_takes_the_runner_up_in_a_near_tie():
 
 
 def test_a_near_tie_is_judged_on_the_paired_difference_when_the_predictions_are_stored(monkeypatch, tmp_path):
+    from featx import choice
     from featx import records as R
     from featx.job import Features
     from featx.probe import _second_stage_features
@@ -197,9 +198,9 @@ def test_a_near_tie_is_judged_on_the_paired_difference_when_the_predictions_are_
         return read
 
     scouts = [scout(0, 0.84), scout(1, 0.85)]
-    monkeypatch.setattr(R, "read_predictions", stored(worse))
+    monkeypatch.setattr(choice, "read_predictions", stored(worse))
     assert [f.name for f in _second_stage_features(scouts, first, tmp_path)] == ["mean@1"]
-    monkeypatch.setattr(R, "read_predictions", stored(unrelated))
+    monkeypatch.setattr(choice, "read_predictions", stored(unrelated))
     assert [f.name for f in _second_stage_features(scouts, first, tmp_path)] == ["mean@1", "mean@0"]
     # without stored predictions, the best's own error judges, as before
     assert [f.name for f in _second_stage_features(scouts, first)] == ["mean@1", "mean@0"]
