@@ -67,9 +67,11 @@ class DataConfig:
     """Separator for a multilabel column stored as one string ("2,17")."""
     label_regex: str | None = None
     """Regex with one group that picks the class out of each raw label: "^([A-Z]+):" turns
-    TREC's "NUM:dist" into its coarse class "NUM"."""
+    TREC's "NUM:dist" into its coarse class "NUM". A JSON list's labels are matched one by one;
+    a label_sep field is matched whole and its group split ("^T:(.*)" on "T:a|b" gives a, b)."""
     label_names: str | tuple[str, ...] | None = None
-    """Names for integer labels: a list, or a file with one name per line (labels index into it)."""
+    """Names for integer labels: a list, or a file with one name per line (labels index into it);
+    names are trimmed, as labels are."""
     id: str | None = None
     """Column with a unique row id; when unset, ids are `<split>-<row number>`."""
     split_column: str | None = None

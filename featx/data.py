@@ -149,6 +149,10 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
         builtin = BUILTINS[cfg.builtin]()
         tables = {None: builtin.table}
         task, keep, source = cfg.task or builtin.task, cfg.keep or builtin.keep, f"builtin:{cfg.builtin}"
+        if cfg.label_names is not None and TASKS[task].regression:  # DataConfig checks a task given
+            raise FeatxError(f"data.label_names names the classes of one label column, and built-in "
+                             f"{shown(cfg.builtin)} is a regression (targets, not classes): unset "
+                             "data.label_names")
         files = (builtin.table.path,)
         id_column = cfg.id or "id"
         cfg = dataclasses.replace(cfg, label=cfg.label or builtin.label)

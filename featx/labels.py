@@ -121,6 +121,15 @@ class Columns:
         value = _present(value, where, column)
         if self.label_regex is None:
             return value
+        # A list's items are matched one by one: matched against the list's repr, a row of two
+        # labels became one class (the first match). A data.label_sep field is matched whole, its
+        # group then split (docs/pipelines.md: "T:a|b" -> a, b).
+        if isinstance(value, list):
+            return [self._group(v, where, column) if isinstance(v, (str, int, float)) and not is_missing(v)
+                    else v for v in value]  # a null or nested item: label_set names it
+        return self._group(value, where, column)
+
+    def _group(self, value, where: str, column: str) -> str:
         match = _search(self.label_regex, str(value), where, column)
         if match is None:
             raise FeatxError(f"{where}, column {shown(column)}: label {shown(value)} does not match "
@@ -511,10 +520,13 @@ def read_label_names(spec) -> tuple[str, ...] | None:
         if not isinstance(name, str) or not name.strip():
             raise FeatxError(f"{where}: name {i} is {shown(name)}, which is no name; give every class "
                              "or label a name")
+        # Trimmed as a file's lines are: a label is read trimmed, so "neg " named no label, and a
+        # label "3" beside the names (" 3", "2", "1", "0") was read as position 3, the class "0".
+        name = name.strip()
         if first.setdefault(name, i) != i:
             raise FeatxError(f"{where} names {shown(name)} twice (positions {first[name]} and {i}); "
                              "give each class or label one name")
-    return names
+    return tuple(first)
 
 
 def check_unique_ids(raw: dict[str, Rows]) -> None:

@@ -191,6 +191,26 @@ def test_label_names_beside_targets_or_label_columns_are_refused(given):
     DataConfig(path="x.csv", label_names=("x", "y"), label=("a",))  # one column in a list
 
 
+def test_label_names_beside_a_regression_builtin_are_refused():
+    """The built-in's task is known only when it is read: its targets' name replaced the names unsaid."""
+    with pytest.raises(FeatxError, match="built-in 'vader-movies' is a regression"):
+        load_dataset(DataConfig(builtin="vader-movies", label_names=("a", "b")))
+
+
+def test_label_names_given_as_a_list_are_trimmed_as_labels_are(tmp_path):
+    """Labels are read trimmed, names were not: "3" was no name (" 3") and so read as position 3,
+    the class "0", two classes made one."""
+    rows = [{"text": r["text"], "label": str(i % 4)} for i, r in enumerate(classification_rows(200, seed=5))]
+    data = load_dataset(DataConfig(path=str(write_rows(tmp_path / "r.csv", rows)), task="multiclass",
+                                   label_names=(" 3", "2", "1 ", "0")))
+    assert data.label_names == ("3", "2", "1", "0")
+    split = data.splits["train"]
+    assert all(data.label_names[y] == raw for y, raw in zip(split.labels, (rows[int(i.split("-")[1])]["label"]
+                                                                       for i in split.ids)))
+    with pytest.raises(FeatxError, match="names '1' twice"):
+        load_dataset(DataConfig(path=str(tmp_path / "r.csv"), label_names=("1", "1 ", "2", "3")))
+
+
 @pytest.mark.parametrize("given, expected", [({"label": ()}, "data.label is an empty list"),
                                              ({"label_sep": ""}, "data.label_sep is empty")])
 def test_an_empty_label_list_or_separator_is_refused(given, expected):

@@ -359,6 +359,19 @@ def test_a_saved_dataset_of_label_lists_reads_its_class_names(monkeypatch, tmp_p
     assert_same_dataset(whole, streamed)
 
 
+def test_label_regex_matches_each_label_of_a_json_list(monkeypatch, tmp_path):
+    """A JSON list's labels each give their group: matched against the list's repr, a row of two
+    labels was read as one class (the first match), and the task as multiclass."""
+    rows = [{"text": r["text"], "label": [f"cat_{i % 3}", f"cat_{(i + 1) % 3}"] if i % 2 else [f"cat_{i % 3}"]}
+            for i, r in enumerate(classification_rows(300, seed=4))]
+    whole, streamed = read_both(monkeypatch, path=str(write_jsonl(tmp_path / "lists.jsonl", rows)),
+                                label_regex=r"cat_(\d)")
+    assert whole.task == "multilabel" and whole.label_names == ("0", "1", "2")
+    assert_same_dataset(whole, streamed)
+    labels = np.concatenate([s.labels for s in whole.splits.values()])
+    assert sorted(set(labels.sum(axis=1).tolist())) == [1, 2]
+
+
 @pytest.mark.parametrize("damage", ["code past the names", "null list", "null label", "null label in JSON"])
 def test_a_bad_list_of_labels_gives_the_whole_file_readers_error(monkeypatch, tmp_path, damage):
     """Red team: a null among a row's labels was read as a class named "None", a code -1 in a
@@ -776,7 +789,11 @@ def test_label_regex_of_parquet_numbers_and_lists_reads_as_the_whole_file_reader
                         "lists": [["a"], ["b", "a"], []][i % 3]}[labels]
     cfg = {"path": str(write_parquet(tmp_path / "rows.parquet", rows, label_type)), "label_regex": "(.*)"}
     whole, streamed = read_both(monkeypatch, **cfg)
-    assert whole.task in ("binary", "multiclass")
+    # A list's labels are matched one by one (its repr made classes such as "['b', 'a']").
+    if labels == "lists":
+        assert (whole.task, whole.label_names) == ("multilabel", ("a", "b"))
+    else:
+        assert whole.task in ("binary", "multiclass")
     assert_same_dataset(whole, streamed)
 
 
