@@ -240,11 +240,12 @@ def _passes(cfg: DataConfig, columns: Columns) -> list[stream.Wanted]:
     regression or several label columns (plain numbers when the task is inferred from them).
     With data.label_regex only as codes: the class is the regex's group of a raw label, which
     no number read from the file is."""
+    task = None if cfg.task is None else TASKS[cfg.task]
     wanted = stream.Wanted(columns.text, columns.labels, pair=columns.pair, id=columns.id,
-                           blank_labels=columns.label_sep is not None, keep=columns.keep)
+                           blank_labels=columns.label_sep is not None, keep=columns.keep,
+                           label_sets=columns.label_sep is not None or (task is not None and task.thresholded))
     if columns.label_regex is not None:
         return [wanted]
-    task = None if cfg.task is None else TASKS[cfg.task]
     if (task is not None and task.regression) or len(columns.labels) > 1:
         return [dataclasses.replace(wanted, targets=True, plain=task is None)]
     if task is None and columns.label_sep is None:
@@ -330,7 +331,7 @@ def load_share(cfg: DataConfig, name: str, rank: int, size: int, gather) -> Shar
             if any(part is None for p in parts.values() for part in p):
                 continue
             try:  # the same on every rank (each merges every rank's parts)
-                parsed = {s: spans.merge(p, sources[s]) for s, p in parts.items()}
+                parsed = {s: spans.merge(p, sources[s], stream.label_limit(wanted)) for s, p in parts.items()}
                 break
             except stream.TooManyLabels:
                 if last:

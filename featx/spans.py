@@ -253,7 +253,7 @@ def digest(source, rank: int = 0, size: int = 1, gather=None) -> str:
                           .encode()).hexdigest()
 
 
-def merge(parts: list[stream.Parsed], source) -> stream.Parsed:
+def merge(parts: list[stream.Parsed], source, limit: int = stream.MAX_CLASSES) -> stream.Parsed:
     """The ranks' pass 1 over their spans (in file order) as one pass over the whole file:
     labels and split values in order of first appearance, codes renumbered to them; targets and
     id hashes one after the other."""
@@ -272,8 +272,8 @@ def merge(parts: list[stream.Parsed], source) -> stream.Parsed:
     # them one process reads the file whole, and so must every rank (the same data, one key).
     if len(split_index) > 100:
         raise stream.Fallback("more than 100 distinct split names")
-    if len(index) > 100_000:
-        raise stream.TooManyLabels("more than 100,000 distinct labels: not classes")
+    if len(index) > limit:
+        raise stream.TooManyLabels(f"more than {limit:,} distinct labels: not classes")
     dtype = np.int16 if len(index) < 2 ** 15 else np.int32
     with_codes, with_splits = parts[0].codes is not None, parts[0].splits is not None
     joined = lambda arrays: None if arrays[0] is None else np.concatenate(arrays)  # noqa: E731

@@ -97,6 +97,9 @@ class Wanted:
     from them, which reads "007" as a class code."""
     blank_labels: bool = False
     """A blank label is a row's empty set of labels (data.label_sep), not a missing one."""
+    label_sets: bool = False
+    """The labels are label sets (data.label_sep, or a multilabel task): their distinct fields
+    may far outnumber any classes (`label_limit`)."""
     keep: tuple[str, ...] = ()
     """Columns kept beside the labels (data.keep): present, storable, nothing of them held."""
 
@@ -350,7 +353,7 @@ class Pass:
 
     def __init__(self, wanted: Wanted):
         self.wanted = wanted
-        self.labels, self.splits = label_codes(), split_codes()
+        self.labels, self.splits = label_codes(label_limit(wanted)), split_codes()
         self._targets: list[np.ndarray] = []
         self._ids: list[np.ndarray] = []
 
@@ -668,8 +671,20 @@ def _hash_bytes(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def label_codes() -> Codes:
-    return Codes(100_000, "labels: not classes", TooManyLabels)
+# Distinct label values pass 1 codes: past MAX_CLASSES they are no classes (with the task unset,
+# pass 1 reads them again as numbers). Label sets are coded by their whole field ("a|b", or a
+# JSON list): 500 labels in sets of 1-3 make 20 million fields, so they go on to
+# MAX_LABEL_SETS (the index holds each distinct field once, about 150 bytes).
+MAX_CLASSES = 100_000
+MAX_LABEL_SETS = 5_000_000
+
+
+def label_limit(wanted: Wanted) -> int:
+    return MAX_LABEL_SETS if wanted.label_sets else MAX_CLASSES
+
+
+def label_codes(limit: int = MAX_CLASSES) -> Codes:
+    return Codes(limit, "labels: not classes", TooManyLabels)
 
 
 def split_codes() -> Codes:

@@ -16,6 +16,7 @@ that pass 1 kept too little of to tell, raises stream.Fallback: the whole-file r
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import math
 
@@ -86,11 +87,12 @@ def label_sets(parts: dict, mask: dict, columns: Columns, fixed: tuple[str, ...]
     lists or `label_sep` fields, train's and (kept, logged) those only dev or test have; or
     `fixed`, data.label_names (not for label columns, which name the labels). `first`: only
     each split's first rows are encoded (data.max_rows), the names still every row's."""
+    files = {id(p): p for p, _, _ in parts.values()}  # one file's pass 1 serves all its splits: once each
     if len(columns.labels) > 1:
-        matrices = {id(p): _zero_one(p) for p, _, _ in parts.values()}
+        matrices = {k: _zero_one(p) for k, p in files.items()}
         return columns.labels, {split: (matrices[id(p)] if mask[split] is None else matrices[id(p)][mask[split]])[:first]
                                 for split, (p, _, _) in parts.items()}
-    sets = {id(p): _sets_of(p, columns) for p, _, _ in parts.values()}
+    sets = {k: _sets_of(p, columns) for k, p in files.items()}
     present = {split: _present(p.codes if mask[split] is None else p.codes[mask[split]])
                for split, (p, _, _) in parts.items()}
     if fixed is None:
@@ -106,12 +108,12 @@ def label_sets(parts: dict, mask: dict, columns: Columns, fixed: tuple[str, ...]
     if not names:
         raise stream.Fallback("no label at all")  # the whole-file reader says so
     index = index_of("multilabel", names, fixed is not None)
-    labels = {}
+    labels, columns_of = {}, {k: _set_columns(s, index) for k, s in sets.items()}
     for split, (p, _, _) in parts.items():
         codes = (p.codes if mask[split] is None else p.codes[mask[split]])[:first]
         if any(x not in index for c in _present(codes) for x in sets[id(p)][c]):
             raise stream.Fallback("a label data.label_names lacks")  # named with its row
-        labels[split] = _set_matrix(sets[id(p)], index, len(names))[codes]  # (n, n_labels): each row its value's set
+        labels[split] = _set_matrix(columns_of[id(p)], len(names), codes)  # (n, n_labels): each row its value's set
     return names, labels
 
 
@@ -126,12 +128,26 @@ def _sets_of(p: stream.Parsed, columns: Columns) -> list[list[str]]:
         raise stream.Fallback("a label featx.labels refuses") from None  # named with its row
 
 
-def _set_matrix(sets: list[list[str]], index: dict, n_labels: int) -> np.ndarray:
-    """(len(sets), n_labels) uint8: 1 where a set holds a label (`index`: a label's column;
-    with data.label_names a name and its position are two keys of one)."""
-    matrix = np.zeros((len(sets), n_labels), dtype=np.uint8)
-    for i, labels in enumerate(sets):
-        matrix[i, [index[x] for x in labels if x in index]] = 1
+def _set_columns(sets: list[list[str]], index: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(sizes (len(sets),), flat columns) of each set's labels: set j's columns (`index`: a
+    label's; with data.label_names a name and its position are two keys of one) are
+    flat[sum(sizes[:j]) :][: sizes[j]]."""
+    columns = [sorted({index[x] for x in labels if x in index}) for labels in sets]
+    sizes = np.fromiter(map(len, columns), dtype=np.int64, count=len(columns))
+    return sizes, np.fromiter(itertools.chain.from_iterable(columns), dtype=np.int64, count=int(sizes.sum()))
+
+
+def _set_matrix(set_columns: tuple[np.ndarray, np.ndarray], n_labels: int, codes: np.ndarray) -> np.ndarray:
+    """(len(codes), n_labels) uint8: row i holds 1 in the columns of set codes[i]
+    (`_set_columns`). Scattered row by row, not through a (sets, n_labels) matrix: label sets may
+    be as many distinct fields as there are rows."""
+    sizes, flat = set_columns
+    per_row = sizes[codes]  # (n,) labels of each row
+    # Row i's columns are flat[starts[codes[i]]:][:per_row[i]], the rows' one after the other.
+    within = np.arange(int(per_row.sum())) - np.repeat(np.cumsum(per_row) - per_row, per_row)
+    matrix = np.zeros((len(codes), n_labels), dtype=np.uint8)
+    matrix[np.repeat(np.arange(len(codes)), per_row),
+           flat[np.repeat((np.cumsum(sizes) - sizes)[codes], per_row) + within]] = 1
     return matrix
 
 
@@ -152,7 +168,7 @@ def split_matrix(one: stream.Parsed, columns: Columns) -> np.ndarray:
         return matrix[:, used]
     sets = _sets_of(one, columns)
     names = sorted({x for labels in sets for x in labels})
-    return _set_matrix(sets, {n: j for j, n in enumerate(names)}, len(names))[one.codes]
+    return _set_matrix(_set_columns(sets, {n: j for j, n in enumerate(names)}), len(names), one.codes)
 
 
 def _present(codes: np.ndarray) -> np.ndarray:

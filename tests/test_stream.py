@@ -956,7 +956,7 @@ def test_several_targets_and_targets_past_the_class_limit_stream(monkeypatch, tm
         assert whole.task == "regression" and whole.label_names == ("score", "other")
         assert_same_dataset(whole, streamed)
     # More distinct labels than classes may have (here 50): read again as numbers, task unset.
-    monkeypatch.setattr(stream, "label_codes", lambda: stream.Codes(50, "labels", stream.TooManyLabels))
+    monkeypatch.setattr(stream, "MAX_CLASSES", 50)
     whole, streamed = read_both(monkeypatch, path=path, label="score")
     assert whole.task == "regression"
     assert_same_dataset(whole, streamed)
@@ -1039,6 +1039,25 @@ def test_label_sets_stream(monkeypatch, tmp_path, layout, form):
     assert_same_dataset(whole, streamed)
 
 
+def test_label_sets_of_more_distinct_fields_than_classes_stream(monkeypatch, tmp_path):
+    """A label set is coded by its whole field: sets of many labels make more distinct fields
+    than classes may have (100,000: 500 labels in sets of 1-3 make millions), which sent a large
+    multilabel file to the whole-file reader. They stream up to MAX_LABEL_SETS, also shared by ranks."""
+    rows = label_set_rows(600)
+    cfg = {"path": str(write_rows(tmp_path / "sets.csv", rows)), "label": "tags", "label_sep": "|"}
+    fields = len({r["tags"] for r in rows})
+    monkeypatch.setattr(stream, "MAX_CLASSES", fields // 4)
+    whole, streamed = read_both(monkeypatch, **cfg)
+    assert whole.task == "multilabel"
+    assert_same_dataset(whole, streamed)
+    assert_shares_read_as_whole(monkeypatch, shares(monkeypatch, 3, **cfg), cfg)
+    monkeypatch.setattr(stream, "MAX_LABEL_SETS", fields // 4)  # past it: read whole, the same dataset
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    again = load_dataset(DataConfig(**cfg))
+    assert isinstance(again.splits["train"].texts, list)
+    assert_same_dataset(whole, again, same_key=True)
+
+
 @pytest.mark.parametrize("damage", ["a 2 in a label column", "no label at all", "NUL in a label"])
 def test_a_bad_label_set_gives_the_whole_file_readers_error(monkeypatch, tmp_path, damage):
     rows = label_set_rows()
@@ -1072,7 +1091,7 @@ def test_ranks_share_pairs_ids_and_targets(monkeypatch, tmp_path, size, what):
         cfg = {"path": str(write_rows(tmp_path / "sets.csv", rows)), "text_pair": "text2", "id": "id",
                "label": "tags", "label_sep": "|"}
     if what == "regression past the class limit":
-        monkeypatch.setattr(stream, "label_codes", lambda: stream.Codes(50, "labels", stream.TooManyLabels))
+        monkeypatch.setattr(stream, "MAX_CLASSES", 50)
     whole = assert_shares_read_as_whole(monkeypatch, shares(monkeypatch, size, **cfg), cfg)
     assert whole.task == {"pairs and ids": "multiclass", "label sets": "multilabel"}.get(what, "regression")
     assert whole.pairs
