@@ -68,9 +68,10 @@ class Columns:
     keep: tuple[str, ...]
     label_sep: str | None
     label_regex: str | None
-    named: bool = False
-    """data.label_names is given: the labels are classes (or label sets) it names, never
-    regression targets, however many distinct integers train has (`infer_task`)."""
+    named: int = 0
+    """How many names data.label_names gives (0: unset): the labels are classes (or label sets)
+    it names, never regression targets, however many distinct integers train has, and as many
+    classes as names, however few train has (`infer_task`)."""
 
     @classmethod
     def from_config(cls, cfg: DataConfig, keep, id_column: str | None) -> "Columns":
@@ -79,7 +80,8 @@ class Columns:
         # A column kept twice is kept once: rows.kept is keyed by name, and each row appended
         # its value to the one list twice (a split's kept values were then other rows').
         return cls(cfg.text or "text", cfg.text_pair, labels, id_column, cfg.split_column,
-                   tuple(dict.fromkeys(keep)), cfg.label_sep, cfg.label_regex, cfg.label_names is not None)
+                   tuple(dict.fromkeys(keep)), cfg.label_sep, cfg.label_regex,
+                   len(read_label_names(cfg.label_names) or ()))
 
     def empty_rows(self, table: Table) -> list[int]:
         """Rows whose text (or second text) is empty or missing: listed together in one error, or
@@ -287,7 +289,9 @@ def class_key(value) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        return str(int(value)) if value.is_integer() else str(value)
+        if value.is_integer():
+            return str(int(value))
+        value = repr(value)  # JSON's 1e-07 is the "0.0000001" a CSV writes (below); nan, inf as they are
     text = str(value).strip()
     match = PLAIN_NUMBER.fullmatch(text)
     if match is None:
@@ -298,6 +302,9 @@ def class_key(value) -> str:
         exact = Decimal(text)
         if exact == exact.to_integral_value():
             return str(int(exact))
+        # "1.5", "1.50" and "+1.5" are one class, named "1.5" (compared exactly, as integers are).
+        exact = exact.normalize()
+        return format(exact, "f") if exact.adjusted() > -20 else str(exact).lower()
     return text
 
 
@@ -379,6 +386,8 @@ def infer_task(rows: Rows, columns: Columns, *, warn: bool = True) -> str:
                             "%d); if they are classes, set data.task = \"multiclass\"", column,
                             len(distinct), MAX_INFERRED_CLASSES)
         return "regression"
+    if columns.named:  # three names of which train has two: multiclass, not binary
+        return "binary" if columns.named == 2 else "multiclass"
     return "binary" if len({class_key(x) for x in flat}) <= 2 else "multiclass"
 
 
@@ -434,7 +443,7 @@ class LabelEncoder:
         """The encoder of known names (fitted, or a cache's); `positions`: data.label_names was
         given, so a class or label may also be written as its position in the names."""
         index = {n: i for i, n in enumerate(names)}
-        if positions and not TASKS[task].regression:
+        if positions and not TASKS[task].regression and not _positions_collide(names):
             # Labels are integer positions in the names list (GoEmotions' "2,17").
             index = {str(i): i for i in range(len(names))} | index
         return cls(task, names, columns, index, given=positions)
@@ -487,7 +496,20 @@ class LabelEncoder:
 
 def natural_key(name: str):
     number = as_number(name)
-    return (0, number, name) if number is not None else (1, 0.0, name)
+    if number is None or math.isnan(number):  # a class "nan" among numbers: its place was set order's
+        return (1, 0.0, name)
+    return (0, number, name)
+
+
+def _positions_collide(names: tuple[str, ...]) -> bool:
+    """Whether a name is the position of another name: then a label is read as a name only. Names
+    "1".."5" over labels 0..4 read 1 as the name "1" and 0 as position 0, one class, and each
+    other label one class off. A number that is its own position, or past the last, is no
+    other name's position."""
+    return any(INTEGER.fullmatch(n) and int(n) != i and 0 <= int(n) < len(names) for i, n in enumerate(names))
+
+
+INTEGER = re.compile(r"-?(0|[1-9][0-9]*)")  # an integer as class_key writes one ("007" is a code)
 
 
 def read_label_names(spec) -> tuple[str, ...] | None:
@@ -520,11 +542,11 @@ def read_label_names(spec) -> tuple[str, ...] | None:
         if not isinstance(name, str) or not name.strip():
             raise FeatxError(f"{where}: name {i} is {shown(name)}, which is no name; give every class "
                              "or label a name")
-        # Trimmed as a file's lines are: a label is read trimmed, so "neg " named no label, and a
-        # label "3" beside the names (" 3", "2", "1", "0") was read as position 3, the class "0".
-        name = name.strip()
-        if first.setdefault(name, i) != i:
-            raise FeatxError(f"{where} names {shown(name)} twice (positions {first[name]} and {i}); "
+        # As a label is read (trimmed, class_key): "neg " named no label, and names "+1" and "-1"
+        # none of the labels "+1" (read "1"); "1" and "1.0" name one class.
+        key = class_key(name)
+        if first.setdefault(key, i) != i:
+            raise FeatxError(f"{where} names {shown(key)} twice (positions {first[key]} and {i}); "
                              "give each class or label one name")
     return tuple(first)
 

@@ -172,7 +172,10 @@ def test_integer_labels_are_compared_exactly():
     assert class_key("1.0000000000000001") == "1.0000000000000001" != class_key("1")
     assert class_key("1e-400") == "1e-400" != class_key("0")
     assert [class_key(v) for v in ("1", "1.0", 1, 1.0, "+1", "1e0", "-0", "0.0")] == ["1"] * 6 + ["0"] * 2
-    assert [class_key(v) for v in ("007", True, "2.50", "1e400", "nan")] == ["007", "True", "2.50", "1e400", "nan"]
+    assert [class_key(v) for v in ("007", True, "1e400", "nan")] == ["007", "True", "1e400", "nan"]
+    # Fractions are compared exactly too: "2.50", "+2.5" and JSON's 2.5 are one class (were three).
+    assert [class_key(v) for v in ("2.50", "+2.5", 2.5, "0.0000001", 1e-07, "1E-7")] == ["2.5"] * 3 + ["0.0000001"] * 3
+    assert class_key(float("nan")) == "nan" and class_key(float("-inf")) == "-inf"
 
 
 def test_a_label_column_named_twice_is_refused():

@@ -5,6 +5,7 @@ which reads only its own share of the file."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 
 import numpy as np
@@ -14,7 +15,7 @@ from featx import spans, stream
 from featx.config import DataConfig
 from featx.data import load_dataset
 from featx.errors import FeatxError
-from tests.conftest import classification_rows, write_rows
+from tests.conftest import ROOT, classification_rows, write_rows
 
 pytest.importorskip("pyarrow")
 
@@ -263,17 +264,19 @@ def test_max_rows_of_a_streamed_file_reads_only_the_first_rows_texts(monkeypatch
     assert len(batches) == 1 < path.stat().st_size / stream.BLOCK_BYTES / 10  # the first block only
 
 
-NAMES = ("spaced", "none", "NA", "ünï", "7", "007", "never seen", "8", "9")
+# "7" is its own position and "19" past the last: no other name's position (featx.labels'
+# `_positions_collide`), so labels may be positions too.
+NAMES = ("spaced", "none", "NA", "ünï", "never seen", "x5", "x6", "7", "007", "19")
 
 
 @pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
 @pytest.mark.parametrize("given", ["a list", "a file"])
 def test_label_names_stream_as_read_whole(monkeypatch, tmp_path, layout, given):
     """data.label_names: the classes in its order, a name unseen still a class, and a label
-    written as its position in the names ("1": none; "7" a name before a position)."""
+    written as its position in the names ("1": none; "7" its own name and position)."""
     rows = tricky_rows(400)
     for i in range(0, 400, 9):
-        rows[i]["label"] = ["1", "6", "8"][i // 9 % 3]  # positions: none, never seen; 8 a name of its own
+        rows[i]["label"] = ["1", "4", "19"][i // 9 % 3]  # positions: none, never seen; 19 a name past them
     names = NAMES
     if given == "a file":
         names = str(tmp_path / "names.txt")
@@ -284,10 +287,10 @@ def test_label_names_stream_as_read_whole(monkeypatch, tmp_path, layout, given):
         assert whole.label_names == NAMES and (whole.files[-1] == names) == (given == "a file")
         assert_same_dataset(whole, streamed)
         if not extra:
-            assert {"none", "never seen", "8"} <= {NAMES[y] for y in streamed.splits["train"].labels}
+            assert {"none", "never seen", "19"} <= {NAMES[y] for y in streamed.splits["train"].labels}
     with monkeypatch.context() as m:
         m.setattr(stream, "STREAM_BYTES", 0)
-        other = load_dataset(DataConfig(**(cfg | {"label_names": NAMES[::-1]})))
+        other = load_dataset(DataConfig(**(cfg | {"label_names": NAMES[1::-1] + NAMES[2:]})))
     assert other.fingerprint() != streamed.fingerprint()  # the names (their order) are the key's
 
 
@@ -295,10 +298,61 @@ def test_label_names_stream_as_read_whole(monkeypatch, tmp_path, layout, given):
 def test_ranks_share_rows_of_label_names(monkeypatch, tmp_path, layout):
     rows = tricky_rows(600)
     for i in range(0, 600, 7):
-        rows[i]["label"] = "6"  # a position: "never seen"
+        rows[i]["label"] = "4"  # a position: "never seen"
     cfg = laid_out(tmp_path, rows, layout) | {"label_names": NAMES}
     whole = assert_shares_read_as_whole(monkeypatch, shares(monkeypatch, 3, **cfg), cfg)
     assert whole.label_names == NAMES
+
+
+def test_label_names_that_are_numbers_are_read_as_labels_are(monkeypatch, tmp_path):
+    """Names spelled as labels are read ("+1", "1.0"): each its own class. Names "1".."5" over
+    labels 0..4: 1 was the name "1" and 0 its position, one class, every other label one off;
+    when a name is another's position, labels are names only, and 0 is an error."""
+    from featx.labels import class_key
+
+    def rows_of(labels):
+        return [{"id": str(i), "text": r["text"], "label": labels[i % len(labels)]}
+                for i, r in enumerate(classification_rows(200))]
+
+    for names, labels in ((("+1", "-1"), ["+1", "-1"]), (("1.0", "0.0"), ["1.0", "0.0"]),
+                          (("1", "2", "3", "4", "5"), ["1", "2", "3", "4", "5"])):
+        rows = rows_of(labels)
+        whole, streamed = read_both(monkeypatch, path=str(write_rows(tmp_path / "rows.csv", rows)),
+                                    label_names=names, id="id")
+        assert_same_dataset(whole, streamed)
+        assert whole.label_names == tuple(class_key(n) for n in names)
+        for split in whole.splits.values():
+            assert [whole.label_names[y] for y in split.labels] == [class_key(rows[int(i)]["label"]) for i in split.ids]
+    path = write_rows(tmp_path / "stars.csv", rows_of(["0", "1", "2", "3", "4"]))
+    whole, streamed = errors_of(monkeypatch, path=str(path), label_names=("1", "2", "3", "4", "5"))
+    assert streamed == whole and "label '0' in the train split is none of data.label_names" in whole
+
+
+def test_three_names_of_which_train_has_two_make_three_classes(monkeypatch, tmp_path):
+    """The task was inferred binary from train's two classes, then refused as 'data.task is
+    binary' (unset) with '3 classes' (train has two)."""
+    rows = [{"text": r["text"], "label": "ab"[i % 2]} for i, r in enumerate(classification_rows(240))]
+    for i in range(200, 240, 3):
+        rows[i]["label"] = "c"
+    train, dev = write_rows(tmp_path / "train.csv", rows[:200]), write_rows(tmp_path / "dev.csv", rows[200:])
+    whole, streamed = read_both(monkeypatch, train=str(train), dev=str(dev), label_names=("a", "b", "c"))
+    assert whole.task == "multiclass" and whole.label_names == ("a", "b", "c")
+    assert_same_dataset(whole, streamed)
+
+
+def test_a_class_named_nan_keeps_one_order_in_every_process(tmp_path):
+    """natural_key of "nan" was a NaN among numbers: the classes' order (so their indices and the
+    dataset's key) followed the set's order, which PYTHONHASHSEED changes."""
+    import subprocess
+    import sys
+
+    path = write_rows(tmp_path / "rows.csv", [{"text": r["text"], "label": ["nan", "1", "2", "a"][i % 4]}
+                                              for i, r in enumerate(classification_rows(80))])
+    code = ("from featx.config import DataConfig; from featx.data import load_dataset; "
+            f"d = load_dataset(DataConfig(path={str(path)!r})); print(d.label_names, d.fingerprint())")
+    seen = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in (1, 2, 3)}
+    assert len(seen) == 1 and "('1', '2', 'a', 'nan')" in seen.pop()
 
 
 @pytest.mark.parametrize("layout", ["one file", "split files"])

@@ -758,9 +758,10 @@ def test_max_rows_reads_as_the_whole_file_reader_does(monkeypatch, tmp_path, fmt
 
 @pytest.mark.parametrize("layout", ["one file", "split files"])
 def test_label_names_of_json_numbers_and_booleans_read_as_the_whole_file_reader_does(monkeypatch, tmp_path, layout):
-    """JSON's 1, 1.0 and "1" are one label, here a position in data.label_names (its "007")."""
+    """JSON's 1, 1.0 and "1" are one label, here a position in data.label_names (its "007"; the
+    name "7" is its own position, no other name's)."""
     cfg = layout_files(tmp_path, "jsonl", layout) | {
-        "label_names": ("7", "007", "NA", "none", "True", "ünï", "spaced", "2.5", "unseen")}
+        "label_names": ("x0", "007", "NA", "none", "True", "ünï", "spaced", "7", "2.5", "unseen")}
     whole, streamed = read_both(monkeypatch, **cfg)
     assert whole.label_names[-1] == "unseen"
     assert_same_dataset(whole, streamed)
