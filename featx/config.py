@@ -109,6 +109,15 @@ class DataConfig:
         if self.format is not None:
             check_choice(self.format, FORMATS, "data.format")
         check_choice(self.quoting, QUOTING, "data.quoting")
+        if self.columns is not None:
+            if self.header:  # the file's header row was read as a row of data (a class "label")
+                raise FeatxError("data.columns names the columns of CSV/TSV files without a header row: "
+                                 "set data.header = false as well, or unset data.columns to use the "
+                                 "header's names")
+            twice = [c for i, c in enumerate(self.columns) if c in self.columns[:i]]
+            if twice:  # the last of them was read, the first's values lost
+                raise FeatxError(f"data.columns names {shown(twice[0])} twice; give each column its own "
+                                 "name")
         if self.delimiter is not None and (self.delimiter != "\\t" and (
                 len(self.delimiter) != 1 or self.delimiter in "\"\r\n" or self.delimiter.isalnum())):
             raise FeatxError(f"data.delimiter must be one separator character such as \";\" or \"|\" "

@@ -157,6 +157,7 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
         id_column = cfg.id or "id"
         cfg = dataclasses.replace(cfg, label=cfg.label or builtin.label)
     else:
+        check_splits_apart(cfg)
         if _streamable(cfg):
             try:
                 return _load_streamed(cfg, name)
@@ -215,6 +216,25 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
 
 # ---------------------------------------------------------------------------------------------
 # Large files, read in a stream (featx.stream, featx.streamformats)
+
+
+def check_splits_apart(cfg: DataConfig) -> None:
+    """data.train, dev and test are files of their own: one file (or a copy of it) given as two
+    splits made the test rows training rows, and the verdict scored on what the models fit."""
+    import filecmp
+
+    given = {s: [f for spec in ([v] if isinstance(v, str) else v) for f in folder_files(Path(spec)) if f.is_file()]
+             for s, v in (("train", cfg.train), ("dev", cfg.dev), ("test", cfg.test)) if v}
+    splits = list(given)
+    for i, a in enumerate(splits):
+        for b in splits[i + 1:]:
+            for x in given[a]:
+                for y in given[b]:
+                    # Bytes compared only for files of one size (rare unless they are copies).
+                    if x.samefile(y) or (x.stat().st_size == y.stat().st_size and filecmp.cmp(x, y, shallow=False)):
+                        raise FeatxError(f"data.{a} and data.{b} hold the same file ({x}"
+                                         + ("" if x.samefile(y) else f" and its copy {y}") + f"): the {b} rows "
+                                         f"would be {a} rows; give each split its own rows")
 
 
 def _streamable(cfg: DataConfig) -> bool:
@@ -302,6 +322,7 @@ def load_share(cfg: DataConfig, name: str, rank: int, size: int, gather) -> Shar
     other ranks' shares would hold no row of a split and rank 0 would compute them all. Every
     rank streams the file alone instead (pass 1 over all of it, the texts of the first rows
     only), and the ranks deal those rows."""
+    check_splits_apart(cfg)
     if not _streamable(cfg) or cfg.max_rows is not None:
         return None
     try:
@@ -352,6 +373,10 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
     over every file (`parsed`, whole-file codes or targets) and their digests. `share`: per
     file, this rank's span Source and its records [lo, hi)."""
     columns = Columns.from_config(cfg, cfg.keep or (), cfg.id)
+    if any(isinstance(v, str) and ("\n" in v or "\r" in v) for p in parsed.values() for v in p.labels):
+        # A label of several lines: most likely a quote never closed, the rest of the file read
+        # as one value, which the whole-file reader names (featx.readers.read_delimited).
+        raise stream.Fallback("a label holding a line break")
     if columns.label_regex is not None:  # once per distinct raw label, not per row
         parsed = {s: streamlabels.extracted(p, columns) for s, p in parsed.items()}
         columns = dataclasses.replace(columns, label_regex=None)  # the labels are its groups now

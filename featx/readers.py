@@ -14,6 +14,7 @@ import io
 import json
 import logging
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -309,13 +310,24 @@ csv.field_size_limit(2**31 - 1)
 
 
 def read_delimited(path: Path, text: str, cfg: DataConfig, delimiter: str) -> Table:
+    try:
+        return _read_delimited(path, text, cfg, delimiter, strict=True)
+    except _Lenient:  # text after a closing quote ('"a"b'): read as the csv module always has
+        return _read_delimited(path, text, cfg, delimiter, strict=False)
+
+
+class _Lenient(Exception):
+    """The strict csv reader refused what the lenient one reads."""
+
+
+def _read_delimited(path: Path, text: str, cfg: DataConfig, delimiter: str, strict: bool) -> Table:
     quoting = csv.QUOTE_NONE if cfg.quoting == "none" else csv.QUOTE_MINIMAL
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting, strict=strict)
     columns = list(cfg.columns) if cfg.columns else None
     header_fields = None
     rows, lines = [], []
     line = 1
-    for fields in _csv_rows(reader, path):
+    for fields in _csv_rows(reader, path, lambda: line, strict):
         start, line = line, reader.line_num + 1
         if not fields or fields == [""]:  # blank line
             continue
@@ -357,17 +369,37 @@ def _check_unique_columns(columns, where: str) -> None:
                          "the data is ambiguous: rename the columns")
 
 
-def _csv_rows(reader, path: Path):
+def _csv_rows(reader, path: Path, start, strict: bool):
+    """The reader's records; `start()`: the line the next one begins on."""
     try:
         yield from reader
     except csv.Error as exc:
+        if "unexpected end of data" in str(exc):
+            # The lenient reader made the rest of the file one value: rows lost, and a class
+            # named after them when the quote was in the label column.
+            raise FeatxError(f"{path}, row {start()}: a quote opens a value there and is never closed, so "
+                             f"the value would run to the end of the file (line {reader.line_num}); "
+                             "close the quote (a quote inside a quoted value is written twice), or "
+                             "set data.quoting = \"none\" if quotes are text") from None
+        if strict:
+            raise _Lenient from None
         raise FeatxError(f"{path}, line {reader.line_num}: not valid CSV/TSV ({exc}); check the "
                          "delimiter and data.quoting") from None
 
 
+def json_lines(text: str) -> list[str]:
+    """A JSONL text's lines: split at line feeds and carriage returns only. str.splitlines also
+    splits at U+2028, U+0085 and other characters json.dumps(ensure_ascii=False) writes raw
+    inside a string: a valid line was refused as "not valid JSON"."""
+    return JSON_LINE_BREAK.split(text)
+
+
+JSON_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
 def _read_jsonl(path: Path, text: str) -> Table:
     rows, lines, columns = [], [], {}
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(json_lines(text), 1):
         if not line.strip():
             continue
         try:
@@ -409,10 +441,18 @@ def _read_label_text(path: Path, text: str) -> Table:
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        label, _, rest = line.strip().partition(" ")
+        label, rest = label_and_text(line)
         rows.append({"label": label, "text": rest})
         lines.append(number)
     return Table(str(path), ["label", "text"], rows, lines)
+
+
+def label_and_text(line: str) -> tuple[str, str]:
+    """A label-text line's label (its first word) and text (after the one whitespace character
+    that ends the word: a space or a tab; the tab was read into the label)."""
+    line = line.strip()
+    end = next((i for i, c in enumerate(line) if c.isspace()), len(line))
+    return line[:end], line[end + 1:]
 
 
 def _read_parquet(path: Path) -> Table:

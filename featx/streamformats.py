@@ -1,7 +1,8 @@
 """Large files of other formats read in a stream, as featx.stream reads CSV/TSV. No torch.
 
     LineSource      JSONL and `label text...` files: a block of whole lines at a time, split as
-                    featx.readers splits the whole text (str.splitlines, blank lines skipped);
+                    featx.readers splits the whole text (JSONL at line feeds and carriage
+                    returns, label-text by str.splitlines; blank lines skipped);
                     each JSON line parsed by Python's json, with the readers' rules
     ColumnarSource  Parquet files and saved Hugging Face datasets (featx.streamcolumns)
     sources_of      the Sources of a pipeline's [data] (CSV/TSV files: featx.stream.source_of)
@@ -24,7 +25,8 @@ import numpy as np
 
 from featx import stream
 from featx.errors import FeatxError
-from featx.readers import folder_files, folder_kind, format_from_suffix, is_missing
+from featx.readers import (folder_files, folder_kind, format_from_suffix, is_missing, json_lines,
+                           label_and_text)
 from featx.streamcolumns import ColumnarSource
 
 
@@ -140,7 +142,8 @@ class LineSource:
         start, stop = self.span or (0, self.state[0])
         for offset, data in _line_blocks(self.path, start, stop):
             text = data.decode("utf-8-sig" if offset == 0 else "utf-8")  # a BOM is no part of a line
-            yield data, [line for line in text.splitlines() if line and not line.isspace()]
+            split = json_lines(text) if self.fmt == "jsonl" else text.splitlines()
+            yield data, [line for line in split if line and not line.isspace()]
 
     def parse(self, wanted: stream.Wanted) -> stream.Parsed:
         kept = stream.Pass(wanted)
@@ -172,7 +175,7 @@ class LineSource:
             if self.fmt == "jsonl":
                 yield [json.loads(line)[column] for line in mine]
             else:
-                yield [line.strip().partition(" ")[2] for line in mine]
+                yield [label_and_text(line)[1] for line in mine]
 
     def kept(self, column: str, assignment: np.ndarray | None, code: int):
         """A kept column's values as featx.labels keeps a JSON row's: str() of each, "" for a
@@ -240,7 +243,7 @@ def _label_text_block(data: bytes, lines: list[str], wanted: stream.Wanted, kept
         raise ValueError("a NUL byte")
     labels, out = kept.labels.index, _Block()
     for line in lines:
-        name, _, rest = line.strip().partition(" ")
+        name, rest = label_and_text(line)
         if not rest or rest.isspace():
             raise ValueError("a line with no text")
         if wanted.targets:

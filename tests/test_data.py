@@ -214,6 +214,30 @@ def test_label_names_given_as_a_list_are_trimmed_as_labels_are(tmp_path):
         load_dataset(DataConfig(path=str(tmp_path / "r.csv"), label_names=("1", "1 ", "2", "3")))
 
 
+def test_columns_need_a_file_without_a_header_and_names_of_their_own():
+    """With data.header left true the header row was read as a row of data (a class "label"), and
+    a name given twice kept only the last of its columns."""
+    with pytest.raises(FeatxError, match="set data.header = false as well"):
+        DataConfig(path="x.csv", columns=("text", "label"))
+    with pytest.raises(FeatxError, match="data.columns names 'text' twice"):
+        DataConfig(path="x.csv", header=False, columns=("text", "label", "text"))
+    DataConfig(path="x.csv", header=False, columns=("text", "label"))
+
+
+def test_one_file_or_its_copy_given_as_two_splits_is_refused(tmp_path):
+    """The test rows were training rows, and the verdict scored on what the models fit."""
+    rows = [{"text": r["text"], "label": "ab"[i % 2]} for i, r in enumerate(classification_rows(40))]
+    train = write_rows(tmp_path / "train.csv", rows)
+    with pytest.raises(FeatxError, match="data.train and data.test hold the same file"):
+        load_dataset(DataConfig(train=str(train), test=str(train)))
+    copy = tmp_path / "test.csv"
+    copy.write_bytes(train.read_bytes())
+    with pytest.raises(FeatxError, match="and its copy .*test.csv.: the test rows would be train rows"):
+        load_dataset(DataConfig(train=str(train), test=str(copy)))
+    copy.write_bytes(train.read_bytes().replace(b"text,label", b"text,label\nanother text,a", 1))
+    load_dataset(DataConfig(train=str(train), test=str(copy)))
+
+
 @pytest.mark.parametrize("given, expected", [({"label": ()}, "data.label is an empty list"),
                                              ({"label_sep": ""}, "data.label_sep is empty")])
 def test_an_empty_label_list_or_separator_is_refused(given, expected):

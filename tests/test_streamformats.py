@@ -56,7 +56,7 @@ def tricky_records(n: int = 360, seed: int = 3) -> list[dict]:
     rows = [{"text": r["text"], "label": JSON_LABELS[i % len(JSON_LABELS)]}
             for i, r in enumerate(classification_rows(n, seed=seed))]
     rows[3]["text"] = 'a "quoted" text,\twith a tab\nand a line feed'
-    rows[4]["text"] = "ünïcödé ✓ 漢字 😀, and a line separator \u2028 escaped"
+    rows[4]["text"] = "ünïcödé ✓ 漢字 😀, and a line separator \u2028 and a next line \x85 inside"
     rows[5]["text"] = "   leading and trailing spaces   "
     rows[6]["text"] = "long " * 3000  # longer than a block
     rows[7] = {"meta": {"nested": [1, {"k": None}]}, "label": rows[7]["label"], "text": "keys in another order"}
@@ -67,8 +67,8 @@ def tricky_records(n: int = 360, seed: int = 3) -> list[dict]:
 def write_jsonl(path, rows: list[dict], *, bom: bool = True, crlf: bool = True):
     """JSON lines, ASCII-escaped or not line by line (so surrogate pairs are escaped on some),
     with blank and whitespace-only lines, a byte-order mark and CRLF line ends."""
-    # (json.dumps leaves U+2028 raw without ensure_ascii, and featx's reader ends a line there)
-    lines = [json.dumps(r, ensure_ascii=i % 2 == 0).replace("\u2028", "\\u2028") for i, r in enumerate(rows)]
+    # (json.dumps leaves U+2028 raw without ensure_ascii: no line ends there)
+    lines = [json.dumps(r, ensure_ascii=i % 2 == 0) for i, r in enumerate(rows)]
     for i in range(10, len(lines), 37):
         lines[i] += "\n\n   \t"
     newline = "\r\n" if crlf else "\n"
@@ -172,6 +172,17 @@ def test_json_booleans_beside_numbers_are_classes_of_their_own_in_either_reader(
     path = write_jsonl(tmp_path / "rows.jsonl", rows)
     whole, streamed = read_both(monkeypatch, path=str(path))
     assert whole.task == "multiclass" and whole.label_names == ("0", "1", "False", "True")
+    assert_same_dataset(whole, streamed)
+
+
+def test_a_label_text_label_may_end_at_a_tab(monkeypatch, tmp_path):
+    """"pos<TAB>great movie": the label was "pos<TAB>great" and the text lost its first word."""
+    path = tmp_path / "rows.txt"
+    path.write_text("".join(f"{['pos', 'neg'][i % 2]}{chr(9) if i % 3 else ' '}great movie {i}\n" for i in range(300)),
+                    encoding="utf-8")
+    whole, streamed = read_both(monkeypatch, path=str(path), format="label-text")
+    assert whole.label_names == ("neg", "pos")
+    assert all(t.startswith("great movie ") for s in whole.splits.values() for t in s.texts)
     assert_same_dataset(whole, streamed)
 
 
