@@ -539,7 +539,7 @@ def parse(source: Source, wanted: Wanted) -> Parsed:
     if any(c not in source.columns for c in columns):
         raise Fallback("a configured column is missing")  # data.py lists the columns there are
     kept = Pass(wanted)
-    n = 0
+    n, batch = 0, None
     try:
         # Every column, though only `wanted` are used: pyarrow checks the UTF-8 of the columns it
         # converts, and the whole-file reader refuses a byte that is not UTF-8 in any of them.
@@ -570,7 +570,27 @@ def parse(source: Source, wanted: Wanted) -> Parsed:
             n += batch.num_rows
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowKeyError, UnicodeError) as exc:  # data.py names the row
         raise Fallback(f"pyarrow: {str(exc)[:200]}") from None
+    if batch is not None and batch.num_rows and source.quoting != "none" and _runs_to_the_end(source, batch):
+        raise Fallback("a quote never closed")  # the whole-file reader names its row
     return kept.parsed(source, n, source.nbytes)
+
+
+def _runs_to_the_end(source: Source, batch) -> bool:
+    """Whether a value of the last record is the file's (or span's) last bytes, line breaks and
+    all: a quote opened and never closed, which pyarrow (as the lenient csv module) reads to the
+    end of the file, the rows after it lost, in any column, used or not. A quoted value that is
+    closed leaves its closing quote after it; an unquoted one holds no line break."""
+    end = source.state[0] if source.span is None else source.span[1]
+    for column in batch.columns:
+        value = column[batch.num_rows - 1].as_py()
+        if isinstance(value, str) and ("\n" in value or "\r" in value):
+            raw = value.encode("utf-8")
+            if len(raw) <= end:
+                with open(source.path, "rb") as f:
+                    f.seek(end - len(raw))
+                    if f.read(len(raw)) == raw:
+                        return True
+    return False
 
 
 # ---------------------------------------------------------------------------------------------

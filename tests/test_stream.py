@@ -1202,21 +1202,22 @@ def test_a_record_longer_than_a_block_is_still_streamed(monkeypatch, tmp_path):
         assert sum((list(s.mine.splits[name].texts) for s in got), []) == split.texts
 
 
-@pytest.mark.parametrize("column", ["label", "text"])
+@pytest.mark.parametrize("column", ["label", "text", "a column not read"])
 def test_a_quote_never_closed_is_named_not_read_to_the_end_of_the_file(monkeypatch, tmp_path, column):
     """A stray opening quote made the rest of the file one value (a class named after 99 rows, or
     one text of them), the rows after it lost; strict reading names the row, whole or streamed.
     Text after a closing quote ('"b"x') is still read as the csv module reads it."""
-    rows = [{"text": r["text"], "label": "ab"[i % 2]} for i, r in enumerate(classification_rows(200))]
+    rows = [{"text": r["text"], "label": "ab"[i % 2], "note": "n"} for i, r in enumerate(classification_rows(200))]
     path = write_rows(tmp_path / "rows.csv", rows)
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     line = lines[101]  # row 100 of the data, line 102 of the file
-    text, label = line.rstrip("\n").rsplit(",", 1)
-    lines[101] = (f'"{text},{label}\n' if column == "text" else f'{text},"{label}\n')
+    text, label, note = line.rstrip("\n").rsplit(",", 2)
+    lines[101] = {"text": f'"{text},{label},{note}\n', "label": f'{text},"{label},{note}\n',
+                  "a column not read": f'{text},{label},"oops\n'}[column]
     path.write_text("".join(lines), encoding="utf-8")
     whole, streamed = errors_of(monkeypatch, path=str(path))
     assert streamed == whole and "row 102: a quote opens a value there and is never closed" in whole
-    lines[101] = f'{text},"b"x\n'
+    lines[101] = f'{text},"b"x,{note}\n'
     path.write_text("".join(lines), encoding="utf-8")
     for threshold in (1 << 40, 0):
         monkeypatch.setattr(stream, "STREAM_BYTES", threshold)
