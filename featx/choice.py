@@ -8,6 +8,8 @@ predictions (`featx.records`); writes nothing.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,7 +76,12 @@ def frozen_choice(records: list[Record], runs_dir: str | Path | None = None) -> 
     if not backbone:
         return None
     primary = max(backbone, key=lambda r: r.created).primary_metric
-    probes = [r for r in backbone if r.primary_metric == primary]
+    # A probe whose selection score is undefined (NaN: a constant prediction on the selection
+    # rows, as LightGBM's on 36 training rows) is no candidate: NaN compares false with every
+    # score, so whichever record came first won, and the verdict read "pearson = nan".
+    probes = [r for r in backbone if r.primary_metric == primary and math.isfinite(selection_score(r))]
+    if not probes:
+        return None
     # Ties are broken by names, never by fit times: a pick must not depend on machine load.
     top = min(probes, key=lambda r: (-selection_score(r), r.features, r.head))
     se_top = top.selection_se or 0.0
@@ -137,5 +144,6 @@ def best_frozen(records: list[Record], runs_dir: str | Path | None = None) -> Re
 
 def best_tuned(records: list[Record], metric: str) -> Record | None:
     """The fine-tune with the best selection score, in `metric`."""
-    tunes = [r for r in records if r.stage == "finetune" and r.primary_metric == metric]
-    return max(tunes, key=selection_score) if tunes else None
+    tunes = [r for r in records if r.stage == "finetune" and r.primary_metric == metric
+             and math.isfinite(selection_score(r))]  # NaN: none better, none worse (`frozen_choice`)
+    return max(tunes, key=lambda r: (selection_score(r), r.created)) if tunes else None

@@ -257,7 +257,7 @@ class Evaluation:
 
 def evaluate(setup: Setup, candidates: list[Candidate]) -> Evaluation:
     """Evaluate the chosen candidate's best epoch on the report split and keep its weights."""
-    chosen = max((c for c in candidates if c.best_epoch), key=lambda c: (c.best_score, -c.learning_rate))
+    chosen = max((c for c in candidates if c.best_epoch), key=rank)
     scores, predict_seconds = _report_scores(setup, chosen)
     metric_values = M.evaluate(setup.task, setup.report.labels, scores, chosen.threshold)
     capped = not chosen.converged and chosen.stopped_by in CAPS
@@ -348,6 +348,14 @@ def _continued(previous: Record | None, setup: Setup) -> list:
             if previous is not None else [])
 
 
+def rank(candidate: Candidate) -> tuple[float, float]:
+    """How candidates are ranked, by halving and by the final pick alike: the best selection
+    score, then the smaller learning rate (the safer one for a pretrained backbone). Halving
+    kept the first in the configured order on a tie and the pick took the smaller rate: a
+    candidate dropped after one epoch was reported, with a "continue" command that did nothing."""
+    return candidate.best_score, -candidate.learning_rate
+
+
 def search(setup: Setup) -> list[Candidate]:
     """Train the learning-rate candidates (successive halving, or each to convergence); every
     candidate's state is on disk after each epoch, so the decisions replay on resume."""
@@ -362,7 +370,7 @@ def search(setup: Setup) -> list[Candidate]:
             for candidate in alive:
                 train(setup, candidate, candidates, until=rung)
             # A finished candidate (patience, cap) stays in the comparison with its best score.
-            ranked = sorted((c for c in alive if c.best_epoch), key=lambda c: -c.best_score)
+            ranked = sorted((c for c in alive if c.best_epoch), key=rank, reverse=True)
             keep = ranked[:math.ceil(len(alive) / 2)] or alive[:1]
             for candidate in alive:
                 if candidate not in keep and candidate.stopped_by is None:

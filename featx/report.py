@@ -35,7 +35,8 @@ def rows(inputs: Inputs) -> list[dict]:
     the control's."""
     def order(r):
         group = (0 if r.stage == "finetune" else 2 if r.baseline else 1)
-        return (r.init != "pretrained", group, -selection_score(r), r.features, r.head)
+        score = selection_score(r)  # an undefined one (NaN) last: it sorted wherever it fell
+        return (r.init != "pretrained", group, -score if math.isfinite(score) else math.inf, r.features, r.head)
     out = []
     for record in sorted(inputs.main + inputs.control, key=order):
         primary = record.primary_metric
@@ -328,11 +329,23 @@ def _json_text(judged: "Verdict", described: dict) -> str:
 
     pick = lambda r: None if r is None else {k: getattr(r, k) for k in (  # noqa: E731
         "features", "head", "init", "primary_metric", "metrics", "metrics_ci", "n_eval", "converged")}
-    return json.dumps({"text": judged.text, "frozen": pick(judged.frozen), "tuned": pick(judged.tuned),
-                       "quality_ratio": judged.quality_ratio, "compute_ratio": judged.compute_ratio,
-                       "comparison": judged.comparison, "lexical": judged.lexical,
-                       "configuration": described | {"headline": _headline(judged.text)}},
-                      indent=1, default=str) + "\n"
+    document = {"text": judged.text, "frozen": pick(judged.frozen), "tuned": pick(judged.tuned),
+                "quality_ratio": judged.quality_ratio, "compute_ratio": judged.compute_ratio,
+                "comparison": judged.comparison, "lexical": judged.lexical,
+                "configuration": described | {"headline": _headline(judged.text)}}
+    # An undefined metric is null: bare NaN tokens are no JSON, and a strict parser refused the file.
+    return json.dumps(_finite(document), indent=1, default=str, allow_nan=False) + "\n"
+
+
+def _finite(value):
+    """`value` with every NaN or infinite float (at any depth) made None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _notes(inputs: Inputs) -> list[str]:

@@ -244,6 +244,12 @@ def _no_choice(inputs: Inputs, run) -> Verdict:
                        "against leaderboard numbers, not a frozen side to set against a fine-tune; "
                        f"the verdict rests on the default protocol's probes: {run('probe', 'probe.protocol=auto')}.",
                        None, None, None, None)
+    probes = [r for r in inputs.main if r.stage == "probe" and not r.baseline]
+    if probes:  # every one's selection score undefined (`frozen_choice`)
+        return Verdict(f"No verdict: every frozen probe's selection score is undefined ({len(probes)} "
+                       "records; a constant prediction on the selection rows, too few rows for its "
+                       "head or a single class there); see the table, and give the probe more rows "
+                       "(a larger dev split, or probe.protocol = \"cv\").", None, None, None, None)
     return Verdict(f"No probe records yet: run {run('probe')} to train heads on the cache.",
                    None, None, None, None)
 

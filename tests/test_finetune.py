@@ -379,3 +379,27 @@ def test_finetune_and_predict_read_the_cache_instead_of_planning_again(make_pipe
     manifest = manifest_for(pipeline, None, True)
     assert manifest.kind == "finetuned" and manifest.checkpoint_sha256 == record.checkpoint_sha256
     assert manifest.model_fingerprint == cached.fingerprint and manifest.max_length == cached.max_length
+
+
+def test_halving_and_the_pick_rank_a_tie_alike(monkeypatch):
+    """Two learning rates tied after the first epoch: halving kept the first in the configured
+    order (1e-4) and the final pick the smaller rate (3e-5), which halving had dropped, so the
+    record was a one-epoch run "stopped by halving" with a continue command that did nothing."""
+    from types import SimpleNamespace
+
+    from featx import finetune
+
+    def train(setup, candidate, candidates, until):
+        candidate.epoch, candidate.best_epoch = until, 1
+        candidate.best_score = 0.0  # never above the first epoch's: a tie, then patience
+        if until > 1:
+            candidate.stopped_by = "patience"
+
+    monkeypatch.setattr(finetune, "train", train)
+    monkeypatch.setattr(finetune, "load_state", lambda setup, c: c)
+    monkeypatch.setattr(finetune, "save_state", lambda setup, c: None)
+    for rates in ([1e-4, 3e-5], [3e-5, 1e-4], [1e-4, 5e-5, 3e-5, 2e-5]):
+        setup = SimpleNamespace(cfg=SimpleNamespace(learning_rates=rates), strategy="halving", max_epochs=4)
+        candidates = finetune.search(setup)
+        chosen = max((c for c in candidates if c.best_epoch), key=finetune.rank)
+        assert chosen.stopped_by != "halving" and chosen.learning_rate == min(rates)

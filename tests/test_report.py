@@ -348,6 +348,37 @@ def test_the_frozen_side_is_the_simplest_within_one_standard_error(tmp_path):
     assert frozen_choice([dataclasses.replace(r, selection_se=None) for r in inputs.main]).record.head == "lightgbm"
 
 
+def test_an_undefined_selection_score_is_never_the_choice(tmp_path):
+    """LightGBM on 36 training rows predicts a constant: its dev Pearson is NaN, which compares
+    false with every score, so whichever record came first won and the verdict read
+    "pearson = nan"; the fine-tune alike. Never chosen now, in any order, and verdict.json holds
+    null for it (bare NaN tokens are no JSON)."""
+    import json
+
+    from featx.choice import best_tuned, frozen_choice, selection_score
+    from featx.report import rows
+
+    nan = float("nan")
+    probes = [fake("probe", "regression", "mean@1", "lightgbm", nan, selection=nan, selection_se=0.01, n_features=32),
+              fake("probe", "regression", "mean@2", "logistic", 0.8, selection=0.90, selection_se=0.01, n_features=32),
+              fake("probe", "regression", "mean@1", "logistic", 0.7, selection=0.80, selection_se=0.01, n_features=32)]
+    for order in (probes, probes[::-1], probes[1:] + probes[:1]):
+        assert (frozen_choice(order).record.features, frozen_choice(order).record.head) == ("mean@2", "logistic")
+    tunes = [fake("finetune", "regression", "finetune:cls", "linear", nan, selection=nan, learning_rate=1e-5),
+             fake("finetune", "regression", "finetune:cls", "linear", 0.6, selection=0.7, learning_rate=2e-5)]
+    assert selection_score(best_tuned(tunes, "pearson")) == 0.7 == selection_score(best_tuned(tunes[::-1], "pearson"))
+    assert frozen_choice(probes[:1]) is None
+    write_pairs(tmp_path / "runs", [(r, None) for r in probes[:1]])
+    inputs = collect(tmp_path / "runs", "fx")
+    assert verdict(inputs).text.startswith("No verdict: every frozen probe's selection score is undefined")
+    write_pairs(tmp_path / "runs", [(r, None) for r in probes[1:]])
+    inputs = collect(tmp_path / "runs", "fx")
+    assert [(r["features"], r["head"]) for r in rows(inputs)] == [("mean@2", "logistic"), ("mean@1", "logistic"),
+                                                                   ("mean@1", "lightgbm")]
+    paths = write_report(tmp_path / "runs", tmp_path / "reports", "fx")
+    json.loads(paths["json"].read_text(), parse_constant=lambda c: pytest.fail(f"{c} in verdict.json"))
+
+
 def test_each_verdict_ends_with_the_command_that_acts_on_it(tmp_path):
     import dataclasses
 
