@@ -62,16 +62,23 @@ def _confusion(W: np.ndarray, y: np.ndarray, predicted: np.ndarray, k: int) -> n
 
 
 def _mcc(C: np.ndarray) -> np.ndarray:
-    """scikit-learn's multiclass MCC from confusion matrices (B, K, K); 0 when undefined."""
+    """scikit-learn's multiclass MCC from confusion matrices (B, K, K) (`_mcc_of`)."""
     return _mcc_of(C.sum(axis=2), C.sum(axis=1), np.trace(C, axis1=1, axis2=2), C.sum(axis=(1, 2)))
 
 
 def _mcc_of(t: np.ndarray, p: np.ndarray, correct: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """The MCC from each class's true and predicted counts (B, K), the correct rows and all rows (B,)."""
+    """The MCC from each class's true and predicted counts (B, K), the correct rows and all rows
+    (B,). A constant prediction scores 0, scikit-learn's convention (no correlation: a model that
+    says one class knows nothing); a resample of a single true class is NaN, undefined as
+    featx.metrics.undefined refuses such a split: 2 positives in 100 rows left 13% of resamples
+    without one, each scored 0, and the interval was read as a result, where more than a tenth
+    undefined gives none."""
     cov_tp = correct * n - (t * p).sum(axis=1)
     cov_pp = n ** 2 - (p * p).sum(axis=1)
     cov_tt = n ** 2 - (t * t).sum(axis=1)
-    return _ratio(cov_tp, np.sqrt(cov_tt * cov_pp))
+    out = _ratio(cov_tp, np.sqrt(cov_tt * cov_pp))
+    out[cov_tt == 0] = np.nan
+    return out
 
 
 def _auc(W: np.ndarray, positive: np.ndarray, scores: np.ndarray) -> np.ndarray:

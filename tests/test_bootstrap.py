@@ -54,10 +54,14 @@ def test_absent_classes_and_undefined_metrics_follow_the_conventions():
     W = np.array([[2.0, 1, 1, 1, 0]])  # class 2 never drawn: macro-F1 over classes 0 and 1
     got = BS.metric_samples("multiclass", W, y, scores[None])
     assert got["macro_f1"][0] == pytest.approx(1.0) and got["accuracy"][0] == 1.0
-    W = np.array([[3.0, 2, 0, 0, 0]])  # one class only: AUC undefined, MCC 0 (scikit-learn's)
+    W = np.array([[3.0, 2, 0, 0, 0]])  # one true class only: AUC and MCC undefined
     binary = BS.metric_samples("binary", W, np.array([0, 0, 1, 1, 1]),
                                np.array([[0.1, 0.2, 0.8, 0.9, 0.7]]))
-    assert np.isnan(binary["roc_auc"][0]) and binary["mcc"][0] == 0.0
+    assert np.isnan(binary["roc_auc"][0]) and np.isnan(binary["mcc"][0])
+    W = np.array([[1.0, 1, 1, 1, 1]])  # a constant prediction: MCC 0 (scikit-learn's), both classes true
+    binary = BS.metric_samples("binary", W, np.array([0, 0, 1, 1, 1]), np.array([[0.9, 0.9, 0.8, 0.9, 0.7]]))
+    assert binary["mcc"][0] == 0.0 == M.evaluate("binary", np.array([0, 0, 1, 1, 1]),
+                                                  np.array([0.9, 0.9, 0.8, 0.9, 0.7]))["mcc"]
 
 
 def test_seeds_are_averaged_within_each_resample():
@@ -134,3 +138,16 @@ def test_ratio_is_withheld_when_the_reference_is_not_positive():
     flipped = np.array([0.9, 0.1, 0.8, 0.2, 0.7, 0.3, 0.6, 0.4])
     result = BS.paired("binary", "mcc", y, (flipped[None], 0.5), (flipped[None], 0.5), n_resamples=50)
     assert result["ratio"] is None and result["ratio_ci"] is None
+
+
+def test_two_positives_in_a_hundred_rows_give_no_mcc_interval():
+    """13% of the resamples hold no positive row: their MCC is undefined, not 0, and more than a
+    tenth undefined gives no interval (it was [0, 1]: "no measurable difference")."""
+    y = np.zeros(100, int)
+    y[:2] = 1
+    frozen = np.full(100, 0.1)
+    frozen[:5] = 0.9  # both positives, and three false ones
+    tuned = np.full(100, 0.1)  # one class for every row: MCC 0, scikit-learn's convention
+    got = BS.paired("binary", "mcc", y, (frozen[None], 0.5), (tuned[None], 0.5))
+    assert got["b"] == 0.0 and got["a"] > 0.6
+    assert all(np.isnan(v) for v in got["difference_ci"])
