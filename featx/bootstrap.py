@@ -141,8 +141,11 @@ def _moments(W: np.ndarray, a: np.ndarray, b: np.ndarray, n: np.ndarray) -> np.n
     ma, mb = (W @ a) / n, (W @ b) / n
     va, vb = (W @ (a * a)) / n - ma ** 2, (W @ (b * b)) / n - mb ** 2
     cov = (W @ (a * b)) / n - ma * mb
-    tiny = 1e-12 * max(float(np.abs(a).max(initial=0) ** 2), float(np.abs(b).max(initial=0) ** 2), 1e-300)
-    ok = (va > tiny) & (vb > tiny)
+    # Each column's own scale: one cut-off over both made predictions of spread 0.5 beside a
+    # target of 1e6 "constant" (NaN on every resample, where scipy's Pearson is 0.147).
+    tiny_a = 1e-12 * max(float(np.abs(a).max(initial=0) ** 2), 1e-300)
+    tiny_b = 1e-12 * max(float(np.abs(b).max(initial=0) ** 2), 1e-300)
+    ok = (va > tiny_a) & (vb > tiny_b)
     return np.where(ok, cov / np.sqrt(np.where(ok, va * vb, 1.0)), np.nan)
 
 

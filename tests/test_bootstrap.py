@@ -151,3 +151,15 @@ def test_two_positives_in_a_hundred_rows_give_no_mcc_interval():
     got = BS.paired("binary", "mcc", y, (frozen[None], 0.5), (tuned[None], 0.5))
     assert got["b"] == 0.0 and got["a"] > 0.6
     assert all(np.isnan(v) for v in got["difference_ci"])
+
+
+def test_pearson_of_small_predictions_beside_a_huge_target_is_a_number():
+    """One cut-off for "constant" over both columns, set by the target's 1e6, made predictions of
+    spread under 1 constant: NaN on every resample where scipy gives a number."""
+    rng = np.random.default_rng(3)
+    y = rng.normal(size=200)
+    y[0] = 1e6
+    scores = y * 1e-7 + rng.normal(scale=0.3, size=200)
+    every_row = np.ones((1, 200))
+    got = BS.metric_samples("regression", every_row, y, scores[None])["pearson"][0]
+    assert got == pytest.approx(M.evaluate("regression", y, scores)["pearson"])
