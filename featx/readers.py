@@ -465,6 +465,10 @@ def _read_parquet(path: Path) -> Table:
         frame = pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises many types for unreadable files
         raise FeatxError(f"{path}: cannot read as Parquet ({exc})") from None
+    if any(name is not None for name in frame.index.names) and not set(frame.index.names) & set(frame.columns):
+        # df.set_index("id").to_parquet(): the ids are a column of the file that pandas reads back
+        # as its index, so data.id = "id" found "no column 'id'". A column like any other here.
+        frame = frame.reset_index()
     try:
         rows = [{str(k): _plain(v) for k, v in r.items()} for r in frame.to_dict("records")]
     except UnicodeDecodeError:

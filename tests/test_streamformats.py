@@ -1151,3 +1151,18 @@ def test_label_columns_of_0_and_1_stream(monkeypatch, tmp_path, fmt, task):
     whole, streamed = read_both(monkeypatch, **cfg)
     assert whole.task == "multilabel" and whole.label_names == ("a", "b", "c")
     assert_same_dataset(whole, streamed)
+
+
+def test_a_parquet_files_pandas_index_is_a_column_like_any_other(monkeypatch, tmp_path):
+    """df.set_index("id").to_parquet(): pandas reads the ids back as its index, and data.id = "id"
+    was "no column 'id'", whole or streamed."""
+    import pandas as pd
+
+    rows = classification_rows(120)
+    frame = pd.DataFrame({"id": [f"r{i}" for i in range(120)], "text": [r["text"] for r in rows],
+                          "label": [r["label"] for r in rows]}).set_index("id")
+    frame.to_parquet(tmp_path / "rows.parquet")
+    for threshold in (1 << 40, 0):
+        monkeypatch.setattr(stream, "STREAM_BYTES", threshold)
+        data = load_dataset(DataConfig(path=str(tmp_path / "rows.parquet"), id="id"))
+        assert sorted(i for s in data.splits.values() for i in s.ids) == sorted(f"r{i}" for i in range(120))
