@@ -86,13 +86,19 @@ class Cache:
         checked = {}
         for split in self.splits + ([SINGLES] if self.has_singles else []):
             for name, ds in datasets(self._group(split)):
-                self._verify(split, name)
+                self._verify(split, name, any_dataset=True)
                 checked[f"{split}/{name}"] = int(ds.id.get_storage_size())
         return checked
 
-    def _verify(self, split: str, name: str) -> h5py.Dataset:
+    def _verify(self, split: str, name: str, any_dataset: bool = False) -> h5py.Dataset:
         """The dataset, checked against its crc32 once per open cache: a read of changed bytes
-        is an error, never different numbers."""
+        is an error, never different numbers. The single texts' group holds only vectors for
+        the caller (`any_dataset`: verify's own pass): its ids, labels or pair rows were h5py's
+        KeyError."""
+        if split == SINGLES and not any_dataset and name not in self.poolings:
+            raise FeatxError(f"{SINGLES!r} is not a split: it holds each distinct text of the pairs encoded "
+                             f"alone, read through pair_features(split); it has no {name}. The splits: "
+                             f"{', '.join(self.splits)}")
         ds = self._group(split)[name]
         if f"{split}/{name}" not in self._verified:
             if self._mapped is None:

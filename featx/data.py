@@ -218,6 +218,19 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
 # Large files, read in a stream (featx.stream, featx.streamformats)
 
 
+def listed_files(cfg: DataConfig) -> set[str] | None:
+    """The data files the pipeline's [data] names now (a folder's as they are listed now, with a
+    saved dataset's names file and a label_names file), as `Dataset.files` holds them; None for a
+    built-in (its files ship with featx). A later stage compares them with those extract read:
+    a shard added to a folder is no change of the files extract read."""
+    if cfg.builtin is not None:
+        return None
+    files = {str(f) for spec in (cfg.path, cfg.train, cfg.dev, cfg.test) if spec
+             for p in ([spec] if isinstance(spec, str) else spec)
+             for f in (*folder_files(Path(p)), *names_file(Path(p)))}
+    return files | ({cfg.label_names} if isinstance(cfg.label_names, str) else set())
+
+
 def check_splits_apart(cfg: DataConfig) -> None:
     """data.train, dev and test are files of their own: one file (or a copy of it) given as two
     splits made the test rows training rows, and the verdict scored on what the models fit."""

@@ -115,7 +115,7 @@ class Backbone:
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
         self.device, self.compute_dtype = loaded.device, loaded.compute_dtype
         self.sentence = R.sentence_spec(resolved.path) if sentence else None
-        self.max_length = max_length
+        self.max_length = R.capped_length(max_length, R.model_config(resolved.path), str(resolved.path), "max_length")
         self.prompt = prompt
 
     def vectors(self, texts, pairs, layers: dict, progress: bool = False):

