@@ -132,7 +132,11 @@ def test_export_of_a_regression_fine_tune_is_on_the_original_scale(make_pipeline
     with torch.no_grad():
         theirs = model(**inputs).logits.numpy()[:, 0]
     ours = load_predictor(pipeline, finetuned=True).predict(texts)
-    np.testing.assert_allclose(theirs, ours, rtol=1e-5)
+    # Equal to float32 rounding of the network's standardised output (the two pad the texts
+    # apart, and the matrix products' blocking follows the batch's shape and the threads): 1e-4
+    # of the target's spread. rtol 1e-5 of ~250 failed by 0.0035 on a fresh CI machine.
+    spread = np.std([r["score"] for r in rows])
+    np.testing.assert_allclose(theirs, ours, rtol=0, atol=1e-4 * spread)
     assert 100 < ours.mean() < 400  # target units, not standardised ones
 
 
