@@ -440,14 +440,35 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
                                         start=lo if by_record else offsets[split])
             # A shard's splits are never compared with a file's: a name, not a pass over its texts.
             mine[split].with_fingerprint(f"{whole[split].fingerprint()}:rows-{offsets[split]}+{len(rows)}")
+    dropped = _dropped(parsed, columns)
+    if dropped:  # as read whole
+        log.warning("data.drop_empty: dropped %d row(s) with an empty or missing text (%s)",
+                    sum(dropped.values()), ", ".join(f"{s} {n}" for s, n in dropped.items()))
     # As the whole-file reader names them: a folder's files joined by " + ", the splits' by ", ".
     source = ", ".join(" + ".join(str(f) for f in p.source.files) for p in parsed.values())
     paths = tuple(str(f) for p in parsed.values() for f in (*p.source.files, *names_file(p.source.path)))
     paths += (cfg.label_names,) if isinstance(cfg.label_names, str) else ()  # as read whole: its names are data
     log.info("read %s in a stream (%s rows): texts stay in the files until the cache holds them",
              source, f"{sum(len(s) for s in whole.values()):,}")
-    make = lambda splits: Dataset(name, task, names, splits, source, paths)  # noqa: E731
+    make = lambda splits: Dataset(name, task, names, splits, source, paths, dropped)  # noqa: E731
     return make(whole), (make(mine) if share is not None else None), offsets
+
+
+def _dropped(parsed: dict, columns: Columns) -> dict[str, int]:
+    """The records data.drop_empty dropped (`stream.Parsed.dropped`), per split as the whole-file
+    reader counts them (`dropped_per_split`): a split file's under its split, a split column's
+    under the split they name, one file featx splits itself under "all"."""
+    counts: dict[str, int] = {}
+    for split, p in parsed.items():
+        for value, n in p.dropped.items():
+            if split is None and columns.split is not None:
+                name = SPLIT_ALIASES.get(value.strip().lower())
+                if name is None:
+                    raise stream.Fallback("a dropped row's split value featx does not know")  # named with its row
+            else:
+                name = split or "all"
+            counts[name] = counts.get(name, 0) + n
+    return counts
 
 
 def _label_names(cfg: DataConfig) -> tuple[str, ...] | None:
@@ -464,7 +485,7 @@ def _stream_splits(cfg: DataConfig, columns: Columns, parsed: dict):
     """(per split (Parsed, its records' split codes or None, its code), how rows are numbered):
     one file split as the whole-file reader splits it, or one file per split."""
     if None not in parsed:
-        if any(p.n == 0 for split, p in parsed.items() if split != "train"):
+        if any(p.n == 0 for p in parsed.values()):
             raise stream.Fallback("a split file of no rows")  # the whole-file reader says so
         return {split: (p, None, 0) for split, p in parsed.items()}, "split"
     one = parsed[None]

@@ -280,4 +280,5 @@ def merge(parts: list[stream.Parsed], source, limit: int = stream.MAX_CLASSES) -
     return stream.Parsed(source, sum(p.n for p in parts), np.concatenate(codes).astype(dtype) if with_codes else None,
                          [stream.key_value(key) for key in index], np.concatenate(splits).astype(np.int8) if with_splits
                          else None, list(split_index), sum(p.nbytes for p in parts),
-                         joined([p.targets for p in parts]), joined([p.ids for p in parts]))
+                         joined([p.targets for p in parts]), joined([p.ids for p in parts]),
+                         {k: sum(p.dropped.get(k, 0) for p in parts) for k in dict.fromkeys(k for p in parts for k in p.dropped)})

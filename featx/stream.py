@@ -31,7 +31,7 @@ import operator
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
@@ -128,6 +128,9 @@ class Source:
     span: tuple[int, int] | None = None
     """Only the records in bytes [start, stop) of the file (a torchrun rank's share, cut at
     record boundaries by `span_of`), read after the header line; None: every record."""
+    drop: tuple[str, ...] = ()
+    """Text columns whose empty value drops the record (data.drop_empty): every pass sees only
+    the others, so records are numbered as the whole-file reader numbers its kept rows."""
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -162,7 +165,11 @@ class Source:
         return self.values(column, assignment, code)
 
     def batches(self, columns: list[str]):
-        """Record batches of `columns`, in file order."""
+        """Record batches of `columns`, in file order: the records `drop` keeps."""
+        yield from kept_batches(self._records, columns, self.drop)
+
+    def _records(self, columns: list[str]):
+        """Record batches of `columns` (every record), in file order."""
         import pyarrow as pa
 
         check_states(self)  # a pass over other rows than the first one read
@@ -345,6 +352,7 @@ class Parsed:
     nbytes: int = 0              # at most this many bytes of text in its records (disk estimates)
     targets: np.ndarray | None = None  # (n, n_targets) float64, finite, when read as targets (Wanted.targets)
     ids: np.ndarray | None = None      # (n,) uint64 hashes of the ids (Wanted.id)
+    dropped: dict = field(default_factory=dict)  # records data.drop_empty dropped, by split column value ("": none)
 
 
 class Pass:
@@ -356,6 +364,23 @@ class Pass:
         self.labels, self.splits = label_codes(label_limit(wanted)), split_codes()
         self._targets: list[np.ndarray] = []
         self._ids: list[np.ndarray] = []
+        self.dropped: dict[str, int] = {}  # split column's value ("" without one) -> records dropped
+
+    def drop(self, batch, drop: tuple[str, ...], split: str | None):
+        """`batch` (of every column) less the records whose text in a `drop` column is empty
+        (data.drop_empty), counted by their split column's value."""
+        blank = blank_records(batch, drop)
+        if blank is None:
+            return batch
+        values = (batch.column(split).filter(_arrow_mask(blank)).to_pylist() if split is not None
+                  else [""] * int(blank.sum()))
+        self.count_dropped(values)
+        return batch.filter(_arrow_mask(~blank))
+
+    def count_dropped(self, split_values: list) -> None:
+        for value in split_values:
+            key = "" if value is None else str(value)
+            self.dropped[key] = self.dropped.get(key, 0) + 1
 
     def add_targets(self, block: np.ndarray) -> None:
         """A block's targets, (rows, n_targets) float64: Fallback on any featx.labels refuses."""
@@ -377,7 +402,7 @@ class Pass:
         return Parsed(source, n, None if wanted.targets else self.labels.codes(),
                       [] if wanted.targets else self.labels.values,
                       None if wanted.split is None else self.splits.codes(), self.splits.values, nbytes,
-                      targets, ids)
+                      targets, ids, dict(self.dropped))
 
 
 def value_key(value) -> tuple:
@@ -478,6 +503,65 @@ def _has_blank(values) -> bool:
     return pc.min(pc.utf8_length(pc.utf8_trim(values.filter(lead), WHITESPACE))).as_py() == 0
 
 
+def blank_mask(values) -> np.ndarray:
+    """(n,) bool: which values of a string array are missing (null), empty or only whitespace,
+    as featx.readers.is_missing reads a text: what data.drop_empty drops. Only values that
+    start with whitespace are trimmed, as in `_has_blank`."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+        raise Fallback(f"a text column of {values.type}")  # the whole-file reader's to report
+    out = np.zeros(len(values), dtype=bool)
+    if not len(values):
+        return out
+    if values.null_count:
+        out[_nonzero(values.is_null())] = True
+        values = values.fill_null("")
+    out[_nonzero(pc.equal(pc.binary_length(values), 0))] = True
+    lead = pc.is_in(pc.utf8_slice_codeunits(values, 0, 1), value_set=_whitespace())
+    where = _nonzero(lead)
+    if len(where):
+        trimmed = pc.utf8_length(pc.utf8_trim(values.filter(lead), WHITESPACE))
+        out[where[_nonzero(pc.equal(trimmed, 0))]] = True
+    return out
+
+
+def blank_records(batch, drop: tuple[str, ...]) -> np.ndarray | None:
+    """(n,) bool: the records of `batch` whose value in a `drop` column is blank (`blank_mask`);
+    None when there is none."""
+    if not drop:
+        return None
+    blank = np.zeros(batch.num_rows, dtype=bool)
+    for column in drop:
+        blank |= blank_mask(batch.column(batch.schema.get_field_index(column)))
+    return blank if blank.any() else None
+
+
+def kept_batches(records, columns: list[str], drop: tuple[str, ...]):
+    """The batches of `columns` that `records(columns)` yields, less the records whose text in
+    a `drop` column is blank (data.drop_empty: read beside them, then left out)."""
+    read = list(dict.fromkeys([*columns, *drop]))
+    for batch in records(read):
+        blank = blank_records(batch, drop)
+        if blank is not None:
+            batch = batch.filter(_arrow_mask(~blank))
+        if len(read) > len(columns):
+            batch = batch.select(columns)
+        yield batch
+
+
+def _nonzero(mask) -> np.ndarray:
+    """Positions where an Arrow boolean array is true, as numpy (`to_numpy` imports pandas)."""
+    import pyarrow.compute as pc
+
+    where = pc.indices_nonzero(mask)
+    return np.frombuffer(where.buffers()[1], dtype=np.uint64, count=len(where),
+                         offset=where.offset * 8).astype(np.int64)
+
+
 @functools.cache
 def _whitespace():
     """WHITESPACE as an Arrow array of one-character strings (built from buffers: `pa.array`
@@ -539,11 +623,13 @@ def parse(source: Source, wanted: Wanted) -> Parsed:
     if any(c not in source.columns for c in columns):
         raise Fallback("a configured column is missing")  # data.py lists the columns there are
     kept = Pass(wanted)
-    n, batch = 0, None
+    n, last = 0, None
     try:
         # Every column, though only `wanted` are used: pyarrow checks the UTF-8 of the columns it
-        # converts, and the whole-file reader refuses a byte that is not UTF-8 in any of them.
-        for batch in source.batches(list(source.columns)):
+        # converts, and the whole-file reader refuses a byte that is not UTF-8 in any of them
+        # (in a row data.drop_empty drops too).
+        for raw in source._records(list(source.columns)):
+            batch, last = kept.drop(raw, source.drop, wanted.split), raw
             for text in wanted.texts:
                 texts = batch.column(text)
                 if _has_blank(texts) or has_nul(texts):
@@ -570,7 +656,7 @@ def parse(source: Source, wanted: Wanted) -> Parsed:
             n += batch.num_rows
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowKeyError, UnicodeError) as exc:  # data.py names the row
         raise Fallback(f"pyarrow: {str(exc)[:200]}") from None
-    if batch is not None and batch.num_rows and source.quoting != "none" and _runs_to_the_end(source, batch):
+    if last is not None and last.num_rows and source.quoting != "none" and _runs_to_the_end(source, last):
         raise Fallback("a quote never closed")  # the whole-file reader names its row
     return kept.parsed(source, n, source.nbytes)
 

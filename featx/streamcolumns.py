@@ -41,6 +41,8 @@ class ColumnarSource:
     """A saved dataset's ClassLabel columns and their class names (its codes are read as these)."""
     span: tuple[int, int] | None = None
     """Only the rows [start, stop) of the files joined (a torchrun rank's share)."""
+    drop: tuple[str, ...] = ()
+    """Text columns whose missing or blank value drops the row (data.drop_empty, `stream.Source.drop`)."""
 
     @classmethod
     def of(cls, path: Path, files: tuple[Path, ...], *, arrow: bool) -> "ColumnarSource":
@@ -65,6 +67,10 @@ class ColumnarSource:
         return sum(_rows(f, self.arrow) for f in self.files)
 
     def batches(self, columns: list[str]):
+        """Record batches of `columns`, of the rows of its span that `drop` keeps."""
+        yield from stream.kept_batches(self._records, columns, self.drop)
+
+    def _records(self, columns: list[str]):
         """Record batches of `columns` (at most BATCH_ROWS rows), of the rows of its span."""
         import pyarrow as pa
 
@@ -105,11 +111,12 @@ class ColumnarSource:
         coded = {c: names for c, names in self.names if c in self.columns}
         read = columns + others + [c for c in coded if c not in columns and c not in others]
         try:
-            for batch in self.batches(read):
-                for other in others:
-                    batch.column(other).validate(full=True)
+            for raw in self._records(read):
+                for other in others:  # in the rows data.drop_empty drops too, as read whole
+                    raw.column(other).validate(full=True)
                 for name, names in coded.items():
-                    _check_codes(batch.column(read.index(name)), names)
+                    _check_codes(raw.column(read.index(name)), names)
+                batch = kept.drop(raw, self.drop, wanted.split)
                 column = lambda name: batch.column(columns.index(name))  # noqa: E731
                 for text in wanted.texts:
                     texts = _scalars(column(text), strings=True)

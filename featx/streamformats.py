@@ -15,6 +15,7 @@ report (a bad line, a repeated key, a missing or empty field, a NUL, a lone surr
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
@@ -40,7 +41,11 @@ def sources_of(cfg) -> dict:
     sizes = [_size(path) for path in files.values()]
     if -1 in sizes or sum(sizes) < stream.threshold():
         raise stream.Fallback("small or missing files, or not data folders")  # the reader says which
-    return {s: source_for(path, cfg, cfg.format) for s, path in files.items()}
+    sources = {s: source_for(path, cfg, cfg.format) for s, path in files.items()}
+    if cfg.drop_empty:  # every pass then sees the rows the whole-file reader keeps
+        drop = tuple(c for c in (cfg.text or "text", cfg.text_pair) if c is not None)
+        sources = {s: dataclasses.replace(src, drop=drop) for s, src in sources.items()}
+    return sources
 
 
 def _size(path: Path) -> int:
@@ -108,6 +113,8 @@ class LineSource:
     state: tuple[int, int, int]
     span: tuple[int, int] | None = None
     """Only the lines in bytes [start, stop) (a torchrun rank's share, cut just after line feeds)."""
+    drop: tuple[str, ...] = ()
+    """Text keys whose missing or blank value drops the record (data.drop_empty, `stream.Source.drop`)."""
 
     @classmethod
     def of(cls, path: Path, cfg, fmt: str) -> "LineSource":
@@ -135,21 +142,48 @@ class LineSource:
         return [self.fmt]
 
     def lines(self):
-        """(the block's bytes, its non-blank lines), in file order: the lines featx.readers gets
-        from the whole decoded text, since a block ends just after a line feed (which always ends
-        a line, and a CRLF is never cut)."""
+        """(the block's bytes, its non-blank lines), in file order, less the records `drop`
+        drops."""
+        for data, lines, _ in self._lines():
+            yield data, lines
+
+    def _lines(self):
+        """(the block's bytes, its non-blank lines `drop` keeps, those it drops), in file order:
+        the lines featx.readers gets from the whole decoded text, since a block ends just after
+        a line feed (which always ends a line, and a CRLF is never cut)."""
         stream.check_states(self)
         start, stop = self.span or (0, self.state[0])
         for offset, data in _line_blocks(self.path, start, stop):
             text = data.decode("utf-8-sig" if offset == 0 else "utf-8")  # a BOM is no part of a line
             split = json_lines(text) if self.fmt == "jsonl" else text.splitlines()
-            yield data, [line for line in split if line and not line.isspace()]
+            lines = [line for line in split if line and not line.isspace()]
+            if not self.drop:
+                yield data, lines, []
+                continue
+            blank = [self._blank(line) for line in lines]
+            yield (data, [line for line, b in zip(lines, blank) if not b],
+                   [line for line, b in zip(lines, blank) if b])
+
+    def _blank(self, line: str) -> bool:
+        """Whether a record's text (a `drop` key's value) is missing, as featx.readers reads it
+        (a JSON null, NaN, a blank string, an absent key; a label with no text). A line that is
+        not a JSON object is kept, for pass 1 to refuse."""
+        if self.fmt != "jsonl":
+            return is_missing(label_and_text(line)[1])
+        try:
+            record = _STRICT.decode(line)
+        except (ValueError, RecursionError, _Repeated):
+            return False
+        return type(record) is dict and any(is_missing(record.get(key)) for key in self.drop)
 
     def parse(self, wanted: stream.Wanted) -> stream.Parsed:
         kept = stream.Pass(wanted)
         n = 0
         try:
-            for data, lines in self.lines():
+            for data, lines, dropped in self._lines():
+                if dropped:  # counted by their split value, as read whole
+                    kept.count_dropped([_STRICT.decode(line).get(wanted.split) for line in dropped]
+                                       if wanted.split is not None else [""] * len(dropped))
                 if self.fmt == "jsonl":
                     block = _jsonl_block(lines, wanted, kept, careful=_RISKY.search(data) is not None)
                 else:

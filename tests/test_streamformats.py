@@ -634,8 +634,8 @@ def test_what_is_not_streamed_is_read_whole(monkeypatch, tmp_path):
     for i, row in enumerate(rows):
         row["label"] = "ab"[i % 2]
     path = write_jsonl(tmp_path / "empty.jsonl", rows, bom=False)
-    dropped = load_dataset(DataConfig(path=str(path), drop_empty=True))
-    assert isinstance(dropped.splits["train"].texts, list) and dropped.dropped_empty == {"all": 1}
+    dropped = load_dataset(DataConfig(path=str(path), drop_empty=True))  # streamed (tests/test_streamdrop.py)
+    assert isinstance(dropped.splits["train"].texts, stream.Column) and dropped.dropped_empty == {"all": 1}
     assert isinstance(load_dataset(DataConfig(path=str(path), encoding="latin-1", drop_empty=True))
                       .splits["train"].texts, list)
 
