@@ -98,6 +98,7 @@ def _unique(pairs):
 
 
 _STRICT = json.JSONDecoder(object_pairs_hook=_unique)
+_ABSENT = object()  # a key a record does not have
 # Escapes that can put a NUL or a lone surrogate into a parsed string: a block without them needs
 # no per-text check (raw NULs and surrogates are not valid JSON text, nor valid UTF-8).
 _RISKY = re.compile(rb"\\u(0000|[dD][89a-fA-F])")
@@ -179,13 +180,14 @@ class LineSource:
     def parse(self, wanted: stream.Wanted) -> stream.Parsed:
         kept = stream.Pass(wanted)
         n = 0
+        seen: set[str] = set()  # the kept keys some record has (read whole: a column of the file)
         try:
             for data, lines, dropped in self._lines():
                 if dropped:  # counted by their split value, as read whole
                     kept.count_dropped([_STRICT.decode(line).get(wanted.split) for line in dropped]
                                        if wanted.split is not None else [""] * len(dropped))
                 if self.fmt == "jsonl":
-                    block = _jsonl_block(lines, wanted, kept, careful=_RISKY.search(data) is not None)
+                    block = _jsonl_block(lines, wanted, kept, careful=_RISKY.search(data) is not None, seen=seen)
                 else:
                     block = _label_text_block(data, lines, wanted, kept)
                 if wanted.targets:
@@ -199,22 +201,28 @@ class LineSource:
                 n += len(lines)
         except (ValueError, RecursionError, KeyError, TypeError, _Repeated) as exc:  # UnicodeError is a ValueError
             raise stream.Fallback(f"{self.fmt}: {type(exc).__name__} {str(exc)[:200]}") from None
+        if self.fmt == "jsonl" and not set(wanted.keep) <= seen:
+            raise stream.Fallback("a kept key in no record")  # the whole-file reader lists the columns
         return kept.parsed(self, n, self.nbytes)
 
-    def values(self, column: str, assignment: np.ndarray | None, code: int):
+    def values(self, column: str, assignment: np.ndarray | None, code: int, *, absent: bool = False):
+        """`column`'s values (`absent`: None for a record without the key) of the records whose
+        split code is `code`, a block at a time."""
         record = 0
         for _, lines in self.lines():
             mine = stream.select(lines, assignment, code, record)
             record += len(lines)
-            if self.fmt == "jsonl":
-                yield [json.loads(line)[column] for line in mine]
-            else:
+            if self.fmt != "jsonl":
                 yield [label_and_text(line)[1] for line in mine]
+            elif absent:
+                yield [json.loads(line).get(column) for line in mine]
+            else:
+                yield [json.loads(line)[column] for line in mine]
 
     def kept(self, column: str, assignment: np.ndarray | None, code: int):
         """A kept column's values as featx.labels keeps a JSON row's: str() of each, "" for a
-        null (pass 1 saw the key in every record)."""
-        for values in self.values(column, assignment, code):
+        null or a record without the key."""
+        for values in self.values(column, assignment, code, absent=True):
             yield ["" if v is None else v if type(v) is str else str(v) for v in values]
 
 
@@ -228,7 +236,8 @@ class _Block:
     ids: list = field(default_factory=list)
 
 
-def _jsonl_block(lines: list[str], wanted: stream.Wanted, kept: stream.Pass, *, careful: bool) -> _Block:
+def _jsonl_block(lines: list[str], wanted: stream.Wanted, kept: stream.Pass, *, careful: bool,
+                 seen: set[str]) -> _Block:
     """Pass 1 over a block of JSON lines, the distinct labels and split values put in `kept`'s
     codes; an exception at anything featx.readers or featx.labels reports."""
     decode, key, target = _STRICT.decode, stream.value_key, stream.python_target
@@ -262,8 +271,11 @@ def _jsonl_block(lines: list[str], wanted: stream.Wanted, kept: stream.Pass, *, 
             out.ids.append(value)
         if split is not None:
             out.places.append(splits.setdefault(key(str(record[split])), len(splits)))
-        for column in wanted.keep:  # a record without the key: "" read whole, left to that reader
-            value = record[column]
+        for column in wanted.keep:  # a record without the key: "", as read whole
+            value = record.get(column, _ABSENT)
+            if value is _ABSENT:
+                continue
+            seen.add(column)
             if careful and type(value) is str:  # str() of another value escapes a NUL or surrogate
                 _check_storable(value)
     return out

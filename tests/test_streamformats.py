@@ -873,8 +873,8 @@ def test_kept_json_values_read_as_the_whole_file_reader_does(monkeypatch, tmp_pa
     whole = read_kept(monkeypatch, **cfg, keep=("fine", "label"))
     fine = set(whole.splits["train"].columns["fine"])
     assert {"", "  ", "7", "1.0", "True", "[1, 'a\\x00']", "{'k': '\\ud800'}"} <= fine
-    del rows[100]["fine"]  # a record without the key: "" read whole, which the stream leaves to that reader
-    read_kept(monkeypatch, False, path=str(write_jsonl(tmp_path / "lacking.jsonl", rows)), keep=("fine",))
+    del rows[100]["fine"]  # a record without the key: "" read whole, and streamed
+    read_kept(monkeypatch, path=str(write_jsonl(tmp_path / "lacking.jsonl", rows)), keep=("fine",))
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "arrow"])
@@ -1180,3 +1180,20 @@ def test_a_parquet_files_pandas_index_is_a_column_like_any_other(monkeypatch, tm
         monkeypatch.setattr(stream, "STREAM_BYTES", threshold)
         data = load_dataset(DataConfig(path=str(tmp_path / "rows.parquet"), id="id"))
         assert sorted(i for s in data.splits.values() for i in s.ids) == sorted(f"r{i}" for i in range(120))
+
+
+def test_a_json_record_without_a_kept_key_streams_as_read_whole(monkeypatch, tmp_path):
+    """A record without the key keeps "" as read whole (it used to send the file to the
+    whole-file reader); a key no record has is that reader's error."""
+    rows = [{"id": f"r{i}", "text": r["text"], "label": r["label"]} for i, r in enumerate(classification_rows(200))]
+    for i, row in enumerate(rows):
+        if i % 3 == 0:
+            row["note"] = f"note {i}"
+        elif i % 3 == 1:
+            row["note"] = None
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    whole, streamed = read_both(monkeypatch, path=str(path), keep=("note",), id="id")
+    assert_same_dataset(whole, streamed)
+    assert list(streamed.splits["train"].columns["note"]).count("") > 0
+    message, streamed_message = errors_of(monkeypatch, path=str(path), keep=("nothing",))
+    assert message == streamed_message and "nothing" in message
