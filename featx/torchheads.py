@@ -44,8 +44,9 @@ def _torch(device: str, n_jobs: int):
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    elif not (device == "cpu" or device == "cuda" or device.startswith("cuda:")):
-        check_choice(device, ("auto", "cpu", "cuda", "cuda:N"), "torch head device")
+    elif not (isinstance(device, str) and (device in ("cpu", "cuda") or
+                                           (device.startswith("cuda:") and device[5:].isdigit()))):
+        check_choice(str(device), ("auto", "cpu", "cuda", "cuda:N"), "torch head device")
     threads = torch.get_num_threads()
     if n_jobs > 0:
         torch.set_num_threads(n_jobs)
@@ -53,6 +54,32 @@ def _torch(device: str, n_jobs: int):
         yield torch, torch.device(device)
     finally:
         torch.set_num_threads(threads)
+
+
+def _check_params(estimator, **rules) -> None:
+    """Refuse a parameter outside its range before any fit (scikit-learn's heads do): a NaN C
+    or alpha gave NaN probabilities, and a negative block size a model of zeros, silently.
+    `rules`: name -> (lowest, highest, whether the lowest is allowed, integer)."""
+    for name, (low, high, closed, integer) in rules.items():
+        value = getattr(estimator, name)
+        ok = (isinstance(value, (int, np.integer)) if integer
+              else isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool))
+        ok = ok and math.isfinite(value) and (value >= low if closed else value > low) and value <= high
+        if not ok:
+            bound = f"{'>=' if closed else '>'} {low}" + ("" if high == math.inf else f" and <= {high}")
+            raise ValueError(f"{type(estimator).__name__}: {name} = {value!r} must be "
+                             f"{'an integer' if integer else 'a finite number'} {bound}")
+
+
+def _warn_unconverged(estimator, why: str) -> None:
+    """scikit-learn's warning for a fit stopped at its iteration cap (the probe silences it, as
+    for its own heads; a direct user sees it)."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    warnings.warn(f"{type(estimator).__name__}: {why}; raise max_iter, or standardise the "
+                  "features", ConvergenceWarning, stacklevel=3)
 
 
 def _tensor(torch, array: np.ndarray, device):
@@ -196,6 +223,8 @@ class TorchLogistic(_TorchClassifier):
     def fit(self, X, y):
         import scipy.sparse as sp
 
+        _check_params(self, C=(0, math.inf, False, False), max_iter=(1, math.inf, True, True),
+                      tol=(0, math.inf, True, False))
         previous = (self.coef_, self.intercept_, self.classes_) if hasattr(self, "coef_") else None
         X, codes = self._encode(X, y)
         output = OUTPUTS[self.kind_]
@@ -229,7 +258,10 @@ class TorchLogistic(_TorchClassifier):
             W.requires_grad_(True)
             b.requires_grad_(True)
             penalty = 1.0 / (self.C * n)
-            optimizer = torch.optim.LBFGS([W, b], lr=1.0, max_iter=self.max_iter, tolerance_grad=self.tol,
+            # max_eval: torch's default (max_iter * 5/4 evaluations) ended runs before max_iter
+            # iterations, the line search taking several a step.
+            optimizer = torch.optim.LBFGS([W, b], lr=1.0, max_iter=self.max_iter, max_eval=25 * self.max_iter,
+                                          tolerance_grad=self.tol,
                                           tolerance_change=TOLERANCE_CHANGE, history_size=10, line_search_fn="strong_wolfe")
 
             def closure():
@@ -240,6 +272,14 @@ class TorchLogistic(_TorchClassifier):
 
             optimizer.step(closure)
             self.n_iter_ = int(optimizer.state[W].get("n_iter", 0))
+            # torch's L-BFGS also stops on a tiny change of the loss or step: below the float32
+            # products' noise (a gradient a few times `tol` when tol is tight), or far from the
+            # optimum (features on a scale of 1e10 stopped it after one step, a gradient of 2e10).
+            closure()
+            largest = max(float(W.grad.abs().max()), float(b.grad.abs().max()))
+            if not math.isfinite(largest) or largest > (self.tol if self.n_iter_ >= self.max_iter else 100 * self.tol):
+                _warn_unconverged(self, f"stopped after {self.n_iter_} iterations with a gradient "
+                                  f"of {largest:.3g} (tol {self.tol:g})")
             # (k, d), as scikit-learn's; C order, as a saved head is read back (the same products)
             self.coef_ = np.ascontiguousarray(W.detach().T.cpu().numpy())
             self.intercept_ = b.detach().cpu().numpy()  # (k,)
@@ -265,6 +305,7 @@ class TorchRidge(RegressorMixin, BaseEstimator):
         self.block_rows = block_rows
 
     def fit(self, X, y):
+        _check_params(self, alpha=(0, math.inf, True, False), block_rows=(1, math.inf, True, True))
         X, y = validate_data(self, X, y, y_numeric=True, multi_output=True, dtype=np.float32)
         Y = np.asarray(y, dtype=np.float64).reshape(len(X), -1)  # (n, T)
         x_mean, y_mean = X.mean(axis=0, dtype=np.float64), Y.mean(axis=0)
@@ -329,17 +370,32 @@ class _TorchMLP(BaseEstimator):
         held = int(math.ceil(self.validation_fraction * n))
         if not self.early_stopping or held < 2 or n - held < 1:
             return np.arange(n), None
-        stratify = None
         if self.kind_ in ("binary", "multiclass"):
+            # A held-out row of a class with no row left to fit scores a class the network never
+            # saw: with 50 classes of one row each, the held-out loss only rose and the first
+            # round's untrained weights were kept (2% accuracy). The split is stratified, or not
+            # made (the training loss decides), as MLPHead does for scikit-learn's MLP.
             counts = np.bincount(codes)
-            if counts.min() >= 2 and held >= len(counts) and n - held >= len(counts):
-                stratify = codes
+            counts = counts[counts > 0]
+            if counts.min() < 2 or min(held, n - held) < len(counts):
+                return np.arange(n), None
+            stratify = codes
+        else:
+            stratify = None
         fit, val = train_test_split(np.arange(n), test_size=held, random_state=self.random_state,
                                     stratify=stratify)
         return np.sort(fit), np.sort(val)
 
     def _train(self, X: np.ndarray, codes: np.ndarray, k: int):
         """Fit on float32 X (n, d) and encoded targets, with k output units."""
+        _check_params(self, hidden=(1, math.inf, True, True), alpha=(0, math.inf, True, False),
+                      learning_rate=(0, math.inf, False, False), batch_size=(1, math.inf, True, True),
+                      max_iter=(1, math.inf, True, True), validation_fraction=(0, 1, False, False),
+                      n_iter_no_change=(1, math.inf, True, True), tol=(0, math.inf, True, False),
+                      round_rows=(1, math.inf, True, True))
+        if not isinstance(self.random_state, (int, np.integer)) or isinstance(self.random_state, bool):
+            raise ValueError(f"{type(self).__name__}: random_state = {self.random_state!r} must be an "
+                             "integer seed (the fit is reproducible only so)")
         output = OUTPUTS[self.kind_]
         n, d = X.shape
         fit_rows, val_rows = self._split(n, codes)
@@ -382,14 +438,20 @@ class _TorchMLP(BaseEstimator):
                 curve.append(value)
                 if not math.isfinite(value):
                     break
-                if value < best - self.tol:
-                    best, stale = value, 0
-                    best_params = [p.detach().clone() for p in params]
-                else:
-                    stale += 1
-                    if stale >= self.n_iter_no_change:
-                        break
-            chosen = best_params or [p.detach() for p in params]
+                # scikit-learn's rule: a round counts as no change unless it beats the best by
+                # `tol`, and the weights kept are the best round's, however small its lead.
+                stale = stale + 1 if value > best - self.tol else 0
+                if value < best:
+                    best, best_params = value, [p.detach().clone() for p in params]
+                if stale >= self.n_iter_no_change:
+                    break
+            else:
+                _warn_unconverged(self, f"the loss still changed after max_iter = {self.max_iter} rounds")
+            if best_params is None:  # no round had a finite loss: NaN weights, never a model
+                raise ValueError(f"{type(self).__name__}: the loss was {curve[0]} from the first round "
+                                 "on (the fit diverged): standardise the features (and regression "
+                                 "targets), or lower learning_rate")
+            chosen = best_params
             self.coefs_ = [chosen[0].cpu().numpy(), chosen[2].cpu().numpy()]  # (d, h), (h, k)
             self.intercepts_ = [chosen[1].cpu().numpy(), chosen[3].cpu().numpy()]  # (h,), (k,)
         self.n_iter_ = len(curve)

@@ -183,3 +183,76 @@ def test_a_saved_torch_head_predicts_without_torch(tmp_path, head):
             f"assert (p == np.load({str(tmp_path / 'expected.npy')!r})).all(); "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+# ---------------------------------------------------------------------------------------------
+# The red team's findings (2026-12-03)
+
+
+def one_row_classes(k: int = 50, rows: int = 1, test: int = 20, d: int = 32, seed: int = 0):
+    """k well-separated classes, `rows` training rows each, `test` test rows each."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(k, d)) * 3
+    def draw(m):
+        y = np.repeat(np.arange(k), m)
+        return (centres[y] + rng.normal(size=(len(y), d))).astype(np.float32), y
+    return draw(rows), draw(test)
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+def test_the_torch_mlp_learns_classes_of_one_or_two_rows_as_scikit_learns_does(rows):
+    """Early stopping held out rows whose classes then had none left to fit: the held-out loss
+    only rose, and the first round's weights were kept (50 classes of one row: 2% accuracy,
+    scikit-learn's MLP 87%). Such a split is not made, as MLPHead does not make it."""
+    (X, y), (Xt, yt) = one_row_classes(rows=rows)
+    ours = (TorchMLPClassifier(n_jobs=1).fit(X, y).predict(Xt) == yt).mean()
+    theirs = (H.fit(H.build("mlp", "multiclass", {}), X, y).predict(Xt) == yt).mean()
+    assert ours > 0.8 and ours > theirs - 0.05
+
+
+def test_a_diverged_mlp_fit_is_an_error_not_nan_weights():
+    X, y = problem("regression")
+    with pytest.raises(ValueError, match="diverged.*standardise"):
+        TorchMLPRegressor(hidden=16, n_jobs=1).fit(X * np.float32(1e30), y)
+
+
+def test_the_mlp_keeps_the_best_rounds_weights():
+    """The best round's weights, even where it beat the one before by less than tol (which only
+    decides when to stop), as scikit-learn keeps them."""
+    X, y = problem("multiclass", n=600)
+    for seed in range(3):
+        head = TorchMLPClassifier(hidden=32, random_state=seed, tol=1e-2, n_jobs=1).fit(X, y)
+        assert head.best_loss_ == min(head.loss_curve_)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: TorchLogistic(C=float("nan")), lambda: TorchLogistic(C=-1), lambda: TorchLogistic(max_iter=0),
+    lambda: TorchLogistic(tol=float("nan")), lambda: TorchRidge(alpha=float("nan")),
+    lambda: TorchRidge(block_rows=-1), lambda: TorchMLPClassifier(alpha=float("nan")),
+    lambda: TorchMLPClassifier(tol=float("nan")), lambda: TorchMLPClassifier(validation_fraction=-0.5),
+    lambda: TorchMLPClassifier(random_state=None), lambda: TorchMLPRegressor(batch_size=0)])
+def test_a_parameter_out_of_its_range_is_refused_before_any_fit(make):
+    head = make()
+    X, y = problem("regression" if isinstance(head, (TorchRidge, TorchMLPRegressor)) else "multiclass")
+    with pytest.raises(ValueError, match="must be"):
+        head.fit(X, y)
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:x", "cuda:", "cuda:-1", None, 0])
+def test_a_device_that_is_no_choice_lists_the_choices(device):
+    X, y = problem("binary")
+    with pytest.raises(FeatxError, match="choose one of.*cuda:N"):
+        TorchLogistic(device=device).fit(X, y)
+
+
+def test_a_logistic_fit_far_from_its_optimum_or_at_max_iter_warns():
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y = problem("multiclass")
+    with pytest.warns(ConvergenceWarning, match="gradient"):
+        TorchLogistic(n_jobs=1).fit(X * np.float32(1e11), y)  # unscaled: one step, then torch stops
+    with pytest.warns(ConvergenceWarning, match="gradient"):
+        head = TorchLogistic(max_iter=3, n_jobs=1).fit(X, y)
+    assert head.n_iter_ == 3  # iterations, not torch's default cap on evaluations
+    with pytest.warns(ConvergenceWarning, match="max_iter"):
+        TorchMLPClassifier(max_iter=3, n_jobs=1).fit(X, y)
