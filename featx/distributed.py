@@ -29,7 +29,7 @@ import numpy as np
 
 from featx import backbone, stream
 from featx.cache import Cache
-from featx.cacheschema import SINGLES, partial_path
+from featx.cacheschema import SINGLES, attrs_crc32, crc32, datasets, decode_attr, partial_path
 from featx.cachewriter import CacheWriter, writer_lock
 from featx.config import Pipeline
 from featx.errors import FeatxError
@@ -95,6 +95,9 @@ def extract_sharded(pipeline: Pipeline):
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
                             timeout=datetime.timedelta(days=1))
     try:
+        # The pipelines first (the data's key is known only once it is read): ranks given other
+        # files or row limits exchanged pieces of them that did not fit, a traceback each.
+        _agree(dist, rank, size, signature(pipeline, ""))
         plan, rows, mine, contiguous = _share(pipeline, rank, size, dist)
         compute_dtype = backbone.pick_dtype(cfg.dtype, device, hidden=plan.hidden)
         spec = plan.spec(compute_dtype)
@@ -118,8 +121,7 @@ def extract_sharded(pipeline: Pipeline):
         shard_spec = dataclasses.replace(spec, dataset_fingerprint=f"{spec.dataset_fingerprint}"
                                          f":shard-{rank}-of-{size}")
         if shard.is_file():  # finished before an earlier run stopped: nothing to compute
-            with h5py.File(shard, "r") as f:
-                stats = json.loads(f.attrs["extract_stats"]) | {"rows_computed": 0}
+            stats = _finished_shard(shard) | {"rows_computed": 0}
         else:
             with writer_lock(shard):
                 stats = build(shard, shard_plan, shard_spec, device, compute_dtype, rows=rows,
@@ -130,8 +132,8 @@ def extract_sharded(pipeline: Pipeline):
             paths = [shards / f"rank{r:03d}-of-{size:03d}.h5" for r in range(size)]
             if contiguous:  # the texts are in the shards: no rank reads the whole input
                 plan = _texts_from_shards(plan, paths)
-            _assemble(final, plan, spec, device, shards=paths, per_rank=per_rank)
-            shutil.rmtree(shards)
+            if _assemble(final, plan, spec, device, shards=paths, per_rank=per_rank):
+                shutil.rmtree(shards)
         dist.barrier()  # the final file exists for every rank from here on
         seconds = time.perf_counter() - start
         if rank == 0:
@@ -141,6 +143,32 @@ def extract_sharded(pipeline: Pipeline):
                              {"world_size": size, "per_rank": per_rank})
     finally:
         dist.destroy_process_group()
+
+
+def _finished_shard(shard: Path) -> dict:
+    """The extraction figures of a shard an earlier run finished, after checking every dataset
+    against its crc32: assembly copies its bytes into the final cache, whose new checksums would
+    vouch for any damage."""
+    def damaged(why: str):
+        return FeatxError(f"{shard}: this shard, finished by an earlier run, is damaged ({why}): delete "
+                          "it and rerun; only its rank's rows are computed again")
+
+    try:
+        with h5py.File(shard, "r") as f:
+            meta = {k: decode_attr(v) for k, v in f.attrs.items()}
+            if meta.get("complete") is not True or meta.get("attrs_crc32") != attrs_crc32(meta):
+                raise damaged("its attributes do not match the checksum written when it was finished")
+            fd = os.open(shard, os.O_RDONLY)
+            try:
+                for group in f.values():
+                    for name, ds in datasets(group):
+                        if crc32(ds, lambda offset, size: os.pread(fd, size, offset)) != ds.attrs.get("crc32"):
+                            raise damaged(f"{group.name.lstrip('/')}/{name} does not match its checksum")
+            finally:
+                os.close(fd)
+            return json.loads(f.attrs["extract_stats"])
+    except (OSError, KeyError, ValueError, UnicodeError) as exc:  # h5py: truncated, not HDF5, unreadable
+        raise damaged(str(exc)) from None
 
 
 def _share(pipeline: Pipeline, rank: int, size: int, dist):
@@ -210,22 +238,28 @@ def _agree(dist, rank: int, size: int, mine: dict) -> None:
     everyone = [None] * size
     dist.all_gather_object(everyone, mine)
     if any(other != everyone[0] for other in everyone):
-        lines = "; ".join(f"rank {r}: featx {s['featx']}, pipeline {s['name']!r} ({s['pipeline']}), "
-                          f"cache key {s['key'][:16]}" for r, s in enumerate(everyone))
+        lines = "; ".join(f"rank {r}: featx {s['featx']}, pipeline {s['name']!r} ({s['pipeline']})"
+                          + (f", cache key {s['key'][:16]}" if s["key"] else "") for r, s in enumerate(everyone))
         raise FeatxError(f"the ranks disagree, nothing was computed: {lines}. Launch every rank "
                          "with the same pipeline file, overrides and featx version")
 
 
-def _assemble(final: Path, plan, spec, device, *, shards: list[Path], per_rank: list[dict]) -> None:
-    """Stream every shard's rows into the final cache, written exactly as one process would."""
+def _assemble(final: Path, plan, spec, device, *, shards: list[Path], per_rank: list[dict]) -> bool:
+    """Stream every shard's rows into the final cache, written exactly as one process would;
+    False when another job of the same pipeline finished it first (and took the shards)."""
     from featx.extract import WINDOW_BYTES, writer_info
 
     start = time.perf_counter()
-    with h5py.File(shards[0], "r") as f:  # what only a rank that loaded the model knows
-        known = {"pooler_untrained": bool(f.attrs["pooler_untrained"])}
-        if "attention_implementation" in f.attrs:
-            known["attention_implementation"] = str(f.attrs["attention_implementation"])
     with writer_lock(final):
+        if final.is_file():
+            with Cache(final, key=spec.key()):
+                pass
+            log.info("another job finished %s while this one computed its shards: kept", final)
+            return False
+        with h5py.File(shards[0], "r") as f:  # what only a rank that loaded the model knows
+            known = {"pooler_untrained": bool(f.attrs["pooler_untrained"])}
+            if "attention_implementation" in f.attrs:
+                known["attention_implementation"] = str(f.attrs["attention_implementation"])
         writer = CacheWriter.open(final, spec, writer_info(plan, None, device, spec.compute_dtype) | known,
                                   list(plan.dataset.splits.values()), plan.hidden,
                                   singles=plan.singles, pair_rows=plan.pair_rows)
@@ -259,3 +293,4 @@ def _assemble(final: Path, plan, spec, device, *, shards: list[Path], per_rank: 
             writer.close()
     if partial_path(final).exists():
         raise RuntimeError(f"assembly left {partial_path(final)} behind")
+    return True

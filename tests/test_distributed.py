@@ -168,15 +168,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_ranks_with_different_configs_are_refused(tmp_path, tiny_bert):
-    pipelines = [job(tmp_path, tiny_bert, "a"), job(tmp_path, tiny_bert, "b", max_length=16)]
+@pytest.mark.parametrize("differ", ["extract.max_length", "data.max_rows of a streamed file"])
+def test_ranks_with_different_configs_are_refused(tmp_path, tiny_bert, differ):
+    """Red team: ranks given other data settings exchanged pieces of a streamed file that did not
+    fit (a traceback each) before the pipelines were compared; they are compared first."""
+    if differ == "extract.max_length":
+        pipelines, overrides = [job(tmp_path, tiny_bert, "a"), job(tmp_path, tiny_bert, "b", max_length=16)], [[], []]
+    else:
+        pipelines, overrides = [job(tmp_path, tiny_bert, "a")] * 2, [[], ["data.max_rows=5"]]
     port = str(_free_port())
     ranks = []
     for rank, pipeline in enumerate(pipelines):
-        env = ENV | {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+        env = ENV | {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "FEATX_STREAM_BYTES": "0",
                      "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
-        ranks.append(subprocess.Popen([sys.executable, "-m", "featx", "extract", str(pipeline)], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        ranks.append(subprocess.Popen([sys.executable, "-m", "featx", "extract", str(pipeline), *overrides[rank]],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     for process in ranks:
         out, err = process.communicate(timeout=120)
         assert process.returncode == 2, err[-2000:]
@@ -238,3 +244,39 @@ def test_two_nodes_write_the_single_process_cache_and_a_killed_node_resumes(tmp_
     single = extract(load_pipeline(job(tmp_path, tiny_bert, "single", rows=ROWS, token_budget=128,
                                        max_batch_rows=4, flush_rows=32)))
     assert_same_cache(path, single.path)
+
+
+def test_a_damaged_finished_shard_is_refused_not_assembled(tmp_path, tiny_bert):
+    """Red team: a shard an earlier run finished was copied into the final cache unchecked, a
+    flipped bit and all, and the new cache's checksums vouched for it; a truncated one was an
+    h5py traceback. Every dataset of such a shard is checked against its crc32 first."""
+    from featx.distributed import _finished_shard
+    from featx.errors import FeatxError
+
+    cache = extract(load_pipeline(job(tmp_path, tiny_bert, "single"))).path  # a shard's layout and checksums
+    assert _finished_shard(cache)["rows_total"] == 300
+    for damage in ("flip", "truncate"):
+        shard = tmp_path / f"{damage}.h5"
+        data = bytearray(cache.read_bytes())
+        with Cache(cache) as c:
+            offset = c.file["train"]["mean"].id.get_offset()
+        if damage == "flip":
+            data[offset + 5] ^= 0x40
+        shard.write_bytes(bytes(data) if damage == "flip" else bytes(data[:len(data) // 2]))
+        with pytest.raises(FeatxError, match=f"{shard.name}: this shard.*is damaged.*delete it and rerun"):
+            _finished_shard(shard)
+
+
+def test_an_assembly_finished_by_another_job_is_kept(tmp_path, tiny_bert):
+    """Red team: a second job of the same pipeline assembled the cache and removed the shards
+    while the first was about to assemble; the first crashed on the missing shards."""
+    from featx.distributed import _assemble
+    from featx.plan import make_plan
+
+    pipeline = load_pipeline(job(tmp_path, tiny_bert, "single"))
+    done = extract(pipeline)
+    plan = make_plan(pipeline)
+    with Cache(done.path) as cache:
+        spec = plan.spec(cache.meta["compute_dtype"])
+    assert spec.key() == done.key
+    assert _assemble(done.path, plan, spec, None, shards=[tmp_path / "gone.h5"], per_rank=[]) is False
