@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from featx import backbone, resolve
+from featx import backbone, resolve, stream
 from featx.cacheschema import SINGLES, CacheSpec, cache_path, partial_path
 from featx.config import MODEL_POOLINGS, Pipeline, resolve_layers
 from featx.configfile import command, make_command
@@ -321,6 +321,8 @@ def distinct_texts(dataset: Dataset) -> tuple[Split, dict[str, np.ndarray]]:
     """A pair dataset's distinct texts (either column, every split; first appearance first) as
     a split of single texts, and per split the (n, 2) rows of it holding each pair's texts: a
     text on both sides or in many pairs is encoded once."""
+    if any(isinstance(s.texts, stream.Lazy) for s in dataset.splits.values()):
+        return _distinct_streamed(dataset)
     index: dict[str, int] = {}
     pair_rows = {}
     for name, split in dataset.splits.items():
@@ -331,3 +333,60 @@ def distinct_texts(dataset: Dataset) -> tuple[Split, dict[str, np.ndarray]]:
     texts = list(index)
     return Split(SINGLES, [f"s{i}" for i in range(len(texts))], texts, None,
                  np.zeros((len(texts), 0), dtype=np.uint8)), pair_rows
+
+
+def _distinct_streamed(dataset: Dataset) -> tuple[Split, dict[str, np.ndarray]]:
+    """`distinct_texts` of a streamed dataset, without holding its texts: each text known by
+    its 128-bit BLAKE2b digest (a collision is as unlikely as one in a content-addressed store),
+    the singles read again from the files when they are encoded (`_FirstTexts`). Memory: 40
+    bytes a text (20M texts of 10M pairs: 0.8 GB at the peak, against several GB of strings)."""
+    columns = [column for split in dataset.splits.values() for column in (split.texts, split.text_pairs)]
+    digests = np.concatenate([np.frombuffer(b"".join(
+        hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest() for text in block), dtype="V16")
+        for block in _column_blocks(columns)] or [np.zeros(0, dtype="V16")])
+    _, first, inverse = np.unique(digests, return_index=True, return_inverse=True)
+    del digests
+    order = np.argsort(first, kind="stable")  # distinct texts by first appearance
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    single = rank[np.ravel(inverse)]  # per text position, its single's row
+    firsts = np.zeros(len(single), dtype=bool)
+    firsts[first] = True
+    pair_rows, at = {}, 0
+    for name, split in dataset.splits.items():
+        n = len(split)
+        pair_rows[name] = np.stack([single[at:at + n], single[at + n:at + 2 * n]], axis=1)  # (n, 2)
+        at += 2 * n
+    n = len(order)
+    return Split(SINGLES, stream.RowIds("s", None, 0, n), _FirstTexts(columns, firsts, n), None,
+                 np.zeros((n, 0), dtype=np.uint8)), pair_rows
+
+
+def _column_blocks(columns):
+    """Lists of each column's values in order, a block at a time (at most its length)."""
+    for column in columns:
+        left = len(column)
+        for block in (column._blocks() if isinstance(column, stream.Lazy) else [list(column)]):
+            if left <= 0:
+                break
+            yield block[:left]
+            left -= len(block)
+
+
+class _FirstTexts(stream.Lazy):
+    """The distinct texts of a streamed pair dataset: the texts of `columns` (one after the
+    other) at the positions where each first appears, read from the files a block at a time."""
+
+    def __init__(self, columns: list, firsts: np.ndarray, n: int):
+        self.columns, self.firsts = columns, firsts
+        super().__init__(n)
+
+    def _blocks(self):
+        import itertools
+
+        at = 0
+        for block in _column_blocks(self.columns):
+            picked = list(itertools.compress(block, self.firsts[at:at + len(block)]))
+            at += len(block)
+            if picked:
+                yield picked

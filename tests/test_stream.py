@@ -1223,3 +1223,37 @@ def test_a_quote_never_closed_is_named_not_read_to_the_end_of_the_file(monkeypat
     for threshold in (1 << 40, 0):
         monkeypatch.setattr(stream, "STREAM_BYTES", threshold)
         assert "bx" in load_dataset(DataConfig(path=str(path))).label_names
+
+
+@pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
+def test_a_streamed_pair_datasets_distinct_texts_are_those_read_whole_without_holding_them(monkeypatch, tmp_path, layout):
+    """extract.pair_singles over a streamed file: each text known by its digest, the singles
+    read again from the file (a dict of every text held 20M strings for 10M pairs)."""
+    from featx.plan import _FirstTexts, distinct_texts
+
+    rows = pair_rows(400)
+    for i in range(0, 399, 3):  # texts repeated across pairs, sides and splits
+        rows[i]["text2"] = rows[(i * 7) % 400]["text"]
+        rows[i + 1]["text"] = rows[i]["text2"]
+    cfg = laid_out(tmp_path, rows, layout)
+    whole, streamed = read_both(monkeypatch, **cfg, text_pair="text2")
+    (a, rows_a), (b, rows_b) = distinct_texts(whole), distinct_texts(streamed)
+    assert isinstance(b.texts, _FirstTexts) and isinstance(b.ids, stream.RowIds)
+    assert list(b.texts) == a.texts and list(b.ids) == a.ids and len(b) == len(a) < 800
+    assert rows_a.keys() == rows_b.keys() and all((rows_a[s] == rows_b[s]).all() for s in rows_a)
+    picked = np.random.default_rng(0).permutation(len(a))[:50]
+    assert b.take(picked).texts == a.take(picked).texts  # a rank's dealt singles, in any order
+    assert b.texts[10:20] == a.texts[10:20]
+
+
+def test_a_streamed_pair_dataset_extracts_its_singles_into_the_same_cache(monkeypatch, tmp_path, make_pipeline):
+    from featx.extract import extract
+    from tests.conftest import assert_same_vectors
+
+    path = write_rows(tmp_path / "rows.csv", pair_rows(300))
+    data = {"path": str(path), "text_pair": "text2", "task": "multiclass"}
+    whole = extract(make_pipeline(data, data_dir=str(tmp_path / "whole"), extract={"store_dtype": "float32"}))
+    monkeypatch.setattr(stream, "STREAM_BYTES", 0)
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 1 << 12)
+    streamed = extract(make_pipeline(data, data_dir=str(tmp_path / "streamed"), extract={"store_dtype": "float32"}))
+    assert_same_vectors(streamed.path, whole.path, same_key=False)
