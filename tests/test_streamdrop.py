@@ -191,3 +191,19 @@ def test_a_streamed_drop_extracts_into_the_same_cache(monkeypatch, tmp_path, mak
     assert_same_vectors(streamed.path, whole.path, same_key=False)
     with Cache(whole.path) as a, Cache(streamed.path) as b:
         assert b.meta["dropped_empty"] == a.meta["dropped_empty"] == {"dev": 14, "train": 13, "test": 7}
+
+
+@pytest.mark.parametrize("what", ["max_rows", "regression", "label sets"])
+def test_drop_empty_with_first_rows_targets_and_label_sets_streams_as_read_whole(monkeypatch, tmp_path, what):
+    rows = rows_with_blanks()
+    cfg = {"split_column": "split"}
+    if what == "max_rows":
+        cfg["max_rows"] = 30
+    for i, row in enumerate(rows):
+        if what == "regression":  # a dropped row's target is never read, as read whole
+            row["label"] = "n/a" if not row["text"].strip() else f"{(i * 37) % 101 / 10:.1f}"
+            cfg["task"] = "regression"
+        elif what == "label sets":
+            row["label"] = ["a|b", "b", "", "c|a"][i % 4]
+            cfg |= {"task": "multilabel", "label_sep": "|"}
+    read_both(monkeypatch, path=str(write(tmp_path, rows, "csv")), **cfg)
