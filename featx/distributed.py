@@ -112,6 +112,11 @@ def extract_sharded(pipeline: Pipeline):
 
         shards = final.with_name(final.name.removesuffix(".h5") + ".shards")
         refuse_link(shards, "where featx keeps the shards of a distributed extraction")
+        others = sorted(p.name for p in final.parent.glob("*.shards") if p != shards) if rank == 0 else []
+        if others:  # never removed unasked: another job may be writing them
+            log.warning("%s holds shards of other cache keys (%s), left by a distributed run that "
+                        "stopped before its data or model changed: delete them unless a job is "
+                        "writing them", final.parent, ", ".join(others))
         shard = shards / f"rank{rank:03d}-of-{size:03d}.h5"
         # A shard holds its rows of every group (the singles too); rank 0's assembly writes the
         # pair rows of the whole dataset, so a shard needs none.

@@ -73,11 +73,14 @@ def test_deal_balances_tokens():
 
 def test_two_ranks_write_the_single_process_cache(tmp_path, tiny_bert):
     single = extract(load_pipeline(job(tmp_path, tiny_bert, "single")))
+    stale = tmp_path / "sharded" / "cache" / "0123456789abcdef.shards"  # an earlier key's, left by a killed run
+    stale.mkdir(parents=True)
     run = torchrun(job(tmp_path, tiny_bert, "sharded"))
     assert run.returncode == 0, run.stderr[-3000:]
     path = Path(run.stdout.strip().splitlines()[-1])
     assert path.is_file() and len(run.stdout.strip().splitlines()) == 1
-    assert not list(path.parent.glob("*.shards"))  # assembled, shards removed
+    assert list(path.parent.glob("*.shards")) == [stale]  # assembled, its shards removed; others named, kept
+    assert "holds shards of other cache keys (0123456789abcdef.shards)" in run.stderr
     assert_same_cache(path, single.path)
     with Cache(path) as cache:
         stats = cache.meta["extract_stats"]
