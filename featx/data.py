@@ -31,20 +31,6 @@ from featx.tasks import TASKS
 log = logging.getLogger("featx")
 
 
-def _pick(values, rows) -> list:
-    """values[rows] as a list; a streamed column is read once in file order (rows in any
-    other order read it whole into memory), then put in the order asked."""
-    if not isinstance(values, stream.Lazy):
-        return [values[i] for i in rows]
-    rows = np.asarray(rows, dtype=np.int64)
-    out: list = [None] * len(rows)
-    if values._whole is None:
-        values._restart()  # from the first block: rows before where a last read stopped are asked
-    for k in np.argsort(rows, kind="stable"):
-        out[k] = values[int(rows[k])]
-    return out
-
-
 @dataclass(frozen=True)
 class Split:
     """One split: row-aligned ids, texts (and second texts for pairs), labels, kept columns.
@@ -64,7 +50,8 @@ class Split:
 
     def take(self, rows) -> "Split":
         """The split restricted to `rows` (positions), in that order."""
-        pick = lambda values: _pick(values, rows)  # noqa: E731
+        pick = lambda values: (values.take(rows) if isinstance(values, stream.Lazy)  # noqa: E731
+                               else [values[i] for i in rows])
         return Split(self.name, pick(self.ids), pick(self.texts),
                      None if self.text_pairs is None else pick(self.text_pairs), self.labels[rows],
                      {k: pick(v) for k, v in self.columns.items()})

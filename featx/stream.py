@@ -281,6 +281,18 @@ class Lazy(Sequence):
             self._first, self._block = end, block
         return out
 
+    def take(self, rows) -> list:
+        """The values at `rows` (positions, in any order) as a list, read in one pass from the
+        start in increasing order (a rank's dealt rows, which `_range` alone would read whole
+        into memory), then put in the order asked."""
+        if self._whole is None:
+            self._restart()
+        rows = np.asarray(rows, dtype=np.int64)
+        out: list = [None] * len(rows)
+        for k in np.argsort(rows, kind="stable"):
+            out[k] = self._range(int(rows[k]), int(rows[k]) + 1)[0]
+        return out
+
 
 class Column(Lazy):
     """One string column of the rows of a split: the file's records whose split code is

@@ -145,13 +145,15 @@ class LineSource:
     def lines(self):
         """(the block's bytes, its non-blank lines), in file order, less the records `drop`
         drops."""
-        for data, lines, _ in self._lines():
+        for data, lines, _, _ in self._lines():
             yield data, lines
 
     def _lines(self):
-        """(the block's bytes, its non-blank lines `drop` keeps, those it drops), in file order:
-        the lines featx.readers gets from the whole decoded text, since a block ends just after
-        a line feed (which always ends a line, and a CRLF is never cut)."""
+        """(the block's bytes, its non-blank lines `drop` keeps, those it drops, the kept JSON
+        lines decoded (None: not decoded yet, or not a JSON object)), in file order: the lines
+        featx.readers gets from the whole decoded text, since a block ends just after a line
+        feed (which always ends a line, and a CRLF is never cut). Under `drop` each JSON line is
+        decoded once, here, for every use."""
         stream.check_states(self)
         start, stop = self.span or (0, self.state[0])
         for offset, data in _line_blocks(self.path, start, stop):
@@ -159,22 +161,29 @@ class LineSource:
             split = json_lines(text) if self.fmt == "jsonl" else text.splitlines()
             lines = [line for line in split if line and not line.isspace()]
             if not self.drop:
-                yield data, lines, []
+                yield data, lines, [], None
                 continue
-            blank = [self._blank(line) for line in lines]
+            records = [self._record(line) for line in lines]
+            blank = [self._blank(line, record) for line, record in zip(lines, records)]
             yield (data, [line for line, b in zip(lines, blank) if not b],
-                   [line for line, b in zip(lines, blank) if b])
+                   [record for record, b in zip(records, blank) if b],
+                   [record for record, b in zip(records, blank) if not b])
 
-    def _blank(self, line: str) -> bool:
+    def _record(self, line: str):
+        """A JSON line decoded (None: not JSON, or not a label-text file's; pass 1 refuses it)."""
+        if self.fmt != "jsonl":
+            return None
+        try:
+            return _STRICT.decode(line)
+        except (ValueError, RecursionError, _Repeated):
+            return None
+
+    def _blank(self, line: str, record) -> bool:
         """Whether a record's text (a `drop` key's value) is missing, as featx.readers reads it
         (a JSON null, NaN, a blank string, an absent key; a label with no text). A line that is
         not a JSON object is kept, for pass 1 to refuse."""
         if self.fmt != "jsonl":
             return is_missing(label_and_text(line)[1])
-        try:
-            record = _STRICT.decode(line)
-        except (ValueError, RecursionError, _Repeated):
-            return False
         return type(record) is dict and any(is_missing(record.get(key)) for key in self.drop)
 
     def parse(self, wanted: stream.Wanted) -> stream.Parsed:
@@ -182,12 +191,13 @@ class LineSource:
         n = 0
         seen: set[str] = set()  # the kept keys some record has (read whole: a column of the file)
         try:
-            for data, lines, dropped in self._lines():
+            for data, lines, dropped, records in self._lines():
                 if dropped:  # counted by their split value, as read whole
-                    kept.count_dropped([_STRICT.decode(line).get(wanted.split) for line in dropped]
+                    kept.count_dropped([record.get(wanted.split) for record in dropped]
                                        if wanted.split is not None else [""] * len(dropped))
                 if self.fmt == "jsonl":
-                    block = _jsonl_block(lines, wanted, kept, careful=_RISKY.search(data) is not None, seen=seen)
+                    block = _jsonl_block(lines, wanted, kept, careful=_RISKY.search(data) is not None, seen=seen,
+                                         records=records)
                 else:
                     block = _label_text_block(data, lines, wanted, kept)
                 if wanted.targets:
@@ -209,15 +219,15 @@ class LineSource:
         """`column`'s values (`absent`: None for a record without the key) of the records whose
         split code is `code`, a block at a time."""
         record = 0
-        for _, lines in self.lines():
+        for _, lines, _, records in self._lines():
             mine = stream.select(lines, assignment, code, record)
-            record += len(lines)
             if self.fmt != "jsonl":
                 yield [label_and_text(line)[1] for line in mine]
-            elif absent:
-                yield [json.loads(line).get(column) for line in mine]
             else:
-                yield [json.loads(line)[column] for line in mine]
+                decoded = (map(json.loads, mine) if records is None
+                           else stream.select(records, assignment, code, record))
+                yield [r.get(column) for r in decoded] if absent else [r[column] for r in decoded]
+            record += len(lines)
 
     def kept(self, column: str, assignment: np.ndarray | None, code: int):
         """A kept column's values as featx.labels keeps a JSON row's: str() of each, "" for a
@@ -237,16 +247,17 @@ class _Block:
 
 
 def _jsonl_block(lines: list[str], wanted: stream.Wanted, kept: stream.Pass, *, careful: bool,
-                 seen: set[str]) -> _Block:
-    """Pass 1 over a block of JSON lines, the distinct labels and split values put in `kept`'s
-    codes; an exception at anything featx.readers or featx.labels reports."""
+                 seen: set[str], records: list | None = None) -> _Block:
+    """Pass 1 over a block of JSON lines (`records`: those already decoded, None where not), the
+    distinct labels and split values put in `kept`'s codes; an exception at anything
+    featx.readers or featx.labels reports."""
     decode, key, target = _STRICT.decode, stream.value_key, stream.python_target
     labels, splits = kept.labels.index, kept.splits.index
     texts, label, split, id_, plain = wanted.texts, wanted.labels[0], wanted.split, wanted.id, wanted.plain
     targets = wanted.labels if wanted.targets else None
     out = _Block()
-    for line in lines:
-        record = decode(line)
+    for k, line in enumerate(lines):
+        record = records[k] if records is not None and records[k] is not None else decode(line)
         if type(record) is not dict:
             raise TypeError("a line that is not a JSON object")
         for text in texts:
