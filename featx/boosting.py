@@ -13,6 +13,7 @@ from sklearn.model_selection import train_test_split
 from sklearn.multioutput import MultiOutputClassifier, MultiOutputRegressor
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from featx.targets import StandardisedTarget
 from featx.tasks import TASKS
 from featx.varying import VaryingLabels
 
@@ -125,7 +126,8 @@ class LightGBMRegressorHead(RegressorMixin, _LightGBMHead):
 def lightgbm(task: str, seed: int, threads: int, num_leaves: int = 31):
     params = dict(num_leaves=num_leaves, random_state=seed, n_jobs=threads)
     if TASKS[task].regression:
-        return MultiOutputRegressor(LightGBMRegressorHead(**params))
+        # Standardised targets: LightGBM holds them in float32 (featx/heads.py's StandardisedTarget).
+        return StandardisedTarget(MultiOutputRegressor(LightGBMRegressorHead(**params)))
     if TASKS[task].thresholded:
         return VaryingLabels(MultiOutputClassifier(LightGBMClassifierHead(**params)))
     return LightGBMClassifierHead(**params)

@@ -20,8 +20,9 @@ A multilabel label never (or always) present in the rows a head is fitted on get
 estimator: its probability is that constant (MultilabelLogistic does it itself, the other
 heads through VaryingLabels). Every head takes `random_state` and a thread count; nothing
 touches the backbone. The torch heads (featx/torchheads.py) import torch when they fit, never
-when they predict. The LightGBM heads are featx/boosting.py's, the TF-IDF baseline
-featx/lexical.py's and VaryingLabels featx/varying.py's; this module is the registry and the
+when they predict. The trained regression heads (all but identity and majority, whose
+arithmetic is float64) fit standardised targets (StandardisedTarget), their predictions mapped
+back in float64. The LightGBM heads are featx/boosting.py's, the TF-IDF baseline featx/lexical.py's and VaryingLabels featx/varying.py's; this module is the registry and the
 other heads.
 """
 from __future__ import annotations
@@ -35,7 +36,6 @@ from typing import Callable
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
-from sklearn.compose import TransformedTargetRegressor
 from sklearn.dummy import DummyClassifier, DummyRegressor
 from sklearn.exceptions import ConvergenceWarning, DataConversionWarning
 from sklearn.linear_model import LogisticRegression, Ridge
@@ -48,6 +48,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from featx import boosting, lexical
 from featx.errors import check_choice
 from featx.ridge import RidgeClassifierHead
+from featx.targets import StandardisedTarget
 from featx.tasks import TASKS
 from featx.torchheads import TorchLogistic, TorchMLPClassifier, TorchMLPRegressor, TorchRidge
 from featx.varying import CONSTANT_LOGIT, VaryingLabels, constant_labels
@@ -296,7 +297,7 @@ def _ridge(task: str, seed: int, threads: int, alpha: float = 1.0):
 
 def _logistic(task: str, seed: int, threads: int, C: float = 1.0, alpha: float = 1.0):
     if TASKS[task].regression:  # the linear probe of a regression task: ridge regression
-        return make_pipeline(StandardScaler(), Ridge(alpha=alpha))
+        return make_pipeline(StandardScaler(), StandardisedTarget(Ridge(alpha=alpha)))
     if TASKS[task].thresholded:
         return make_pipeline(StandardScaler(), MultilabelLogistic(C=C, warm_start=True))
     # warm_start: along the grid's C path, each fit starts from the previous solution.
@@ -310,8 +311,7 @@ def _mlp(task: str, seed: int, threads: int, alpha: float = 1e-4, hidden: int = 
     common = dict(hidden_layer_sizes=(hidden,), alpha=alpha, early_stopping=True,
                   validation_fraction=0.1, n_iter_no_change=10, max_iter=200, random_state=seed)
     if TASKS[task].regression:
-        network = make_pipeline(StandardScaler(), MLPRegressorHead(**common))
-        return TransformedTargetRegressor(regressor=network, transformer=StandardScaler())
+        return make_pipeline(StandardScaler(), StandardisedTarget(MLPRegressorHead(**common)))
     if TASKS[task].thresholded:  # one sigmoid output per label that varies
         return make_pipeline(StandardScaler(), VaryingLabels(MLPHead(**common)))
     return make_pipeline(StandardScaler(), MLPHead(**common))
@@ -320,7 +320,7 @@ def _mlp(task: str, seed: int, threads: int, alpha: float = 1e-4, hidden: int = 
 def _logistic_torch(task: str, seed: int, threads: int, C: float = 1.0, alpha: float = 1.0):
     # The same objectives as `_logistic`'s: ridge in closed form, L-BFGS for the logistic losses.
     if TASKS[task].regression:
-        return make_pipeline(StandardScaler(), TorchRidge(alpha=alpha, n_jobs=threads))
+        return make_pipeline(StandardScaler(), StandardisedTarget(TorchRidge(alpha=alpha, n_jobs=threads)))
     linear = TorchLogistic(C=C, warm_start=True, n_jobs=threads)
     return make_pipeline(StandardScaler(), VaryingLabels(linear) if TASKS[task].thresholded else linear)
 
@@ -328,8 +328,7 @@ def _logistic_torch(task: str, seed: int, threads: int, C: float = 1.0, alpha: f
 def _mlp_torch(task: str, seed: int, threads: int, alpha: float = 1e-4, hidden: int = 256):
     common = dict(hidden=hidden, alpha=alpha, random_state=seed, n_jobs=threads)
     if TASKS[task].regression:
-        network = make_pipeline(StandardScaler(), TorchMLPRegressor(**common))
-        return TransformedTargetRegressor(regressor=network, transformer=StandardScaler())
+        return make_pipeline(StandardScaler(), StandardisedTarget(TorchMLPRegressor(**common)))
     network = TorchMLPClassifier(**common)
     return make_pipeline(StandardScaler(), VaryingLabels(network) if TASKS[task].thresholded else network)
 

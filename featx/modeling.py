@@ -292,9 +292,15 @@ def fold_probe(estimator, task: str, hidden: int, scaler: TargetScaler | None) -
     """(weight (n_outputs, H), bias) such that the head computes the probe's decision function
     on raw features: W (x - mu) / sigma + b = (W / sigma) x + (b - (W / sigma) . mu)."""
     standardise, model = estimator[0], estimator[-1]
+    targets = getattr(model, "estimator_", None)  # a regression probe: fitted on standardised targets
+    if targets is not None:
+        model = targets
     W, b = np.atleast_2d(model.coef_), np.atleast_1d(model.intercept_)  # (outputs, H), (outputs,)
     W = W / standardise.scale_
     b = b - W @ standardise.mean_
+    if targets is not None:  # back to the targets' scale: y = (W x + b) * scale + mean
+        outer = estimator[-1]
+        W, b = W * outer.scale_[:, None], b * outer.scale_ + outer.mean_
     if TASKS[task].regression:  # the head predicts standardised targets
         return W / scaler.std[:, None], (b - scaler.mean) / scaler.std
     if W.shape[0] == 1 and n_outputs(task, 1) == 2:  # two logits whose difference is the probe's decision

@@ -57,7 +57,7 @@ def allowed() -> dict[str, type]:
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import LabelBinarizer, LabelEncoder, StandardScaler
 
-    from featx import boosting, heads, lexical, varying
+    from featx import boosting, heads, lexical, targets, varying
 
     classes = [Pipeline, StandardScaler, LabelBinarizer, LabelEncoder, LogisticRegression, Ridge,
                MLPClassifier, MLPRegressor, AdamOptimizer, SGDOptimizer, TransformedTargetRegressor,
@@ -66,7 +66,7 @@ def allowed() -> dict[str, type]:
                boosting.LightGBMClassifierHead, boosting.LightGBMRegressorHead, heads.MultilabelLogistic, heads.MultinomialLogistic,
                lexical.LexicalFeatures, heads.IncreasingScore, varying.VaryingLabels, heads.MLPHead, heads.MLPRegressorHead,
                heads.TorchLogistic, heads.TorchRidge, heads.TorchMLPClassifier, heads.TorchMLPRegressor,
-               heads.RidgeClassifierHead]
+               heads.RidgeClassifierHead, targets.StandardisedTarget]
     # Head files written before these classes left featx/heads.py name them there: they still load.
     earlier = {f"featx.heads.{c.__qualname__}": c for c in (
         boosting.LightGBMClassifierHead, boosting.LightGBMRegressorHead, lexical.LexicalFeatures, varying.VaryingLabels)}

@@ -304,15 +304,21 @@ def test_lp_ft_head_starts_at_the_probe(make_pipeline, tmp_path, task, head_inpu
     np.testing.assert_allclose(ours, decision, atol=1e-4, rtol=1e-4)
 
 
-def test_fold_probe_for_regression_predicts_standardised_targets():
+@pytest.mark.parametrize("offset", [300.0, 1e9])
+@pytest.mark.parametrize("wrapped", [True, False], ids=["registry", "plain-ridge"])
+def test_fold_probe_for_regression_predicts_standardised_targets(wrapped, offset):
     from sklearn.linear_model import Ridge
     from sklearn.pipeline import make_pipeline as sk_pipeline
     from sklearn.preprocessing import StandardScaler
 
+    from featx import heads
+
     rng = np.random.default_rng(0)
     X = rng.normal(size=(50, 6)) * 3 + 1
-    y = (X @ rng.normal(size=(6, 1))) * 20 + 300
-    estimator = sk_pipeline(StandardScaler(), Ridge(alpha=1.0)).fit(X, y)
+    y = (X @ rng.normal(size=(6, 1))) * 20 + offset
+    # The registry's probe fits standardised targets (StandardisedTarget); a plain Ridge the raw ones.
+    estimator = (heads.build("logistic", "regression", {"alpha": 1.0}) if wrapped
+                 else sk_pipeline(StandardScaler(), Ridge(alpha=1.0))).fit(X, y)
     scaler = TargetScaler.fit(y)
     weight, bias = fold_probe(estimator, "regression", 6, scaler)
     assert np.allclose(scaler.inverse(X @ weight.T + bias).ravel(), estimator.predict(X).ravel())

@@ -121,6 +121,58 @@ def test_regression_metrics_are_on_the_original_scale(tmp_path):
     assert record.metrics["r2"] > 0.9
 
 
+@pytest.mark.parametrize("head", ["logistic", "mlp", "lightgbm", "logistic-torch", "mlp-torch"])
+def test_regression_targets_far_from_zero_keep_their_signal(tmp_path, head):
+    # 1e9 + a spread of 100 (a timestamp, a price in cents): float32 targets (Ridge, LightGBM)
+    # or a float32 mapping back (the MLP) kept no digit of the spread and predicted a constant.
+    features, labels, names = make_task("regression", True)
+    scores = {}
+    for offset in (0.0, 1e9):
+        shifted = {k: v * 100 + offset for k, v in labels.items()}
+        path = write_synthetic_cache(tmp_path / str(offset), "regression", features, shifted, names)
+        record, _ = probe_one(path, Features("mean", (0,)), head, ProbeConfig())
+        scores[offset] = record.metrics
+    assert scores[1e9]["r2"] > 0.9
+    for metric in ("r2", "pearson", "spearman"):
+        assert scores[1e9][metric] == pytest.approx(scores[0.0][metric], abs=1e-3)
+
+
+def test_standardised_targets_predict_on_the_original_scale_in_float64():
+    from featx.targets import StandardisedTarget
+    from sklearn.linear_model import Ridge
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 4)).astype(np.float32)
+    Y = np.column_stack([X @ [1.0, 2, 0, 0], X @ [0, 0, 3.0, -1]]) + [1e9, -5e12]  # (n, 2)
+    two = StandardisedTarget(Ridge(alpha=1e-3)).fit(X, Y)
+    assert two.predict(X).dtype == np.float64 and np.abs(two.predict(X) - Y).max() < 1e-2
+    one = StandardisedTarget(Ridge(alpha=1e-3)).fit(X, Y[:, 0])  # (n,) targets: (n,) predictions
+    assert one.predict(X).shape == (300,) and np.abs(one.predict(X) - Y[:, 0]).max() < 1e-2
+    constant = StandardisedTarget(Ridge()).fit(X, np.full(300, 7.0))  # no spread: the offset alone
+    assert np.allclose(constant.predict(X), 7.0)
+    with pytest.raises(ValueError, match="finite"):
+        StandardisedTarget(Ridge()).fit(X, np.r_[np.nan, Y[1:, 0]])
+
+
+def test_the_tfidf_baseline_regresses_targets_far_from_zero():
+    # Its sparse Ridge solver's tolerance is relative to the targets: at 1e9 it stopped short.
+    from sklearn.pipeline import make_pipeline as sk_pipeline
+
+    from featx import heads, lexical
+
+    rng = np.random.default_rng(0)
+    words = rng.choice([f"w{i}" for i in range(200)], size=(1500, 8))
+    X = np.array([" ".join(w) for w in words], dtype=object).reshape(-1, 1)
+    y = np.array([sum(int(w[1:]) % 7 for w in row) for row in words], dtype=float)
+    predictions = {}
+    for offset in (0.0, 1e9):
+        head = sk_pipeline(lexical.LexicalFeatures(), heads.build("tfidf", "regression", {"alpha": 1.0}))
+        heads.fit(head, X[:1200], (y[:1200] + offset).reshape(-1, 1))
+        predictions[offset] = heads.predict_scores(head, X[1200:], "regression", 0)[:, 0] - offset
+    assert np.corrcoef(predictions[1e9], y[1200:])[0, 1] > 0.9
+    assert np.abs(predictions[1e9] - predictions[0.0]).max() < 1e-3
+
+
 def test_cv_protocol_without_dev(tmp_path):
     features, labels, names = make_task("multiclass", True)
     del features["dev"], labels["dev"]

@@ -13,7 +13,7 @@ from tests.conftest import ROOT
 # Lower layers first; a module may import only modules of its own layer or below.
 LAYERS = [
     {"errors", "version", "tasks", "files", "progress"},
-    {"configrules", "stageconfig", "config", "configfile", "metrics", "bootstrap", "pooling", "heads", "varying", "boosting", "lexical", "torchheads",
+    {"configrules", "stageconfig", "config", "configfile", "metrics", "bootstrap", "pooling", "heads", "varying", "targets", "boosting", "lexical", "torchheads",
      "pairs", "serialize", "stratify", "stream", "streamformats", "streamcolumns", "streamlabels", "spans", "ridge", "search", "readers", "builtin", "labels", "splits", "resolve",
      "recordschema"},
     {"data", "backbone", "records", "choice", "headfiles", "batching"},

@@ -144,8 +144,7 @@ def test_the_mlp_learns_every_task_and_stops_early():
     for task in TASKS:
         X, y = problem(task, n=600)
         fitted = H.fit(H.build("mlp-torch", task, {"alpha": 1e-2}), X, y)
-        network = (fitted.regressor_ if task == "regression" else fitted)[-1]
-        network = getattr(network, "estimator_", network)
+        network = getattr(fitted[-1], "estimator_", fitted[-1])  # VaryingLabels, StandardisedTarget
         assert network.n_iter_ < 200 and len(network.loss_curve_) == network.n_iter_
         if task == "regression":
             assert np.corrcoef(fitted.predict(X)[:, 0], y[:, 0])[0, 1] > 0.9
