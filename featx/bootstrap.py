@@ -137,16 +137,23 @@ def _multilabel(W, y, scores, threshold, auc=True):
 
 def _moments(W: np.ndarray, a: np.ndarray, b: np.ndarray, n: np.ndarray) -> np.ndarray:
     """Pearson correlation of columns a, b (n,) under each resample; NaN when one is constant."""
-    a, b = a - a.mean(), b - b.mean()  # centred once: the moments below stay well conditioned
+    # Centred once and each scaled to a largest |value| of 1 (Pearson ignores both): the moments
+    # below stay well conditioned, and targets near 1e90 no longer overflow va * vb to inf
+    # (an interval of [0, 0]) nor targets near 1e-200 underflow it to 0 (NaN).
+    a, b = _unit(a - a.mean()), _unit(b - b.mean())
     ma, mb = (W @ a) / n, (W @ b) / n
     va, vb = (W @ (a * a)) / n - ma ** 2, (W @ (b * b)) / n - mb ** 2
     cov = (W @ (a * b)) / n - ma * mb
-    # Each column's own scale: one cut-off over both made predictions of spread 0.5 beside a
-    # target of 1e6 "constant" (NaN on every resample, where scipy's Pearson is 0.147).
-    tiny_a = 1e-12 * max(float(np.abs(a).max(initial=0) ** 2), 1e-300)
-    tiny_b = 1e-12 * max(float(np.abs(b).max(initial=0) ** 2), 1e-300)
-    ok = (va > tiny_a) & (vb > tiny_b)
+    # Each column's own scale (1 now): one cut-off over both made predictions of spread 0.5
+    # beside a target of 1e6 "constant" (NaN on every resample, where scipy's Pearson is 0.147).
+    ok = (va > 1e-12) & (vb > 1e-12)
     return np.where(ok, cov / np.sqrt(np.where(ok, va * vb, 1.0)), np.nan)
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    """x over its largest |value| (a column of zeros as it is)."""
+    top = float(np.abs(x).max(initial=0))
+    return x / top if top > 0 else x
 
 
 def _ranks(W: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -257,8 +257,11 @@ def as_list(value) -> list:
 
 # A number written plainly: "7", "-1.5", "2e3"; not "007" (a code) nor "nan" or "inf".
 PLAIN_NUMBER = re.compile(r"[+-]?((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
-# Regression targets beyond this magnitude overflow squared errors and standardisation.
+# Regression targets beyond this magnitude overflow squared errors and standardisation; a
+# nonzero one below MIN_TARGET underflows them (targets near 1e-307 gave the majority baseline
+# an r2 of 1).
 MAX_TARGET = 1e100
+MIN_TARGET = 1e-100
 
 
 def as_number(value, plain: bool = False) -> float | None:
@@ -463,10 +466,11 @@ class LabelEncoder:
                     if number is None or not math.isfinite(number):
                         raise FeatxError(f"{where}, column {shown(column)}: regression target {shown(v)} "
                                          "is not a finite number")
-                    if abs(number) > MAX_TARGET:
+                    if abs(number) > MAX_TARGET or 0 < abs(number) < MIN_TARGET:
                         raise FeatxError(f"{where}, column {shown(column)}: regression target {shown(v)} is "
-                                         f"beyond +-{MAX_TARGET:g}; rescale the target (e.g. its "
-                                         "logarithm) so squared errors stay finite")
+                                         f"outside {MIN_TARGET:g} <= |target| <= {MAX_TARGET:g} (0 aside); "
+                                         "rescale the target (e.g. its logarithm, or a unit that "
+                                         "brings it near 1) so squared errors stay finite and nonzero")
                     out[i, j] = number
             return out
         if TASKS[self.task].thresholded:

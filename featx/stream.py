@@ -38,7 +38,7 @@ from typing import ClassVar
 import numpy as np
 
 from featx.errors import FeatxError
-from featx.labels import MAX_TARGET, PLAIN_NUMBER
+from featx.labels import MAX_TARGET, MIN_TARGET, PLAIN_NUMBER
 
 log = logging.getLogger("featx")
 
@@ -396,7 +396,8 @@ class Pass:
 
     def add_targets(self, block: np.ndarray) -> None:
         """A block's targets, (rows, n_targets) float64: Fallback on any featx.labels refuses."""
-        if not np.isfinite(block).all() or (np.abs(block) > MAX_TARGET).any():
+        size = np.abs(block)
+        if not np.isfinite(block).all() or (size > MAX_TARGET).any() or ((size < MIN_TARGET) & (size > 0)).any():
             raise Fallback("a regression target that is not a finite number, or too large")
         self._targets.append(block)
 

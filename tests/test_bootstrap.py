@@ -163,3 +163,15 @@ def test_pearson_of_small_predictions_beside_a_huge_target_is_a_number():
     every_row = np.ones((1, 200))
     got = BS.metric_samples("regression", every_row, y, scores[None])["pearson"][0]
     assert got == pytest.approx(M.evaluate("regression", y, scores)["pearson"])
+
+
+@pytest.mark.parametrize("scale", [1e-90, 1e90])
+def test_correlation_intervals_do_not_depend_on_the_targets_scale(scale):
+    # va * vb overflowed past 1e78 (an interval of [0, 0]) and underflowed below 1e-100 (NaN).
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=(40, 1))
+    scores = y + 0.3 * rng.normal(size=(40, 1))
+    plain = BS.intervals("regression", y, scores[None])
+    scaled = BS.intervals("regression", y * scale, (scores * scale)[None])
+    for metric in ("pearson", "spearman", "r2"):
+        np.testing.assert_allclose(scaled[metric], plain[metric], rtol=1e-9)

@@ -1043,7 +1043,7 @@ def test_many_distinct_integers_warn_once_per_load(monkeypatch, tmp_path, caplog
     assert isinstance(dataset.splits["train"].texts, stream.Column)
 
 
-@pytest.mark.parametrize("value", ["abc", "nan", "inf", "", "1e400", "1e200", "[1]"])
+@pytest.mark.parametrize("value", ["abc", "nan", "inf", "", "1e400", "1e200", "1e-200", "-3e-150", "[1]"])
 def test_a_bad_regression_target_gives_the_whole_file_readers_error(monkeypatch, tmp_path, value):
     rows = target_rows()
     rows[170]["score"] = value
