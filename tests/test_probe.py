@@ -739,9 +739,10 @@ def test_a_baseline_under_cv_is_scored_on_the_first_fold_alone(monkeypatch):
     assert len(probe.scores) == n and probe.select_on == cv.select_on
 
 
-def test_warm_started_folds_and_final_fit_match_fresh_fits():
-    """Under cv a convex head's other folds and its final fit start from the chosen candidate's
-    first-fold solution: the same optimum as a fresh start, so the same predictions."""
+def test_cv_folds_are_fresh_fits_and_the_warm_final_fit_matches_a_fresh_one():
+    """Under cv a convex head's other folds are fresh fits (see the next test) and its final fit
+    starts from the chosen candidate's first-fold solution: the same optimum as a fresh start,
+    so the same predictions."""
     from featx.search import select, selection_splits, warmed
 
     rng = np.random.default_rng(0)
@@ -765,6 +766,28 @@ def test_warm_started_folds_and_final_fit_match_fresh_fits():
     assert warmed("logistic", "multiclass", {"C": 1.0}, start=start, y=y, seed=0, threads=1) is not start
     assert not hasattr(warmed("logistic", "multiclass", {"C": 1.0}, start=start, y=y, seed=0, threads=1)[-1],
                        "coef_")
+
+
+@pytest.mark.parametrize("task", ["binary", "multiclass"])
+def test_cv_selection_scores_learn_nothing_from_the_held_rows(task, monkeypatch):
+    # Random labels: every out-of-fold score is chance. The other folds had started from the
+    # first fold's fit, whose rows hold theirs, and a solver stopping on its tolerance near it
+    # kept them: 0.84 out-of-fold accuracy at C = 100 on two random classes.
+    import dataclasses
+
+    from featx.search import select
+
+    # One weak penalty, the case a tolerance stop near a leaky start showed most.
+    monkeypatch.setitem(H.HEADS, "logistic", dataclasses.replace(H.HEADS["logistic"], grid=lambda task: [{"C": 100.0}]))
+    k = 2 if task == "binary" else 4
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 300)).astype(np.float32)
+    y = rng.integers(0, k, 120)
+    cv = choose_protocol("cv", ["train", "test"], 5)
+    chosen = select(head="logistic", task=task, n_classes=k, X=X, y=y, X_dev=None, y_dev=None,
+                    protocol=cv, cfg=ProbeConfig(), metric="accuracy", threads=1)
+    accuracy = M.evaluate(task, y, chosen.scores)["accuracy"]
+    assert accuracy < 1 / k + 0.15, (chosen.params, accuracy)
 
 
 def test_joint_multilabel_logistic_equals_one_fit_per_label():
