@@ -23,7 +23,7 @@ from featx.pairs import combine
 from featx.recordschema import Record, new_record
 from featx.records import Predictions, cache_facts, probe_config_hash
 from featx.headfiles import save_heads
-from featx.search import Protocol, choose_protocol, select, selection_splits, warmed
+from featx.search import Protocol, choose_protocol, cv_folds, cv_protocol, select, selection_splits, warmed
 from featx.tasks import TASKS
 from featx.varying import constant_labels
 
@@ -84,6 +84,7 @@ def load_problem(cache_path: str | Path, features: Features, head: str, cfg: Pro
         load = lambda split: (_inputs(cache, split, features), cache.labels(split))  # noqa: E731
         X, y = load("train")
         M.check_trainable(task, y, names)
+        protocol = cv_protocol(task, y, protocol, cfg.folds)
         X_report, y_report = load(protocol.report_on)
         X_dev, y_dev = load("dev") if protocol.name == "dev" else (None, None)
         # Every split a head reads, not train alone (a head's own check says only "Input X contains NaN").
@@ -188,7 +189,7 @@ def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeC
         selection_scores=np.asarray(selection.scores, dtype=TASKS[task].score_dtype()))
     record = new_record(
         **p.base, protocol=vars(protocol) | {"select_on": selection.select_on} | (
-            {"folds": cfg.folds} if protocol.name == "cv" else {}),
+            {"folds": cv_folds(task, p.y, cfg.folds)} if protocol.name == "cv" else {}),
         hyperparameters=chosen, search=selection.search, selection_score=selection.score, seeds=list(cfg.seeds), primary_metric=metric,
         # How far apart candidates must be before the selection split can tell them apart: the
         # report chooses among records within one standard error of the best (docs/verdict.md).

@@ -54,6 +54,24 @@ def choose_protocol(requested: str, splits: list[str], folds: int, n_train: int 
     return Protocol("cv", f"{folds}-fold cv on train", report)
 
 
+def cv_folds(task: str, y: np.ndarray, folds: int) -> int:
+    """The folds cv runs: probe.folds, or fewer on classes where the smallest has fewer training
+    rows (each fold holds a row of every class)."""
+    if not TASKS[task].classes or len(y) == 0:
+        return folds
+    return max(1, min(folds, min(int(c) for c in np.bincount(y) if c > 0)))
+
+
+def cv_protocol(task: str, y: np.ndarray, protocol: Protocol, folds: int) -> Protocol:
+    """`protocol`, its select_on naming the folds cv runs when a small class cut them (the record
+    and the verdict said "5-fold cv" over 2 folds)."""
+    runs = cv_folds(task, y, folds)
+    if protocol.name != "cv" or runs == folds or runs < 2:
+        return protocol
+    return Protocol("cv", f"{runs}-fold cv on train (probe.folds = {folds}: a class has {runs} "
+                    "training rows)", protocol.report_on)
+
+
 def _holdout_rows(n_train: int) -> int:
     """10% of train, at least 2,000 rows (or half of a small train), at most 10,000."""
     return int(min(10_000, max(min(2_000, n_train // 2), n_train // 10)))
@@ -329,11 +347,11 @@ def selection_splits(task, y, protocol: Protocol, folds: int, seed: int) -> list
         fit, held = train_test_split(rows, test_size=size, random_state=seed, stratify=stratify)
         return [(np.sort(fit), np.sort(held))]
     if classes:
-        smallest = min(int(c) for c in np.bincount(y) if c > 0)
-        if smallest < 2:
+        runs = cv_folds(task, y, folds)
+        if runs < 2:
             raise FeatxError("a class has a single training example; cross-validation needs at "
                              "least two per class (add examples, or give a dev split)")
-        splitter = StratifiedKFold(min(folds, smallest), shuffle=True, random_state=seed)
+        splitter = StratifiedKFold(runs, shuffle=True, random_state=seed)
     else:
         if folds >= len(y):  # the first fold's held rows choose, by a correlation: two at least
             raise FeatxError(f"probe.folds = {folds} with {len(y)} training rows leaves a fold of one row "

@@ -183,6 +183,19 @@ def test_cv_protocol_without_dev(tmp_path):
     assert record.metrics["accuracy"] > 0.9
 
 
+def test_cv_records_the_folds_it_ran(tmp_path):
+    # A class of 2 training rows cuts 5 folds to 2: the record and the verdict said "5-fold cv".
+    features, labels, names = make_task("multiclass", True)
+    del features["dev"], labels["dev"]
+    rare = np.flatnonzero(labels["train"] == 0)[2:]  # class 0 keeps 2 training rows
+    keep = np.setdiff1d(np.arange(len(labels["train"])), rare)
+    features["train"], labels["train"] = features["train"][keep], labels["train"][keep]
+    path = write_synthetic_cache(tmp_path / "cut", "multiclass", features, labels, names)
+    record, _ = probe_one(path, Features("mean", (0,)), "logistic", ProbeConfig(folds=5))
+    assert record.protocol["folds"] == 2
+    assert record.protocol["select_on"].startswith("2-fold cv on train (probe.folds = 5")
+
+
 def test_choose_protocol():
     assert choose_protocol("auto", ["train", "dev", "test"], 5).name == "dev"
     assert choose_protocol("auto", ["train", "test"], 5).report_on == "test"
