@@ -50,7 +50,8 @@ def export(pipeline, out_dir: str | Path, *, head: str | None = None, finetuned:
         if manifest.kind == "finetuned":
             _export_finetuned(manifest, partial)
             manifest = dataclasses.replace(manifest, model_path=".", checkpoint=None, head_input="model",
-                                           target_scaler=None, model_fingerprint=_fingerprint(partial))
+                                           target_scaler=None if folds_scaler(manifest) else manifest.target_scaler,
+                                           model_fingerprint=_fingerprint(partial))
         else:
             _copy_model(Path(manifest.model_path), partial / "backbone")
             name = Path(manifest.head_file).name
@@ -136,11 +137,25 @@ def _copy_model(source: Path, target: Path) -> None:
 POOLER_HEAD_TYPES = ("bert", "albert", "megatron-bert", "nezha")
 
 
+# A regression's scaler is folded into the exported output layer while every target's mean is
+# within this many of its spreads of zero: float32's 24 bits then keep 4+ digits of the spread.
+FOLD_MAX_RATIO = 1_000
+
+
+def folds_scaler(m: Manifest) -> bool:
+    """Whether the export folds the target scaler into its output layer (raw-scale logits)."""
+    scaler = m.target_scaler
+    return bool(TASKS[m.task].regression and scaler and all(
+        abs(mean) <= FOLD_MAX_RATIO * std for mean, std in zip(scaler["mean"], scaler["std"])))
+
+
 def _export_finetuned(m: Manifest, out: Path) -> None:
     """The fine-tuned model as its architecture's standard AutoModelForSequenceClassification
     folder, with its tokenizer: the model head is that class already; a pooler head on BERT or
     ALBERT is it parameter for parameter. A regression head predicts standardised targets: the
-    scaler is folded into its output layer, so the exported logits are on the original scale."""
+    scaler is folded into its output layer, so the exported logits are on the original scale,
+    unless a target's mean is over FOLD_MAX_RATIO spreads from zero (then the manifest and
+    config.json keep the scaler)."""
     import torch
     from safetensors.torch import load_file
     from transformers import AutoConfig, AutoModelForSequenceClassification
@@ -175,12 +190,24 @@ def _export_finetuned(m: Manifest, out: Path) -> None:
     if missing or unexpected:
         raise FeatxError(f"the fine-tuned weights do not map onto {type(model).__name__}: missing "
                          f"{missing[:5]}, unexpected {unexpected[:5]}")
-    if TASKS[m.task].regression and m.target_scaler:
+    if folds_scaler(m):
         layer = ML.output_layer(ML.ReferenceClassifier(model))
         std = torch.tensor(m.target_scaler["std"], dtype=layer.weight.dtype)
         mean = torch.tensor(m.target_scaler["mean"], dtype=layer.weight.dtype)
         with torch.no_grad():
             layer.weight.mul_(std[:, None])
             layer.bias.mul_(std).add_(mean)
+    elif TASKS[m.task].regression and m.target_scaler:
+        # Targets far from zero against their spread: in float32 the folded output layer keeps too
+        # few digits of the spread (1e9 + a spread of 100: every row the same value). The model
+        # predicts standardised targets; featx maps them back in float64 (the manifest's
+        # target_scaler), and anyone else reads the scaler from config.json.
+        config.featx_target_scaler = m.target_scaler
+        model.config.featx_target_scaler = m.target_scaler
+        log.warning("the exported model predicts standardised targets (their mean is %s of their "
+                    "spread from zero, past what float32 keeps in a folded output layer): "
+                    "featx.load_predictor maps them back; elsewhere take logits * std + mean from "
+                    "config.json's featx_target_scaler", "/".join(f"{abs(a) / b:.3g}x" for a, b in zip(
+                        m.target_scaler["mean"], m.target_scaler["std"])))
     model.save_pretrained(out)
     B.load_tokenizer(resolved.path).save_pretrained(out)

@@ -117,7 +117,8 @@ def _check_manifest(m: Manifest) -> None:
          "label_names is not a list of names")
     need(isinstance(m.layers, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in m.layers),
          "layers is not a list of indices")
-    need(m.pooling in POOLINGS + ("text",), "pooling is not a pooling")
+    # A fine-tune's pooling is its head input ("model": the architecture's own head, the default).
+    need(m.pooling in POOLINGS + ("text",) + (HEAD_INPUTS if m.kind == "finetuned" else ()), "pooling is not a pooling")
     for name in ("features", "head", "model_path", "model_fingerprint", "init", "compute_dtype", "store_dtype"):
         need(isinstance(getattr(m, name), str), f"{name} is not a string")
     need(m.store_dtype in ("float16", "float32"), "store_dtype is not float16 or float32")
@@ -130,11 +131,27 @@ def _check_manifest(m: Manifest) -> None:
          "featx no longer loads (a pickle runs code)")
     need(m.head_binding is None or isinstance(m.head_binding, dict), "head_binding is not an object")
     need(m.checkpoint is None, "an export carries its weights as a Hugging Face folder, not a checkpoint")
-    need(m.target_scaler is None, "an export folds its target scaler into its weights")
+    need(m.target_scaler is None or _scaler_of(m), "target_scaler is not a mean and a positive std per target")
     need(m.combine in PAIR_FEATURES, f"combine is not one of {', '.join(PAIR_FEATURES)}")
     need(m.prompt is None or isinstance(m.prompt, str), "prompt is not a string")
     need(m.attention in ATTENTIONS, f"attention is not one of {', '.join(ATTENTIONS)}")
     need(m.head_input is None or m.head_input in HEAD_INPUTS, f"head_input is not one of {', '.join(HEAD_INPUTS)}")
+
+
+def _scaler_of(m: Manifest) -> bool:
+    """Whether the manifest's target_scaler is one a regression export keeps (featx/export.py):
+    finite means and positive finite stds, one per target."""
+    import math
+
+    from featx.tasks import TASKS
+
+    scaler = m.target_scaler
+    if not TASKS[m.task].regression or not isinstance(scaler, dict) or set(scaler) != {"mean", "std"}:
+        return False
+    mean, std = scaler["mean"], scaler["std"]
+    numbers = lambda v: isinstance(v, list) and len(v) == len(m.label_names) and all(  # noqa: E731
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v)
+    return numbers(mean) and numbers(std) and all(x > 0 for x in std)
 
 
 def checked_model(m: Manifest):
@@ -241,6 +258,12 @@ def _finetuned_manifest(pipeline, directory: Path, record: Record, common: dict)
     if not isinstance(record.checkpoint_sha256, str):
         raise FeatxError(f"the fine-tune record of {checkpoint} names no sha256 of its weights (an "
                          f"older featx wrote it); rerun featx finetune {source}")
+    # Predictions run in the dtype the record's own test scores were computed in (float32 on a
+    # CPU), not the cache's extraction dtype: in bf16 a regression's scores moved by up to 0.27
+    # on a 100..400 scale, and a probability by 4e-4, from the record's.
+    evaluated = record.hyperparameters.get("eval_dtype")
+    if evaluated in ("float32", "bfloat16", "float16"):
+        common = common | {"compute_dtype": evaluated}
     return Manifest(kind="finetuned", pooling=record.pooling, layers=tuple(record.layers),
                     checkpoint=str(checkpoint), checkpoint_sha256=record.checkpoint_sha256,
                     head_input=record.pooling, target_scaler=record.target_scaler, **common)

@@ -140,6 +140,35 @@ def test_export_of_a_regression_fine_tune_is_on_the_original_scale(make_pipeline
     assert 100 < ours.mean() < 400  # target units, not standardised ones
 
 
+def test_a_regression_fine_tune_far_from_zero_predicts_as_its_record(make_pipeline, tmp_path):
+    # 1e9 + a spread of 300: a folded float32 output layer gave every row the same value, and
+    # predict ran in the cache's extraction dtype, not the record's. The export now keeps the
+    # scaler (the model predicts standardised targets) and featx maps them back in float64.
+    from transformers import AutoModelForSequenceClassification
+
+    from featx.records import pipeline_records, read_predictions, record_dir
+
+    rng = np.random.default_rng(0)
+    rows = [{"text": " ".join(rng.choice(["cat", "dog", "big", "small", "red"], 4)),
+             "score": 1e9 + float(rng.uniform(100, 400))} for _ in range(60)]
+    data = write_rows(tmp_path / "r.csv", rows)
+    pipeline = make_pipeline({"path": str(data), "label": "score", "task": "regression"},
+                             finetune={"max_epochs": 1, "learning_rates": [1e-4]})
+    cache_path = extract(pipeline).path
+    run_finetune(pipeline)
+    record = [r for r in pipeline_records(pipeline.runs_dir, pipeline.name) if r.stage == "finetune"][-1]
+    stored = read_predictions(record_dir(pipeline.runs_dir, record), record).scores[0].ravel()
+    _, texts, _, _ = cached_split(cache_path, "test")
+    ours = load_predictor(pipeline, finetuned=True).predict(texts).ravel()
+    np.testing.assert_allclose(ours, stored, rtol=0, atol=1e-3)
+    folder = export(pipeline, tmp_path / "hf", finetuned=True)
+    exported = load_predictor(folder).predict(texts).ravel()
+    np.testing.assert_allclose(exported, stored, rtol=0, atol=1e-2)
+    assert len(set(exported.round(3))) > 1
+    model = AutoModelForSequenceClassification.from_pretrained(folder)
+    assert model.config.featx_target_scaler == record.target_scaler
+
+
 def test_export_of_a_frozen_head_reads_back(trained, tmp_path):
     pipeline, cache_path, _ = trained
     folder = export(pipeline, tmp_path / "frozen", head="cls@2/logistic")
