@@ -211,6 +211,7 @@ def verdict(inputs: Inputs, runs_dir: str | Path | None = None, pipeline: "Pipel
     lexical, lexical_text = _lexical(inputs, frozen, primary, runs_dir)
     tuned = best_tuned(inputs.main, primary)
     if tuned is None:
+        lexical_text = _floor_note(inputs, frozen, primary, runs_dir) + lexical_text
         return Verdict(f"{described} reach {primary} = {_with_ci(frozen, primary)} on "
                        f"{frozen.n_eval:,} {frozen.protocol['report_on']} rows. No fine-tune record "
                        f"yet: run {run('finetune')} for the baseline this is to be compared with."
@@ -224,6 +225,12 @@ def verdict(inputs: Inputs, runs_dir: str | Path | None = None, pipeline: "Pipel
     compute = frozen_cost / tuned_cost if frozen_cost and tuned_cost else None
     comparison = _paired(inputs, frozen, tuned, primary, runs_dir)
     ratio = f / t if t > 0 and f >= 0 else None
+    floor = _floor(inputs, tuned, primary, runs_dir)
+    if floor is not None:
+        return Verdict(_learned_nothing(described, frozen, tuned, floor, primary=primary, run=run)
+                       + _floor_note(inputs, frozen, primary, runs_dir) + lexical_text,
+                       frozen, tuned, None, compute, comparison, lexical)
+    lexical_text = _floor_note(inputs, frozen, primary, runs_dir) + lexical_text
     if comparison is not None and not all(math.isfinite(v) for v in comparison["difference_ci"]):
         text = _no_interval(described, f, t, primary, comparison)
     elif tuned.converged is False:
@@ -322,6 +329,57 @@ def _unfinished(described: str, frozen: Record, tuned: Record, *, primary: str, 
     if high < 0:
         return text + " Even unfinished, the fine-tune is measurably better: fine-tuning pays on this task."
     return text + " No measurable difference so far; the finished fine-tune may still pull ahead."
+
+
+def _floor(inputs: Inputs, record: Record, primary: str, runs_dir) -> dict | None:
+    """The majority baseline's record and the comparison with it, when `record` is not measurably
+    above it: no higher on the point value, or a paired interval of the gain reaching 0. None
+    when it is above it, or when there is no majority record with a defined score to compare.
+    A fine-tune collapsed to one class (its loss flat at ln K: a known failure of BERT on small
+    data, or a learning rate that did not suit) reads as a baseline otherwise, and frozen
+    features "beat" it."""
+    majority = [r for r in inputs.main if r.baseline == "majority" and r.primary_metric == primary]
+    if not majority or not math.isfinite(m := _value(majority[0], primary)):
+        return None
+    value = _value(record, primary)
+    comparison = _paired(inputs, record, majority[0], primary, runs_dir)
+    if value > m and (comparison is None or not all(math.isfinite(v) for v in comparison["difference_ci"])
+                      or comparison["difference_ci"][0] > 0):
+        return None
+    return {"record": majority[0], "value": m, "comparison": comparison}
+
+
+def _floor_text(record: Record, floor: dict, primary: str) -> str:
+    comparison = floor["comparison"]
+    interval = ""
+    if comparison is not None and all(math.isfinite(v) for v in comparison["difference_ci"]):
+        low, high = comparison["difference_ci"]
+        interval = f"; paired difference {comparison['difference']:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}]"
+    return f"{primary} {_value(record, primary):.4f} against the majority baseline's {floor['value']:.4f}{interval}"
+
+
+def _learned_nothing(described: str, frozen: Record, tuned: Record, floor: dict, *, primary: str, run) -> str:
+    """The verdict when the fine-tune is no better than predicting the majority class: it is no
+    baseline, so no ratio against it and no "frozen features beat it"."""
+    rates = (tuned.hyperparameters or {}).get("learning_rates") or [(tuned.hyperparameters or {}).get("learning_rate")]
+    others = sorted({2e-5, 3e-5, 5e-5} - {float(r) for r in rates if r is not None}) or [1e-5]
+    return (f"No verdict against the fine-tune: it is not measurably better than predicting the "
+            f"majority class ({_floor_text(tuned, floor, primary)}): it learned nothing this test "
+            "split can see (a run collapsed to one class, too few epochs, or learning rates that did "
+            "not suit), so it is no baseline to judge frozen features by. Rerun it with other "
+            f"learning rates or more epochs, e.g. {run('finetune', 'finetune.learning_rates=' + str(others).replace(' ', ''))}. "
+            f"Meanwhile, {described[0].lower() + described[1:]} reach {primary} = "
+            f"{_with_ci(frozen, primary)} on {frozen.n_eval:,} {frozen.protocol['report_on']} rows.")
+
+
+def _floor_note(inputs: Inputs, frozen: Record, primary: str, runs_dir) -> str:
+    """A sentence when the frozen choice itself is not measurably above the majority baseline."""
+    floor = _floor(inputs, frozen, primary, runs_dir)
+    if floor is None:
+        return ""
+    return (f" The frozen choice is not measurably better than predicting the majority class "
+            f"({_floor_text(frozen, floor, primary)}): these features carry nothing this test split "
+            "can see for this task.")
 
 
 def _no_interval(described: str, f: float, t: float, primary: str, comparison: dict) -> str:

@@ -272,6 +272,47 @@ def test_a_fine_tune_that_did_not_converge_is_a_lower_bound(tmp_path):
     assert "  " not in text and ". ." not in text and ", but The" not in text
 
 
+def majority_of(y):
+    """The majority baseline's record and predictions: the class priors on every row."""
+    import numpy as np
+
+    from featx.records import Predictions
+
+    priors = np.bincount(y, minlength=4) / len(y)
+    predictions = Predictions(np.array([f"t{i}" for i in range(len(y))]), y, np.tile(priors, (len(y), 1))[None], 0.5)
+    return with_predictions(fake("probe", "multiclass", "text", "majority", 0, baseline="majority"), predictions)
+
+
+def test_a_fine_tune_no_better_than_the_majority_class_is_no_baseline(tmp_path):
+    # A fine-tune collapsed to one class was recorded converged, and the verdict said "Frozen
+    # features beat the fine-tune here: keep them" at 186% of its accuracy.
+    y = labels(600)
+    frozen = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0), predictions_for(y, 0.80, 1))
+    tuned = with_predictions(fake("finetune", "multiclass", "finetune:pooler", "linear", 0, converged=True,
+                                  hyperparameters={"learning_rates": [1e-4]}), majority_of(y)[1])
+    write_pairs(tmp_path / "runs", [frozen, tuned, majority_of(y)])
+    judged = verdict(collect(tmp_path / "runs", "fx"), tmp_path / "runs")
+    text = judged.text
+    assert text.startswith("No verdict against the fine-tune: it is not measurably better than predicting "
+                           "the majority class"), text
+    assert "beat the fine-tune" not in text and "of the fine-tuned" not in text and judged.quality_ratio is None
+    assert "finetune.learning_rates=[2e-05,3e-05,5e-05]" in text and "frozen features (mean, layer 3" in text
+    assert "The frozen choice is not measurably better" not in text
+
+
+def test_a_frozen_choice_no_better_than_the_majority_class_is_said(tmp_path):
+    y = labels(600)
+    frozen = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0), predictions_for(y, 0.26, 1))
+    tuned = with_predictions(fake("finetune", "multiclass", "finetune:pooler", "linear", 0, converged=True),
+                             predictions_for(y, 0.90, 2))
+    write_pairs(tmp_path / "runs", [frozen, tuned, majority_of(y)])
+    text = verdict(collect(tmp_path / "runs", "fx"), tmp_path / "runs").text
+    assert "Fine-tuning pays" in text and "The frozen choice is not measurably better than predicting the majority class" in text
+    write_pairs(tmp_path / "alone", [frozen, majority_of(y)])  # no fine-tune yet: said as well
+    text = verdict(collect(tmp_path / "alone", "fx"), tmp_path / "alone").text
+    assert "No fine-tune record yet" in text and "The frozen choice is not measurably better" in text
+
+
 def test_lexical_baseline_within_the_interval_is_said(tmp_path):
     y = labels(500)
     frozen = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0), predictions_for(y, 0.85, 1))
