@@ -184,6 +184,11 @@ def load_dataset(cfg: DataConfig, name: str = "dataset") -> Dataset:
         log.warning("data.drop_empty: dropped %d row(s) with an empty or missing text (%s)",
                     sum(dropped.values()), ", ".join(f"{s} {n}" for s, n in dropped.items()))
     if None in raw:  # one file: split by column or by a seeded stratified split
+        if columns.split is None:
+            # featx splits the file itself: the task is every row's, not the training part's,
+            # which the split seed drew (21 distinct integers, the 21st on one row: regression
+            # under some seeds, and under others that row's class missing from train, an error).
+            task = task or infer_task(raw[None], columns)
         raw = split_single(raw[None], cfg, columns, task)
     for split_name, rows in raw.items():  # no id column: number the rows of each split file
         if rows.ids and rows.ids[0] is None:
@@ -401,7 +406,10 @@ def _streamed(cfg: DataConfig, name: str, parsed: dict, digests: dict, share: di
     parts, numbered = _stream_splits(cfg, columns, parsed)
     # Per split, which records of its file are its rows (None: all of them).
     mask = {split: None if a is None else a == code for split, (p, a, code) in parts.items()}
-    task = cfg.task or streamlabels.task_of(parts["train"][0], mask["train"], columns)  # as read whole: train's labels'
+    # As read whole: every record's labels when featx splits one file itself, else train's.
+    seeded = None in parsed and parsed[None].splits is None
+    task = cfg.task or (streamlabels.task_of(parsed[None], None, columns) if seeded
+                        else streamlabels.task_of(parts["train"][0], mask["train"], columns))
     fixed = _label_names(cfg)
     # data.max_rows: as read whole, the names are fitted on every row, only the first are encoded.
     if TASKS[task].classes:
@@ -496,8 +504,8 @@ def _stream_splits(cfg: DataConfig, columns: Columns, parsed: dict):
             raise stream.Fallback("a split value featx does not know")  # named with its row
         assignment = np.array([SPLITS.index(k) for k in known], dtype=np.int8)[one.splits]
     else:  # featx.splits.split_single: strata of the task of every row's labels
-        # As featx.splits.split_single: every row's task, to stratify by, says nothing; the
-        # training rows' task (_streamed) is the one kept and the one that warns.
+        # As featx.splits.split_single: every row's task, to stratify by (its warning, once, is
+        # the caller's, which keeps the same task).
         task = cfg.task or streamlabels.task_of(one, None, columns, warn=False)
         if TASKS[task].thresholded:  # iterative stratification over the label sets
             assignment = label_assignment(task, streamlabels.split_matrix(one, columns), cfg.dev_fraction,

@@ -28,8 +28,7 @@ def split_single(rows: Rows, cfg: DataConfig, columns: Columns, task: str | None
         return out
     if rows.ids and rows.ids[0] is None:
         rows.ids = [f"row-{i}" for i in range(len(rows.ids))]
-    # Every row's task, to stratify by; the training rows' task, inferred after the split, is
-    # the one the load keeps and the one that warns.
+    # Every row's task, to stratify by (featx.data.load_dataset infers it so too, and keeps it).
     task = task or infer_task(rows, columns, warn=False)
     if TASKS[task].thresholded:  # rows carry label sets: iterative stratification over the labels
         assignment = label_assignment(task, _label_matrix(rows, columns), cfg.dev_fraction,

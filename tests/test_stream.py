@@ -1257,3 +1257,19 @@ def test_a_streamed_pair_dataset_extracts_its_singles_into_the_same_cache(monkey
     monkeypatch.setattr(stream, "BLOCK_BYTES", 1 << 12)
     streamed = extract(make_pipeline(data, data_dir=str(tmp_path / "streamed"), extract={"store_dtype": "float32"}))
     assert_same_vectors(streamed.path, whole.path, same_key=False)
+
+
+@pytest.mark.parametrize("split_seed", range(4))
+def test_a_file_featx_splits_itself_has_every_rows_task(monkeypatch, tmp_path, split_seed):
+    # 21 distinct integers, the 21st on one row: regression by every row. Inferred on train, the
+    # seed decided: regression when the row fell in train, else 20 classes and an error naming
+    # that row's label as unseen in train.
+    rows = [{"text": f"t {i} " + "abcdef"[i % 6], "label": str(i % 20)} for i in range(200)]
+    rows.append({"text": "rare", "label": "20"})
+    path = str(write_rows(tmp_path / "rows.csv", rows))
+    loaded = []
+    for threshold in (1 << 40, 0):
+        monkeypatch.setattr(stream, "STREAM_BYTES", threshold)
+        loaded.append(load_dataset(DataConfig(path=path, split_seed=split_seed)))
+    assert loaded[0].task == loaded[1].task == "regression"
+    assert_same_dataset(loaded[0], loaded[1])
