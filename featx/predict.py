@@ -85,14 +85,26 @@ class Predictor:
         elif m.combine != "joint":  # each text alone, as the cache's singles: one pass over both
             vectors, self.truncated_ = self._load_backbone().vectors(texts + pairs, None, {m.pooling: m.layers})
             # {pooling: (2n, len(layers), H)}: the first texts, then the second ones
-            both = vectors[m.pooling].astype(m.store_dtype).astype(np.float32).reshape(2 * len(texts), -1)  # (2n, L*H)
+            with np.errstate(over="ignore"):  # an overflow is named below
+                both = vectors[m.pooling].astype(m.store_dtype).astype(np.float32).reshape(2 * len(texts), -1)  # (2n, L*H)
             X = combine(m.combine, both[:len(texts)], both[len(texts):])  # (n, the pair's features)
         else:
             vectors, self.truncated_ = self._load_backbone().vectors(texts, pairs, {m.pooling: m.layers},
                                                                      progress=progress)
             # Rounded to the stored dtype: the head sees what it was fitted on.
             # {pooling: (n, len(layers), H)} -> (n, len(layers) * H), the layers side by side as in the cache
-            X = vectors[m.pooling].astype(m.store_dtype).astype(np.float32).reshape(len(texts), -1)
+            with np.errstate(over="ignore"):  # an overflow is named below
+                X = vectors[m.pooling].astype(m.store_dtype).astype(np.float32).reshape(len(texts), -1)
+        if m.pooling != "text" and not np.isfinite(X).all():
+            # As extraction refuses such vectors (featx/extract.py): a head would say only
+            # "Input X contains infinity".
+            rows = np.flatnonzero(~np.isfinite(X).all(axis=1))
+            raise FeatxError(
+                f"the {m.features} vectors of {len(rows)} text(s) (the first: row {rows[0]}) hold NaN or "
+                "infinity" + (f", beyond {m.store_dtype}'s range (|x| > 65504) where the cache stores them: "
+                              "rerun the pipeline with extract.store_dtype = \"float32\" (a new cache, "
+                              "then the probe) to predict such texts" if m.store_dtype == "float16" else
+                              ": the model's activations overflow on them"))
         return H.predict_scores(head, X, m.task, len(m.label_names))
 
     def predict_proba(self, texts, text_pairs=None) -> np.ndarray:
@@ -303,8 +315,9 @@ def _table(inputs, predictor: Predictor, scores: np.ndarray) -> dict[str, list]:
     if task.regression:  # a value per target, on the original scale
         for j, name in enumerate(names):
             table[f"prediction:{name}" if len(names) > 1 else "prediction"] = scores[:, j].tolist()
-        if inputs.labels is not None:
-            table["label"] = inputs.labels[:, 0].tolist() if len(names) == 1 else [list(r) for r in inputs.labels]
+        if inputs.labels is not None:  # one column per target, as the predictions (a list failed CSV's join)
+            for j, name in enumerate(names):
+                table[f"label:{name}" if len(names) > 1 else "label"] = inputs.labels[:, j].tolist()
         return table
     # Multilabel rows get lists of label names (written joined in CSV and TSV, by _write).
     table["prediction"] = list(predictor.decode(scores))

@@ -245,3 +245,45 @@ def test_embed_cuts_texts_at_the_models_positions(tiny_bert, caplog):
     vectors = featx.embed([long, "dog"], model=str(tiny_bert), max_length=1000)
     np.testing.assert_allclose(vectors, featx.embed([long, "dog"], model=str(tiny_bert), max_length=512), atol=1e-6)
     assert "texts are cut at 512" in caplog.text
+
+
+def test_several_regression_targets_with_labels_write_csv(make_pipeline, tmp_path):
+    # The labels were one column of lists, which CSV's join refused (TypeError), losing the
+    # predictions computed: now one label column per target, beside its prediction's.
+    import csv
+
+    from featx.predict import predict_file
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(80):
+        words = rng.choice(["cat", "dog", "big", "small", "red"], 4)
+        rows.append({"id": f"r{i}", "text": " ".join(words), "y1": float((words == "cat").sum()),
+                     "y2": float(-(words == "dog").sum())})
+    data = write_rows(tmp_path / "mt.csv", rows)
+    pipeline = make_pipeline({"path": str(data), "id": "id", "label": ["y1", "y2"]},
+                             probe={"heads": ["logistic"], "sweep": False})
+    extract(pipeline)
+    run_probe(pipeline)
+    new = write_rows(tmp_path / "new.csv", rows[:10])
+    out = predict_file(pipeline, str(new), out=tmp_path / "p.csv")["out"]
+    with open(out, newline="") as f:
+        table = list(csv.DictReader(f))
+    assert list(table[0]) == ["id", "text", "prediction:y1", "prediction:y2", "label:y1", "label:y2"]
+    assert [float(r["label:y2"]) for r in table] == [r["y2"] for r in rows[:10]]
+
+
+def test_vectors_past_float16_are_a_clear_error_in_predict(trained, monkeypatch):
+    # A cache stored in float16 cannot hold them; the heads said "Input X contains infinity".
+    pipeline, cache_path, _ = trained
+    predictor = load_predictor(pipeline, "mean@2/logistic")
+    backbone = predictor._load_backbone()
+    real = backbone.vectors
+
+    def huge(*args, **kwargs):
+        vectors, truncated = real(*args, **kwargs)
+        return {k: v * 1e6 for k, v in vectors.items()}, truncated
+
+    monkeypatch.setattr(backbone, "vectors", huge)
+    with pytest.raises(FeatxError, match=r"NaN or infinity, beyond float16's range.*extract.store_dtype = \"float32\""):
+        predictor.scores(["a cat", "a dog"])
