@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -171,21 +172,39 @@ def create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[Split], hi
     for name, value in attrs.items():
         if value is not None:  # HDF5 has no null: an absent attribute reads back as None
             file.attrs[name] = encode_attr(value)
+    # Each row's text (and pair) hashed as it is written, for the dev and test rows whose text
+    # train holds too; not in a torchrun shard, which holds some rows only.
+    hashes = {} if rows is None else None
     for split in splits:
         n = len(split.ids)
         group = file.create_group(split.name)
         group.attrs["fingerprint"] = split.fingerprint()
         group.attrs["n_rows"] = n
         _strings(group, "ids", split.ids)
-        _strings(group, "text", split.texts)
+        texts = [] if hashes is not None else None
+        _strings(group, "text", split.texts, texts)
         if split.text_pairs is not None:
-            _strings(group, "text_pair", split.text_pairs)
+            pairs = [] if hashes is not None else None
+            _strings(group, "text_pair", split.text_pairs, pairs)
+            if hashes is not None:  # the pair as one value (int64 products wrap, as a hash may)
+                texts = [np.concatenate(texts) * np.int64(1_000_003) ^ np.concatenate(pairs)]
+        if hashes is not None:
+            hashes[split.name] = np.concatenate(texts) if texts else np.zeros(0, dtype=np.int64)
         group.create_dataset("labels", data=split.labels)
         if pair_rows is not None:
             group.create_dataset("pair_rows", data=np.asarray(pair_rows[split.name], dtype=np.int64))
         for column, values in split.columns.items():
             _strings(group, f"columns/{column}", values)
         _create_vectors(group, spec, n, hidden, dcpl, rows=None if rows is None else rows[split.name])
+    if hashes is not None and "train" in hashes:
+        train = np.unique(hashes["train"])
+        shared = {split: int(np.isin(h, train).sum()) for split, h in hashes.items() if split != "train"}
+        file.attrs["in_train"] = encode_attr(shared)
+        if any(shared.values()):
+            logging.getLogger("featx").warning(
+                "%s have a text train holds too (the same text up to case and surrounding spaces): "
+                "scores there reward memorising train; the report says so", " and ".join(
+                    f"{n:,} of the {len(hashes[s]):,} {s} rows" for s, n in shared.items() if n))
     if singles is not None:
         group = file.create_group(SINGLES)
         group.attrs["n_rows"] = len(singles.texts)
@@ -198,16 +217,19 @@ def create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[Split], hi
 STRINGS_BLOCK = 1 << 16  # values converted and written at a time: bounded memory at any size
 
 
-def _strings(group: h5py.Group, name: str, values) -> None:
+def _strings(group: h5py.Group, name: str, values, hashes: list | None = None) -> None:
     """A (n,) string dataset of `values` (any sequence of str), written a block at a time, with
     its crc32 (`crc32`'s of the values): a string dataset is written once, here, so finishing
-    the cache need not read it back (2M texts: 1.3 s)."""
+    the cache need not read it back (2M texts: 1.3 s). `hashes`: a list given gets each block's
+    int64 hashes of the values stripped and lowercased (this process's: compared within it)."""
     ds = group.create_dataset(name, shape=(len(values),), dtype=h5py.string_dtype())
     crc = 0
     for start in range(0, len(values), STRINGS_BLOCK):
         block = values[start:start + STRINGS_BLOCK]
         ds[start:start + len(block)] = np.array(block, dtype=object)
         crc = strings_crc32(block, crc, first=start == 0)
+        if hashes is not None:
+            hashes.append(np.fromiter((hash(v.strip().lower()) for v in block), dtype=np.int64, count=len(block)))
     ds.attrs["crc32"] = crc
 
 

@@ -319,7 +319,8 @@ def cache_facts(meta: dict) -> dict:
                            "prompt": meta.get("prompt"), "compute_dtype": meta.get("compute_dtype"),
                            "store_dtype": meta.get("store_dtype"), "attention": meta.get("attention"),
                            "data_fingerprint": meta.get("dataset_fingerprint"),
-                           "dropped_empty": meta.get("dropped_empty") or {}}}
+                           "dropped_empty": meta.get("dropped_empty") or {},
+                           "in_train": meta.get("in_train") or {}}}
 
 
 def overrides_to(recorded: dict, pipeline) -> tuple[list[str], list[str]]:

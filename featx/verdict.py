@@ -211,7 +211,7 @@ def verdict(inputs: Inputs, runs_dir: str | Path | None = None, pipeline: "Pipel
     lexical, lexical_text = _lexical(inputs, frozen, primary, runs_dir)
     tuned = best_tuned(inputs.main, primary)
     if tuned is None:
-        lexical_text = _floor_note(inputs, frozen, primary, runs_dir) + lexical_text
+        lexical_text = _caveats(inputs, frozen, primary, runs_dir) + lexical_text
         return Verdict(f"{described} reach {primary} = {_with_ci(frozen, primary)} on "
                        f"{frozen.n_eval:,} {frozen.protocol['report_on']} rows. No fine-tune record "
                        f"yet: run {run('finetune')} for the baseline this is to be compared with."
@@ -228,9 +228,9 @@ def verdict(inputs: Inputs, runs_dir: str | Path | None = None, pipeline: "Pipel
     floor = _floor(inputs, tuned, primary, runs_dir)
     if floor is not None:
         return Verdict(_learned_nothing(described, frozen, tuned, floor, primary=primary, run=run)
-                       + _floor_note(inputs, frozen, primary, runs_dir) + lexical_text,
+                       + _caveats(inputs, frozen, primary, runs_dir) + lexical_text,
                        frozen, tuned, None, compute, comparison, lexical)
-    lexical_text = _floor_note(inputs, frozen, primary, runs_dir) + lexical_text
+    lexical_text = _caveats(inputs, frozen, primary, runs_dir) + lexical_text
     if comparison is not None and not all(math.isfinite(v) for v in comparison["difference_ci"]):
         text = _no_interval(described, f, t, primary, comparison)
     elif tuned.converged is False:
@@ -372,14 +372,29 @@ def _learned_nothing(described: str, frozen: Record, tuned: Record, floor: dict,
             f"{_with_ci(frozen, primary)} on {frozen.n_eval:,} {frozen.protocol['report_on']} rows.")
 
 
-def _floor_note(inputs: Inputs, frozen: Record, primary: str, runs_dir) -> str:
-    """A sentence when the frozen choice itself is not measurably above the majority baseline."""
+def _overlap_note(frozen: Record) -> str:
+    """A sentence when rows of the split the verdict reports on have a text train holds too
+    (the same text up to case and surrounding spaces; the pair, for pairs): every score there
+    rewards memorising, TF-IDF's most of all."""
+    split = frozen.protocol.get("report_on")
+    shared = ((frozen.extraction or {}).get("in_train") or {}).get(split)
+    if not shared or not frozen.n_eval:
+        return ""
+    return (f" {shared:,} of the {frozen.n_eval:,} {split} rows ({shared / frozen.n_eval:.0%}) have a text "
+            "that train holds too (the same text up to case and surrounding spaces): scores on them "
+            "reward memorising the training rows, TF-IDF's most of all; remove them from the "
+            f"{split} split for a fair comparison.")
+
+
+def _caveats(inputs: Inputs, frozen: Record, primary: str, runs_dir) -> str:
+    """A sentence when the frozen choice itself is not measurably above the majority baseline,
+    then one when the reported rows share texts with train (`_overlap_note`)."""
     floor = _floor(inputs, frozen, primary, runs_dir)
     if floor is None:
-        return ""
+        return _overlap_note(frozen)
     return (f" The frozen choice is not measurably better than predicting the majority class "
             f"({_floor_text(frozen, floor, primary)}): these features carry nothing this test split "
-            "can see for this task.")
+            "can see for this task." + _overlap_note(frozen))
 
 
 def _no_interval(described: str, f: float, t: float, primary: str, comparison: dict) -> str:

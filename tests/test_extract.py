@@ -454,3 +454,25 @@ def test_the_sentence_pooling_applies_the_models_prompt_as_encode_does(make_pipe
         assert np.abs(cache.features("train", "sentence") - theirs).max() < 1e-5
     vectors = featx.embed(texts[:4], model=str(folder), pooling="sentence")  # embed applies it too
     assert np.abs(vectors - SentenceTransformer(str(folder), device="cpu").encode(texts[:4])).max() < 1e-5
+
+
+@pytest.mark.parametrize("pairs", [False, True])
+def test_the_cache_counts_dev_and_test_rows_whose_text_train_holds(make_pipeline, tmp_path, caplog, pairs):
+    # A leaky split (test texts also in train) gave a confident verdict and said nothing.
+    def rows(texts, second=None):
+        return [{"text": t, "label": "ab"[i % 2], **({"text_pair": second[i]} if second else {})}
+                for i, t in enumerate(texts)]
+
+    train = [f"train sentence {i}" for i in range(20)]
+    test = ["  Train Sentence 3 ", "train sentence 4", "new words", "train sentence 5 and more"]
+    second = [f"other {i}" for i in range(20)]
+    files = {"train": write_rows(tmp_path / "train.csv", rows(train, second if pairs else None)),
+             "dev": write_rows(tmp_path / "dev.csv", rows(train[:2], ["x", "other 1"] if pairs else None)),
+             "test": write_rows(tmp_path / "test.csv", rows(test, second[3:7] if pairs else None))}
+    data = {k: str(v) for k, v in files.items()} | ({"text_pair": "text_pair"} if pairs else {})
+    with caplog.at_level("WARNING", logger="featx"):
+        result = extract(make_pipeline(data))
+    with Cache(result.path) as cache:
+        # Pairs: the same first text with another second text is another row (dev's first).
+        assert cache.meta["in_train"] == ({"dev": 1, "test": 2} if pairs else {"dev": 2, "test": 2})
+    assert any("have a text train holds too" in r.getMessage() for r in caplog.records)

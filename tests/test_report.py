@@ -313,6 +313,17 @@ def test_a_frozen_choice_no_better_than_the_majority_class_is_said(tmp_path):
     assert "No fine-tune record yet" in text and "The frozen choice is not measurably better" in text
 
 
+def test_test_rows_whose_text_train_holds_are_said(tmp_path):
+    y = labels(100)
+    frozen = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0,
+                                   extraction={"in_train": {"dev": 3, "test": 25}}), predictions_for(y, 0.8, 1))
+    write_pairs(tmp_path / "runs", [frozen])
+    text = verdict(collect(tmp_path / "runs", "fx"), tmp_path / "runs").text
+    assert "25 of the 50 test rows (50%) have a text that train holds too" in text, text
+    table = write_report(tmp_path / "runs", tmp_path / "reports", "fx")["md"].read_text()
+    assert "rows whose text train holds too: dev 3, test 25" in table
+
+
 def test_lexical_baseline_within_the_interval_is_said(tmp_path):
     y = labels(500)
     frozen = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0), predictions_for(y, 0.85, 1))
