@@ -205,11 +205,16 @@ def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeC
 
 
 def _label_fields(p: Problem, protocol: Protocol, cfg: ProbeConfig) -> dict:
-    """Multilabel records say over which labels they are computed: `labels` (constant in
+    """Binary records name their positive class (the second label), whose F1 `f1` is, with its
+    share of train and of the report split. Multilabel records say over which labels they are computed: `labels` (constant in
     train, averaged over by the report split's macro metrics) and `selection_labels`, per
     selection split (each fold, the held-out part, or dev), how many labels varied in the
     rows fitted on (the others were predicted as their constant) and how many had a positive
     among the held rows (the labels that split could score)."""
+    if p.task == "binary":  # f1 is the positive class's: which one, and how common
+        return {"labels": {"positive": p.names[1], "negative": p.names[0],
+                           "positive_train": float(np.mean(p.y == 1)) if len(p.y) else None,
+                           "positive_report": float(np.mean(p.y_report == 1)) if len(p.y_report) else None}}
     if not TASKS[p.task].thresholded:
         return {}
     per_split = []

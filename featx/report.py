@@ -372,11 +372,17 @@ def _notes(inputs: Inputs) -> list[str]:
 
 
 def _label_notes(records: list[Record], choice) -> list[str]:
-    """Multilabel: the labels the macro metrics average over, the labels no head could learn,
-    the labels each selection fold of the best frozen probe could score."""
+    """Binary: the positive class. Multilabel: the labels the macro metrics average over, the
+    labels no head could learn, the labels each selection fold of the best frozen probe could score."""
     # A probe's summary first: its training rows are all of train (a fine-tune without a dev
     # split trains on 90% of them).
-    described = sorted((r for r in records if r.labels), key=lambda r: r.stage != "probe")
+    binary = next((r.labels for r in records if r.labels and "positive" in r.labels), None)
+    if binary is not None:
+        shares = [f"{binary[k]:.0%} of {name}" for k, name in (("positive_train", "train"), ("positive_report", "the reported rows"))
+                  if isinstance(binary.get(k), (int, float))]
+        return [f"Positive class: {binary['positive']!r} (against {binary['negative']!r}; {', '.join(shares)}): "
+                "f1 is its F1, and data.label_names orders the two labels (the second is positive)."]
+    described = sorted((r for r in records if r.labels and "total" in r.labels), key=lambda r: r.stage != "probe")
     if not described:
         return []
     summary, split = described[0].labels, described[0].protocol["report_on"]

@@ -9,6 +9,7 @@ docs/verdict.md states the verdict rule.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -386,15 +387,32 @@ def _overlap_note(frozen: Record) -> str:
             f"{split} split for a fair comparison.")
 
 
+def _positive_note(frozen: Record, primary: str) -> str:
+    """Binary f1 is one class's F1: which one, and a warning when it is the common class (the
+    F1 of a class of 96% of the rows is 0.98 for predicting it everywhere)."""
+    labels = frozen.labels or {}
+    if primary != "f1" or "positive" not in labels:
+        return ""
+    share = labels.get("positive_report")
+    text = (f" f1 is the F1 of the positive class {labels['positive']!r} (the second of the two labels; "
+            "data.label_names orders them)")
+    if isinstance(share, (int, float)) and share > 0.5:
+        names = json.dumps([labels["positive"], labels["negative"]], ensure_ascii=False)
+        return text + (f", the common one ({share:.0%} of the {frozen.protocol['report_on']} rows): predicting it "
+                       f"everywhere scores well; for the rare class {labels['negative']!r}, set data.label_names = "
+                       f"{names}, or use probe.metric = \"mcc\".")
+    return text + "."
+
+
 def _caveats(inputs: Inputs, frozen: Record, primary: str, runs_dir) -> str:
     """A sentence when the frozen choice itself is not measurably above the majority baseline,
     then one when the reported rows share texts with train (`_overlap_note`)."""
     floor = _floor(inputs, frozen, primary, runs_dir)
     if floor is None:
-        return _overlap_note(frozen)
+        return _overlap_note(frozen) + _positive_note(frozen, primary)
     return (f" The frozen choice is not measurably better than predicting the majority class "
             f"({_floor_text(frozen, floor, primary)}): these features carry nothing this test split "
-            "can see for this task." + _overlap_note(frozen))
+            "can see for this task." + _overlap_note(frozen) + _positive_note(frozen, primary))
 
 
 def _no_interval(described: str, f: float, t: float, primary: str, comparison: dict) -> str:

@@ -196,6 +196,14 @@ def test_cv_records_the_folds_it_ran(tmp_path):
     assert record.protocol["select_on"].startswith("2-fold cv on train (probe.folds = 5")
 
 
+def test_a_binary_record_names_its_positive_class(tmp_path):
+    features, labels, names = make_task("binary", True)
+    path = write_synthetic_cache(tmp_path / "bin", "binary", features, labels, names)
+    record, _ = probe_one(path, Features("mean", (0,)), "logistic", ProbeConfig())
+    assert record.labels["positive"] == names[1] and record.labels["negative"] == names[0]
+    assert record.labels["positive_report"] == pytest.approx(np.mean(labels["test"] == 1))
+
+
 def test_choose_protocol():
     assert choose_protocol("auto", ["train", "dev", "test"], 5).name == "dev"
     assert choose_protocol("auto", ["train", "test"], 5).report_on == "test"

@@ -324,6 +324,22 @@ def test_test_rows_whose_text_train_holds_are_said(tmp_path):
     assert "rows whose text train holds too: dev 3, test 25" in table
 
 
+def test_a_binary_f1_names_its_positive_class_and_warns_when_it_is_the_common_one(tmp_path):
+    # F1 of "legit" (96% of rows) read 0.98 for models that never predicted "fraud".
+    labels_of = {"positive": "legit", "negative": "fraud", "positive_train": 0.96, "positive_report": 0.96}
+    frozen = fake("probe", "binary", "mean@3", "logistic", 0.98, primary_metric="f1", labels=labels_of)
+    write_all(tmp_path / "runs", [frozen])
+    text = verdict(collect(tmp_path / "runs", "fx"), tmp_path / "runs").text
+    assert "f1 is the F1 of the positive class 'legit'" in text and "the common one (96% of the test rows)" in text
+    assert 'data.label_names = ["legit", "fraud"]' in text, text
+    table = write_report(tmp_path / "runs", tmp_path / "reports", "fx")["md"].read_text()
+    assert "Positive class: 'legit' (against 'fraud'; 96% of train, 96% of the reported rows)" in table
+    rare = dataclasses.replace(frozen, labels=labels_of | {"positive_report": 0.04})
+    write_all(tmp_path / "rare", [rare])
+    text = verdict(collect(tmp_path / "rare", "fx"), tmp_path / "rare").text
+    assert "positive class 'legit'" in text and "the common one" not in text
+
+
 def test_lexical_baseline_within_the_interval_is_said(tmp_path):
     y = labels(500)
     frozen = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0), predictions_for(y, 0.85, 1))
