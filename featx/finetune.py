@@ -144,6 +144,9 @@ def prepare(pipeline: Pipeline) -> Prepared:
         ("dev" if select_split == "dev" else "held-out part of train"):
             dataset.splits[select_split].labels[select_rows],
         report_split: dataset.splits[report_split].labels}, dataset.label_names)
+    if select_split == "dev":
+        M.check_selectable(task, dataset.splits["train"].labels, dataset.splits["dev"].labels[select_rows],
+                           dataset.label_names)
     features = f"finetune:{cfg.head_input}"
     return Prepared(pipeline, cached, dataset, metric, run_hash, directory, features, head, rows,
                     max_epochs=cfg.max_epochs or auto_max_epochs(len(rows[2]), cfg.batch_size),

@@ -148,11 +148,35 @@ def check_defined(task: str, metric: str, splits: dict[str, np.ndarray], label_n
         if reason:
             other = [m for m in NAMES[task] if m not in LOWER_IS_BETTER and m != metric
                      and undefined(task, m, y, list(label_names)) is None]
+            rows = ("targets that vary" if TASKS[task].regression else "rows of every class"
+                    if TASKS[task].classes else "rows with and without each label")
             raise FeatxError(
                 f"the {name} split {reason}: {metric} is undefined on it, so no configuration can be "
-                f"chosen or compared by it. Give that split rows of every class (more rows, or "
-                f"data.dev_fraction / data.test_fraction), or choose a metric defined there"
+                f"chosen or compared by it. Give that split {rows} (more rows in its file, or, when "
+                f"featx splits one file, data.{name}_fraction), or choose a metric defined there"
                 + (f" (probe.metric = {other[0]!r})" if other else ""))
+
+
+def check_selectable(task: str, train: np.ndarray, dev: np.ndarray, label_names) -> None:
+    """A dev split that chooses among configurations must hold two classes at least (accuracy on
+    one class ranks heads by how often they predict it: a majority baseline chose at 1.0 and
+    tested at 0.33); fewer classes than train is a warning."""
+    if not TASKS[task].classes:
+        return
+    present, trained = np.unique(dev), np.unique(train)
+    if len(present) < 2:
+        raise FeatxError(f"the dev split holds a single class ({label_names[present[0]]!r}): choosing "
+                         "among configurations on it ranks them by how often they predict that class. "
+                         "Give dev rows of every class, or leave data.dev unset (the probe then chooses "
+                         "by cross-validation on train)")
+    missing = [label_names[i] for i in np.setdiff1d(trained, present)]
+    if missing:
+        import logging
+
+        logging.getLogger("featx").warning(
+            "the dev split, which chooses among configurations, holds no row of %d of the %d training "
+            "classes (%s%s): the choice cannot see how they are told apart", len(missing), len(trained),
+            ", ".join(map(repr, missing[:10])), ", ..." if len(missing) > 10 else "")
 
 
 def check_trainable(task: str, y: np.ndarray, label_names) -> None:

@@ -194,6 +194,8 @@ def _checked(pipeline: Pipeline):
         metric = "accuracy" if protocol.name == "mteb" else M.primary(cache.task, cfg.metric)
         M.check_defined(cache.task, metric, {s: cache.labels(s) for s in dict.fromkeys(
             [protocol.report_on] + (["dev"] if protocol.name == "dev" else []))}, cache.label_names)
+        if protocol.name == "dev":
+            M.check_selectable(cache.task, cache.labels("train"), cache.labels("dev"), cache.label_names)
         _warn_constant_labels(cache)
         directory = writable_dir(probe_dir(pipeline.runs_dir, pipeline.name, cache.key, probe_config_hash(cfg)),
                                  root=pipeline.root)

@@ -939,3 +939,16 @@ def test_probe_workers_keep_the_memory_they_free_unless_the_user_set_malloc(monk
     assert malloc_keeps_memory()["GLIBC_TUNABLES"] == f"glibc.rtld.optional_static_tls=2048:{ours}"
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
     assert malloc_keeps_memory() == {}
+
+
+def test_a_dev_split_of_one_class_cannot_choose(caplog):
+    # Under accuracy (defined on one class) the majority baseline chose at 1.0 and tested at 0.33.
+    features, labels, names = make_task("multiclass", True)
+    one = labels["dev"] == labels["dev"][0]
+    labels["dev"] = labels["dev"][one]
+    with pytest.raises(FeatxError, match="the dev split holds a single class.*leave data.dev unset"):
+        M.check_selectable("multiclass", labels["train"], labels["dev"], names)
+    two = np.isin(labels["train"], np.unique(labels["train"])[:2])
+    with caplog.at_level("WARNING", logger="featx"):
+        M.check_selectable("multiclass", labels["train"], labels["train"][two], names)
+    assert any("holds no row of" in r.getMessage() for r in caplog.records)
