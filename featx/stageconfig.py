@@ -276,7 +276,10 @@ class FinetuneConfig:
         if len(set(self.learning_rates)) != len(self.learning_rates):
             raise FeatxError(f"finetune.learning_rates lists a value twice: {list(self.learning_rates)}")
         for lr in self.learning_rates:
-            if not 0 < lr <= MAX_LR:
+            if not lr > 0:
+                raise FeatxError(f"finetune.learning_rates: {lr:g} is refused: a learning rate must be "
+                                 "positive (BERT fine-tuning wants 2e-5..5e-5)")
+            if not lr <= MAX_LR:
                 raise FeatxError(
                     f"finetune.learning_rates: {lr:g} is refused: above {MAX_LR:g} fine-tuning "
                     "overwrites what pretraining learned (1e-3 suits a head on frozen features; "

@@ -143,7 +143,9 @@ class Candidate:
 
     @property
     def name(self) -> str:
-        return f"lr-{self.learning_rate:g}"
+        # 12 digits: two rates that print alike under :g (2e-5, 2.0000001e-5) shared a folder and
+        # resumed from each other's state; the usual rates keep their names (lr-2e-05).
+        return f"lr-{self.learning_rate:.12g}"
 
     @property
     def converged(self) -> bool:
@@ -281,7 +283,7 @@ def _steps(setup: Setup, candidate: Candidate, everyone: list[Candidate], *, epo
         running, count = running + value.item(), count + 1
         if not setup.estimated and (position == ESTIMATE_AFTER or position == len(batches)):
             _estimate(setup, everyone, candidate, position / (time.perf_counter() - started))
-        if candidate.step % cfg.log_every == 0 or count == len(batches):
+        if candidate.step % cfg.log_every == 0 or position == len(batches):  # every epoch's last steps too
             candidate.loss.append([candidate.step, running / count])
             bar.set_postfix_str(f"loss {running / count:.4f}", refresh=False)
             running, count = 0.0, 0
@@ -432,6 +434,10 @@ def load_state(setup: Setup, candidate: Candidate) -> Candidate:
     # A larger cap than the one that stopped it: train on (the budget is checked again at once).
     if loaded.stopped_by == "max_epochs" and loaded.epoch < setup.max_epochs or loaded.stopped_by == "budget":
         loaded.stopped_by = None
+    # Killed past the cap it is resumed with (finetune.max_epochs lowered since): its cap stopped
+    # it (the record said "None stopped it" and "best epoch 2 of 2 (unfinished)").
+    if loaded.stopped_by is None and loaded.epoch >= setup.max_epochs:
+        loaded.stopped_by = "max_epochs"
     return loaded
 
 

@@ -110,6 +110,9 @@ def test_learning_rate_guard(tmp_path, caplog):
     with pytest.raises(FeatxError, match="destroy|overwrites"):
         pipeline_from_dict({"name": "t", "data": {"builtin": "trec"},
                             "finetune": {"learning_rates": [2e-5, 2e-3]}})
+    for rate in (0.0, -1e-5):  # were "refused: above 0.001"
+        with pytest.raises(FeatxError, match="must be positive"):
+            pipeline_from_dict({"name": "t", "data": {"builtin": "trec"}, "finetune": {"learning_rates": [rate]}})
     with caplog.at_level(logging.WARNING, logger="featx"):
         check_learning_rate(5e-4)
     assert "high for fine-tuning" in caplog.text
@@ -409,3 +412,23 @@ def test_halving_and_the_pick_rank_a_tie_alike(monkeypatch):
         candidates = finetune.search(setup)
         chosen = max((c for c in candidates if c.best_epoch), key=finetune.rank)
         assert chosen.stopped_by != "halving" and chosen.learning_rate == min(rates)
+
+
+def test_a_state_past_a_lowered_epoch_cap_is_stopped_by_it(tmp_path):
+    # Killed after epoch 2, resumed with finetune.max_epochs = 1: it was neither trained nor
+    # stopped, and the record said "None stopped it after 2 epochs".
+    import dataclasses
+    import json
+    from types import SimpleNamespace
+
+    from featx.training import Candidate, load_state
+
+    setup = SimpleNamespace(directory=tmp_path, run_hash="h", max_epochs=1)
+    saved = Candidate(learning_rate=2e-5, epoch=2, best_epoch=2)
+    (tmp_path / saved.name).mkdir()
+    (tmp_path / saved.name / "state.json").write_text(json.dumps({"run_hash": "h"} | dataclasses.asdict(saved)))
+    assert load_state(setup, Candidate(learning_rate=2e-5)).stopped_by == "max_epochs"
+    setup.max_epochs = 4  # a larger cap: it trains on
+    assert load_state(setup, Candidate(learning_rate=2e-5)).stopped_by is None
+    assert Candidate(learning_rate=2e-5).name == "lr-2e-05"
+    assert Candidate(learning_rate=2e-5).name != Candidate(learning_rate=2.0000001e-5).name
