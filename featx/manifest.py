@@ -122,6 +122,8 @@ def _check_manifest(m: Manifest) -> None:
     for name in ("features", "head", "model_path", "model_fingerprint", "init", "compute_dtype", "store_dtype"):
         need(isinstance(getattr(m, name), str), f"{name} is not a string")
     need(m.store_dtype in ("float16", "float32"), "store_dtype is not float16 or float32")
+    need(m.compute_dtype in ("float32", "bfloat16", "float16"), "compute_dtype is not float32, bfloat16 or float16")
+    need(len(set(m.label_names)) == len(m.label_names), "label_names names a label twice")
     need(isinstance(m.max_length, int) and m.max_length >= 2, "max_length is not a length")
     need(isinstance(m.threshold, (int, float)) and 0 <= m.threshold <= 1, "threshold is not in [0, 1]")
     need(isinstance(m.text_pair, bool), "text_pair is not true or false")

@@ -128,7 +128,15 @@ class Predictor:
 
         if self._head is None:
             m = self.manifest
-            self._head = load_head(m.head_file, sha256=m.head_sha256, binding=m.head_binding)
+            _check_frozen_manifest(m)
+            head = load_head(m.head_file, sha256=m.head_sha256, binding=m.head_binding)
+            classes = getattr(head[-1] if hasattr(head, "steps") else head, "classes_", None)
+            if TASKS[m.task].classes and classes is not None and (
+                    len(classes) and (np.min(classes) < 0 or np.max(classes) >= len(m.label_names))):
+                raise FeatxError(f"the head predicts {len(classes)} classes up to index {int(np.max(classes))}, "
+                                 f"but the manifest names {len(m.label_names)} labels: the manifest was edited "
+                                 "or belongs to another head; export again")
+            self._head = head
         return self._head
 
     def _load_backbone(self) -> Backbone:
@@ -172,6 +180,7 @@ class Predictor:
 
             resolved = checked_model(m)
             if m.checkpoint is None:  # an exported Hugging Face folder: its own class, trained head included
+                _check_trained_head(resolved.path)
                 spec = ML.ModelSpec(resolved, m.task, len(m.label_names), ML.MODEL_HEAD)
             else:
                 spec = ML.ModelSpec(resolved, m.task, len(m.label_names), m.head_input, init=m.init,
@@ -194,6 +203,54 @@ class Predictor:
         if m.target_scaler:
             scaler = ML.TargetScaler(np.array(m.target_scaler["mean"]), np.array(m.target_scaler["std"]))
         return ML.scores_from_logits(m.task, logits, scaler)
+
+
+def _check_trained_head(folder) -> None:
+    """An exported fine-tune's weights hold its classification head: without it (a frozen
+    export's folder called "finetuned") the class would start a new, random head and predict
+    noise without a word."""
+    from safetensors import safe_open
+
+    folder = Path(folder)
+    config = folder / "config.json"
+    try:
+        architectures = json.loads(config.read_text()).get("architectures") or []
+    except (OSError, ValueError):
+        architectures = []
+    keys = []
+    for file in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(file), "pt") as weights:
+            keys += list(weights.keys())
+    if not any(a.endswith("ForSequenceClassification") for a in architectures) or not any(
+            # the heads' names across architectures: BERT's classifier, GPT-2's score, BART's
+            # classification_head, XLNet's logits_proj
+            any(name in k for name in ("classifier", "score", "classification_head", "logits_proj")) for k in keys):
+        raise FeatxError(f"{folder} holds no trained sequence-classification head (config.json's "
+                         f"architectures: {architectures or 'none'}): it is not a fine-tuned export, and "
+                         "its head would be new and random. Export the fine-tune again (featx export "
+                         "... --finetuned)")
+
+
+def _check_frozen_manifest(m: Manifest) -> None:
+    """A frozen configuration's manifest must agree with the head file it names: the binding the
+    head was saved with names its features, head and task, and the manifest's pooling, layers
+    and combination must spell those features. An edited manifest (another task, pooling or
+    layer, a pair combination on single texts, no binding) predicted wrong numbers or crashed."""
+    binding = m.head_binding
+    if not isinstance(binding, dict):
+        raise FeatxError("the manifest binds its head to no record (head_binding is missing): it was "
+                         "edited or written by an older featx; export again")
+    vectors = m.pooling if not m.layers else f"{m.pooling}@{'+'.join(map(str, m.layers))}"
+    spelled = vectors if m.combine == "joint" or not m.layers else f"{m.combine}:{vectors}"
+    differ = [f"{k} {getattr(m, k)!r} against the head's {binding.get(k)!r}" for k in ("features", "head", "task")
+              if getattr(m, k) != binding.get(k)]
+    if spelled != m.features:
+        differ.append(f"pooling, layers and combine spell {spelled!r}, not its features {m.features!r}")
+    if m.combine != "joint" and not m.text_pair:
+        differ.append(f"combine {m.combine!r} combines a text pair's two texts, and text_pair is false")
+    if differ:
+        raise FeatxError(f"the manifest disagrees with its head: {'; '.join(differ)}. It was edited or "
+                         "belongs to another export; export again")
 
 
 def _runnable_dtype(compute_dtype: str, device: str) -> str:

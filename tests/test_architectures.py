@@ -125,3 +125,5 @@ def test_every_stage_runs_on_every_architecture(tiny, tmp_path, architecture):
     theirs = np.array([[next(s["score"] for s in row if s["label"] == name) for name in labels]
                        for row in classify(texts)])
     np.testing.assert_allclose(theirs, ours, atol=1e-5)
+    # and featx reads the export back: its manifest (pooling "model") and its trained head
+    np.testing.assert_allclose(load_predictor(folder_out).predict_proba(texts), ours, atol=1e-5)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import numpy as np
 import pytest
@@ -287,3 +288,26 @@ def test_vectors_past_float16_are_a_clear_error_in_predict(trained, monkeypatch)
     monkeypatch.setattr(backbone, "vectors", huge)
     with pytest.raises(FeatxError, match=r"NaN or infinity, beyond float16's range.*extract.store_dtype = \"float32\""):
         predictor.scores(["a cat", "a dog"])
+
+
+@pytest.mark.parametrize("edit, error", [
+    ({"task": "binary"}, "task 'binary' against the head's 'multiclass'"),
+    ({"layers": [1]}, "spell 'cls@1', not its features 'cls@2'"),
+    ({"pooling": "mean"}, "spell 'mean@2'"),
+    ({"combine": "bi"}, "text_pair is false"),
+    ({"head_binding": None}, "binds its head to no record"),
+    ({"label_names": ["a", "b"]}, "the manifest names 2 labels"),
+    ({"label_names": ["a", "a", "b"]}, "names a label twice"),
+    ({"compute_dtype": "junk"}, "compute_dtype is not"),
+    ({"kind": "finetuned", "model_path": "backbone", "head_input": "model", "checkpoint": None},
+     "holds no trained sequence-classification head"),
+])
+def test_an_edited_export_manifest_is_refused(trained, tmp_path, edit, error):
+    # Each was a traceback, or predictions made with the wrong task, features or a random head.
+    pipeline, cache_path, _ = trained
+    folder = export(pipeline, tmp_path / "frozen", head="cls@2/logistic")
+    manifest = json.loads((folder / "featx-predictor.json").read_text())
+    (folder / "featx-predictor.json").write_text(json.dumps(manifest | edit))
+    _, texts, _, _ = cached_split(cache_path, "dev")
+    with pytest.raises(FeatxError, match=re.escape(error)):
+        load_predictor(folder).scores(texts[:3])
