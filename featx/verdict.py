@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,9 @@ class Inputs:
     choice: "FrozenChoice | None" = None
     """The verdict's frozen configuration (`choice.frozen_choice` on `main`), chosen once so the
     verdict, the plots and the notes name the same one."""
+    caution: str | None = None
+    """Why every number may describe other data (the pipeline as it is now has no cache): the
+    verdict leads with it."""
 
 
 def collect(runs_dir: str | Path, pipeline: str, current: "Pipeline | None" = None) -> Inputs:
@@ -69,7 +73,7 @@ def collect(runs_dir: str | Path, pipeline: str, current: "Pipeline | None" = No
     if current is None:
         main, control = _newest(everything)
         return Inputs(pipeline, main, control, notes=[], choice=frozen_choice(main, runs_dir))
-    main, control, notes = _current(runs_dir, everything, current)
+    main, control, notes, caution = _current(runs_dir, everything, current)
     shown = {id(r) for r in main + control}
     others = elsewhere([r for r in everything if id(r) not in shown], current, "report")
     if not main:
@@ -83,7 +87,7 @@ def collect(runs_dir: str | Path, pipeline: str, current: "Pipeline | None" = No
     if legacy:
         said = legacy.strip(" ()")
         notes.append(said[0].upper() + said[1:] + ".")
-    return Inputs(pipeline, main, control, notes, others, current, frozen_choice(main, runs_dir))
+    return Inputs(pipeline, main, control, notes, others, current, frozen_choice(main, runs_dir), caution)
 
 
 def _brief(pipeline: "Pipeline") -> str:
@@ -106,14 +110,14 @@ def _newest(everything: list[Record]) -> tuple[list[Record], list[Record]]:
     return pick("pretrained"), pick("random")
 
 
-def _current(runs_dir, everything: list[Record], current: "Pipeline") -> tuple[list[Record], list[Record], list[str]]:
-    """(main, control, notes) of the pipeline as configured: its records on its cache; when it
-    has no cache, on the newest cache of the same settings, said first."""
+def _current(runs_dir, everything: list[Record], current: "Pipeline") -> tuple[list[Record], list[Record], list[str], str | None]:
+    """(main, control, notes, caution) of the pipeline as configured: its records on its cache;
+    when it has no cache, on the newest cache of the same settings, said first (the caution)."""
     from featx.plan import find_cache, last_cache_key
     from featx.records import probe_config_hash, probe_dir
 
     mine = current_records(current, everything)
-    notes = []
+    notes, caution = [], None
     try:
         main = [r for r in current_records(current, mine, find_cache(current).stem) if r.init == current.model.init]
     except FeatxError as exc:
@@ -125,9 +129,10 @@ def _current(runs_dir, everything: list[Record], current: "Pipeline") -> tuple[l
         main = main or _newest_cache([r for r in mine if r.init == current.model.init
                                       and _same_cache_settings(r, current, current.model.init)])
         if main:
-            notes.append(f"The pipeline as it is now has no cache ({str(exc)[:160]}): if a data or model file "
-                         "changed since these records were made, they describe other data; rerun `featx "
-                         "extract`, `featx probe` and `featx finetune` before trusting this report.")
+            said = textwrap.shorten(str(exc), 320, placeholder=" ...")
+            caution = (f"The pipeline as it is now has no cache ({said}): if a data or model file "
+                       "changed since these records were made, they describe other data; rerun `featx "
+                       "extract`, `featx probe` and `featx finetune` before trusting this report.")
     control = []
     if main and current.model.init == "pretrained":
         fingerprint = _fingerprint(main[0])
@@ -137,7 +142,7 @@ def _current(runs_dir, everything: list[Record], current: "Pipeline") -> tuple[l
         if records:
             folder = probe_dir(runs_dir, current.name, records[0].cache_key, probe_config_hash(current.probe))
             notes += _interrupted(folder, current, len([r for r in records if r.stage == "probe"]))
-    return main, control, notes
+    return main, control, notes, caution
 
 
 def _fingerprint(record: Record) -> str | None:
@@ -201,6 +206,13 @@ def verdict(inputs: Inputs, runs_dir: str | Path | None = None, pipeline: "Pipel
     bootstrap over the same test rows: the difference, its 95% interval and the ratio. An
     unconverged fine-tune is a lower bound: the paragraph leads with that and with the command
     that continues it. With `pipeline`, each verdict ends with the command that acts on it."""
+    judged = _verdict(inputs, runs_dir, pipeline)
+    if inputs.caution:  # the printed verdict, not only the report's notes, says so first
+        return dataclasses.replace(judged, text=f"{inputs.caution} {judged.text}")
+    return judged
+
+
+def _verdict(inputs: Inputs, runs_dir, pipeline) -> Verdict:
     choice = inputs.choice
     run = lambda stage, *extra, args=(): f"`{command(pipeline, stage, *extra, args=args)}`"  # noqa: E731
     if choice is None:

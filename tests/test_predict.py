@@ -311,3 +311,15 @@ def test_an_edited_export_manifest_is_refused(trained, tmp_path, edit, error):
     _, texts, _, _ = cached_split(cache_path, "dev")
     with pytest.raises(FeatxError, match=re.escape(error)):
         load_predictor(folder).scores(texts[:3])
+
+
+def test_a_verdict_on_records_of_changed_data_leads_with_it(trained, tmp_path):
+    # The data file changed after the probe: report.md's notes said so, the printed verdict not.
+    from featx.verdict import collect, verdict
+
+    pipeline, _, _ = trained
+    data = tmp_path / "d.csv"
+    data.write_text(data.read_text() + data.read_text().splitlines()[1].replace(",", " again,", 1) + "\n")
+    judged = verdict(collect(pipeline.runs_dir, pipeline.name, pipeline), pipeline.runs_dir, pipeline)
+    assert judged.text.startswith("The pipeline as it is now has no cache (no cache for pipeline"), judged.text
+    assert "they describe other data" in judged.text and "Frozen features" in judged.text
