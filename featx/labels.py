@@ -493,7 +493,7 @@ class LabelEncoder:
         if label not in self.index:
             raise FeatxError(
                 f"{where}, column {shown(self.columns.labels[0])}: label {shown(label)} in the {split} split "
-                f"never appears in train (train has: {', '.join(list(self.names)[:20])}); remove "
+                f"never appears in train (the labels the task knows: {', '.join(list(self.names)[:20])}); remove "
                 "the row or add training examples of that label")
         return self.index[label]
 

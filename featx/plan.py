@@ -172,19 +172,28 @@ def find_cache(pipeline: Pipeline) -> Path:
     dataset read, no weights hashed), else planned again."""
     from featx.files import loads_json
 
-    record = None
+    record, files_same = None, False
     try:
         record = loads_json(_pointer(pipeline).read_text())
         path = pipeline.cache_dir / record["cache"]
-        if (re.fullmatch(r"[0-9a-f]{16}\.h5", record["cache"]) and path.is_file()
-                and _same_files(pipeline, record)
-                and record["state"] == _state(pipeline, record["data_files"], record["model_files"])):
+        now = _state(pipeline, record["data_files"], record["model_files"])
+        files_same = (re.fullmatch(r"[0-9a-f]{16}\.h5", record["cache"]) is not None and path.is_file()
+                      and _same_files(pipeline, record)
+                      and {k: v for k, v in record["state"].items() if k != "config"}
+                      == {k: v for k, v in now.items() if k != "config"})
+        if files_same and record["state"]["config"] == now["config"]:
             return path
     except (OSError, ValueError, KeyError, TypeError, FeatxError):
         pass  # planned again below, which says what is wrong
     try:
         return make_plan(pipeline).find_cache()
     except FeatxError as exc:
+        if isinstance(record, dict) and isinstance(record.get("cache"), str) and str(exc).startswith("no cache") \
+                and files_same:  # its cache is there, the files are those it read: a setting differs
+            raise FeatxError(f"no cache for pipeline {pipeline.name!r} with these settings: the last extraction "
+                             f"({record['cache']}) read the same data and model files with other data, model or "
+                             "extract settings (a split, max_length, poolings, layers, dtypes, prompt, init); run "
+                             f"`{command(pipeline, 'extract')}` with these") from None
         if isinstance(record, dict) and isinstance(record.get("cache"), str) and str(exc).startswith("no cache"):
             raise FeatxError(f"no cache for pipeline {pipeline.name!r} as its data and model files are now: the "
                              f"last extraction ({record['cache']}) read other files or other contents (a data "

@@ -41,8 +41,10 @@ class Predictor:
     >>> predictor.predict_proba(["..."]).shape                      # (1, 6); predictor.classes_
     """
 
-    def __init__(self, manifest: Manifest, *, device: str = "auto", trust_remote_code: bool = False):
+    def __init__(self, manifest: Manifest, *, device: str = "auto", trust_remote_code: bool = False,
+                 source: str | None = None):
         self.manifest = manifest
+        self.source = source  # the pipeline file, named in the command that refits a head
         self.device = device
         # Only a pipeline's own setting can allow a model's code to run: never a file in a folder.
         self.trust_remote_code = trust_remote_code
@@ -129,7 +131,8 @@ class Predictor:
         if self._head is None:
             m = self.manifest
             _check_frozen_manifest(m)
-            head = load_head(m.head_file, sha256=m.head_sha256, binding=m.head_binding)
+            head = load_head(m.head_file, sha256=m.head_sha256, binding=m.head_binding,
+                             **({"source": self.source} if self.source else {}))
             classes = getattr(head[-1] if hasattr(head, "steps") else head, "classes_", None)
             if TASKS[m.task].classes and classes is not None and (
                     len(classes) and (np.min(classes) < 0 or np.max(classes) >= len(m.label_names))):
@@ -281,7 +284,7 @@ def load_predictor(pipeline, head: str | None = None, *, finetuned: bool = False
         return Predictor(read_manifest(path), device=device)
     pipeline = as_pipeline(pipeline)
     return Predictor(manifest_for(pipeline, head, finetuned), device=device,
-                     trust_remote_code=pipeline.model.trust_remote_code)
+                     trust_remote_code=pipeline.model.trust_remote_code, source=pipeline.source)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,7 +307,7 @@ def predict_file(pipeline, source: str, *, head: str | None = None, finetuned: b
     _check_output(out, pipeline, source)  # before any work: an unwritable --out must not cost the embedding
     manifest = manifest_for(pipeline, head, finetuned)
     predictor = Predictor(manifest, device=pipeline.extract.device,
-                          trust_remote_code=pipeline.model.trust_remote_code)
+                          trust_remote_code=pipeline.model.trust_remote_code, source=pipeline.source)
     if manifest.kind == "frozen":
         predictor._load_head()  # a head that is not its record's is refused before any row is read
     inputs = read_inputs(pipeline.data, source, task=manifest.task, label_names=manifest.label_names,

@@ -109,6 +109,10 @@ def test_a_later_stage_never_takes_the_old_cache_of_files_added_since(make_pipel
         find_cache(pipeline)
     (folder / "part-1.parquet").unlink()
     assert find_cache(pipeline) == result.path
+    # The same files, another extract setting: said as such (it said the files changed).
+    other = make_pipeline({"path": str(folder), "task": "binary"}, extract={"poolings": ["mean"], "max_length": 16})
+    with pytest.raises(FeatxError, match="read the same data and model files with other data, model or extract settings"):
+        find_cache(other)
     model = pathlib.Path(pipeline.model.name)
     (model / "config_sentence_transformers.json").write_text(json.dumps({"prompts": {"query": "query: "},
                                                                           "default_prompt_name": "query"}))
