@@ -197,8 +197,8 @@ def _configuration_lines(inputs: Inputs, d: dict) -> list[str]:
                  f"stored {extraction.get('store_dtype', '?')}; rows dropped for an empty text: "
                  + (", ".join(f"{s} {n}" for s, n in dropped.items()) if dropped else "none")
                  + "; rows whose text train holds too: "
-                 + (", ".join(f"{s} {n}" for s, n in in_train.items()) if isinstance(in_train, dict) and in_train
-                    else "not counted" if in_train is None else "none")
+                 + ("not counted (a cache of an older featx, or of torchrun)" if not isinstance(in_train, dict)
+                    else ", ".join(f"{s} {n}" for s, n in in_train.items()) if any(in_train.values()) else "none")
                  + f"; cache key `{d['cache_key'][:16]}`.")
     probe, protocol = d["probe"], d["protocol"]
     if probe:

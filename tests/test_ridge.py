@@ -260,3 +260,20 @@ def test_the_verdict_chooses_among_the_second_stage_not_the_scout():
     # a grid of scouts only (nothing else ran): the scouts are what there is
     only = frozen_choice(records[:2])
     assert only.record.head == "ridge"
+
+
+def test_a_scout_that_is_an_answering_head_stays_a_candidate_on_the_answered_features():
+    # On a regression task logistic (Ridge) is the scout: dropping its records left the MLP,
+    # 0.77 test Pearson beside the Ridge's 0.99, and a verdict that TF-IDF beat the backbone.
+    from featx.choice import frozen_choice
+
+    def record(features, head, score, scout=False):
+        return fake("probe", "regression", features, head, 0.5, created="2026-12-01T00:00:00+00:00",
+                    protocol={"name": "dev", "select_on": "dev", "report_on": "test"}, selection_score=score,
+                    selection_se=0.01, n_features=384, scout=scout)
+
+    records = [record("mean@2", "logistic", 0.99, scout=True), record("cls@2", "logistic", 0.995, scout=True),
+               record("mean@2", "mlp", 0.79), record("mean@2", "lightgbm", 0.80)]
+    chosen = frozen_choice(records)
+    # the scout on the features the second stage ran on wins; on other features it only ranked
+    assert (chosen.record.features, chosen.record.head) == ("mean@2", "logistic")
