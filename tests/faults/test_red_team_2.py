@@ -600,8 +600,8 @@ def test_a_data_file_edited_in_place_with_size_and_mtime_kept(built, tmp_path):
     refused("no cache for pipeline", run_probe, pipeline)
     refused("no cache for pipeline", featx.open_cache, pipeline=pipeline)
     refused("no cache for pipeline", load_predictor, pipeline)
-    notes = collect(pipeline.runs_dir, pipeline.name, pipeline).notes
-    assert "no cache" in notes[0] and "changed since these records were made" in notes[0]
+    caution = collect(pipeline.runs_dir, pipeline.name, pipeline).caution  # the verdict leads with it
+    assert "no cache" in caution and "changed since these records were made" in caution
 
 
 def test_data_edited_in_place_never_reuses_the_stale_cache(built, tmp_path):
