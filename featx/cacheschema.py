@@ -172,39 +172,48 @@ def create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[Split], hi
     for name, value in attrs.items():
         if value is not None:  # HDF5 has no null: an absent attribute reads back as None
             file.attrs[name] = encode_attr(value)
-    # Each row's text (and pair) hashed as it is written, for the dev and test rows whose text
-    # train holds too; not in a torchrun shard, which holds some rows only.
-    hashes = {} if rows is None else None
-    for split in splits:
+    # Dev and test rows whose text (or pair) train holds too: each row hashed as it is written.
+    # Dev and test go first, and train's blocks are checked against their hashes as they pass,
+    # so no hash of a training row is kept (8 bytes a row: 80 MB at 10M rows). Not in a torchrun
+    # shard, which holds some rows only.
+    count = rows is None and len(splits) > 1 and any(s.name == "train" for s in splits)
+    held, known, seen = {}, None, None
+    for split in sorted(splits, key=lambda s: s.name == "train"):  # groups are named, not ordered
         n = len(split.ids)
         group = file.create_group(split.name)
         group.attrs["fingerprint"] = split.fingerprint()
         group.attrs["n_rows"] = n
         _strings(group, "ids", split.ids)
-        texts = [] if hashes is not None else None
-        _strings(group, "text", split.texts, texts)
-        if split.text_pairs is not None:
-            pairs = [] if hashes is not None else None
-            _strings(group, "text_pair", split.text_pairs, pairs)
-            if hashes is not None:  # the pair as one value (int64 products wrap, as a hash may)
-                texts = [np.concatenate(texts) * np.int64(1_000_003) ^ np.concatenate(pairs)]
-        if hashes is not None:
-            hashes[split.name] = np.concatenate(texts) if texts else np.zeros(0, dtype=np.int64)
+        if not count:
+            _texts(group, split)
+        elif split.name != "train":
+            blocks = []
+            _texts(group, split, blocks.append)
+            held[split.name] = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
+        else:
+            known = np.unique(np.concatenate(list(held.values())))
+            seen = np.zeros(len(known), dtype=bool)
+
+            def mark(block: np.ndarray) -> None:
+                if len(known):
+                    at = np.minimum(np.searchsorted(known, block), len(known) - 1)
+                    seen[at[known[at] == block]] = True
+
+            _texts(group, split, mark)
         group.create_dataset("labels", data=split.labels)
         if pair_rows is not None:
             group.create_dataset("pair_rows", data=np.asarray(pair_rows[split.name], dtype=np.int64))
         for column, values in split.columns.items():
             _strings(group, f"columns/{column}", values)
         _create_vectors(group, spec, n, hidden, dcpl, rows=None if rows is None else rows[split.name])
-    if hashes is not None and "train" in hashes:
-        train = np.unique(hashes["train"])
-        shared = {split: int(np.isin(h, train).sum()) for split, h in hashes.items() if split != "train"}
+    if count:
+        shared = {split: int(np.isin(h, known[seen]).sum()) for split, h in held.items()}
         file.attrs["in_train"] = encode_attr(shared)
         if any(shared.values()):
             logging.getLogger("featx").warning(
                 "%s have a text train holds too (the same text up to case and surrounding spaces): "
                 "scores there reward memorising train; the report says so", " and ".join(
-                    f"{n:,} of the {len(hashes[s]):,} {s} rows" for s, n in shared.items() if n))
+                    f"{k:,} of the {len(held[s]):,} {s} rows" for s, k in shared.items() if k))
     if singles is not None:
         group = file.create_group(SINGLES)
         group.attrs["n_rows"] = len(singles.texts)
@@ -217,20 +226,39 @@ def create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[Split], hi
 STRINGS_BLOCK = 1 << 16  # values converted and written at a time: bounded memory at any size
 
 
-def _strings(group: h5py.Group, name: str, values, hashes: list | None = None) -> None:
+def _strings(group: h5py.Group, name: str, values) -> None:
     """A (n,) string dataset of `values` (any sequence of str), written a block at a time, with
     its crc32 (`crc32`'s of the values): a string dataset is written once, here, so finishing
-    the cache need not read it back (2M texts: 1.3 s). `hashes`: a list given gets each block's
-    int64 hashes of the values stripped and lowercased (this process's: compared within it)."""
-    ds = group.create_dataset(name, shape=(len(values),), dtype=h5py.string_dtype())
-    crc = 0
-    for start in range(0, len(values), STRINGS_BLOCK):
-        block = values[start:start + STRINGS_BLOCK]
-        ds[start:start + len(block)] = np.array(block, dtype=object)
-        crc = strings_crc32(block, crc, first=start == 0)
-        if hashes is not None:
-            hashes.append(np.fromiter((hash(v.strip().lower()) for v in block), dtype=np.int64, count=len(block)))
-    ds.attrs["crc32"] = crc
+    the cache need not read it back (2M texts: 1.3 s)."""
+    _string_columns(group, {name: values})
+
+
+def _texts(group: h5py.Group, split: Split, hashed=None) -> None:
+    """A split's `text` (and `text_pair`) datasets, as `_strings` writes them; `hashed(keys)`
+    gets each block's rows as int64 hashes of their text (and pair), stripped and lowercased
+    (this process's hashes: compared within it)."""
+    columns = {"text": split.texts} | ({"text_pair": split.text_pairs} if split.text_pairs is not None else {})
+    _string_columns(group, columns, hashed)
+
+
+def _string_columns(group: h5py.Group, columns: dict, hashed=None) -> None:
+    """String datasets of equal length written side by side, a block of rows at a time."""
+    n = len(next(iter(columns.values())))
+    sets = {name: group.create_dataset(name, shape=(n,), dtype=h5py.string_dtype()) for name in columns}
+    crcs = dict.fromkeys(columns, 0)
+    for start in range(0, n, STRINGS_BLOCK):
+        keys = None
+        for name, values in columns.items():
+            block = values[start:start + STRINGS_BLOCK]
+            sets[name][start:start + len(block)] = np.array(block, dtype=object)
+            crcs[name] = strings_crc32(block, crcs[name], first=start == 0)
+            if hashed is not None:  # a pair's two hashes as one (int64 products wrap, as a hash may)
+                h = np.fromiter((hash(v.strip().lower()) for v in block), dtype=np.int64, count=len(block))
+                keys = h if keys is None else keys * np.int64(1_000_003) ^ h
+        if hashed is not None:
+            hashed(keys)
+    for name, ds in sets.items():
+        ds.attrs["crc32"] = crcs[name]
 
 
 def _create_vectors(group: h5py.Group, spec: CacheSpec, n: int, hidden: int, dcpl, *,
