@@ -625,6 +625,8 @@ def read_inputs(cfg: DataConfig, path: str, *, task: str, label_names, pairs: bo
     columns = dataclasses.replace(configured, pair=configured.pair if pairs else None,
                                   labels=configured.labels if has_labels else (), split=None)
     rows = columns.extract(table)
+    if id_column:  # as in a dataset: an id twice makes the predictions' rows ambiguous to join back
+        check_unique_ids({"input": rows})
     ids = rows.ids if id_column else [f"row-{i}" for i in range(len(rows.texts))]
     labels = None
     if has_labels:

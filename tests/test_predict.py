@@ -323,3 +323,12 @@ def test_a_verdict_on_records_of_changed_data_leads_with_it(trained, tmp_path):
     judged = verdict(collect(pipeline.runs_dir, pipeline.name, pipeline), pipeline.runs_dir, pipeline)
     assert judged.text.startswith("The pipeline as it is now has no cache (no cache for pipeline"), judged.text
     assert "they describe other data" in judged.text and "Frozen features" in judged.text
+
+
+def test_an_id_twice_in_a_predict_input_is_refused(trained, tmp_path):
+    # It passed silently: the predictions' rows could not be joined back by id.
+    pipeline, _, _ = trained
+    new = write_rows(tmp_path / "dup.csv", [{"id": "a", "text": "a cat"}, {"id": "a", "text": "a dog"}])
+    with pytest.raises(FeatxError, match="duplicate id 'a'.*ids must be unique"):
+        predict_file(pipeline, str(new), head="mean@2/logistic", out=tmp_path / "p.csv")
+    assert not (tmp_path / "p.csv").exists()
