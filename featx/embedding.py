@@ -91,7 +91,22 @@ def _texts(values, what: str) -> list[str]:
     if bad:
         raise FeatxError(f"{what}[{bad[0]}] is {'empty' if isinstance(values[bad[0]], str) else 'not a string'} "
                          f"({len(bad)} such); every text must be a non-empty string")
+    # A lone surrogate (text decoded with errors="surrogateescape", or sliced UTF-16) is no
+    # Unicode a tokenizer takes: the tokenizer's TypeError named no text.
+    unencodable = next((i for i, t in enumerate(values) if not _encodable(t)), None)
+    if unencodable is not None:
+        raise FeatxError(f"{what}[{unencodable}] holds an unpaired surrogate (not valid Unicode: text decoded "
+                         "with errors=\"surrogateescape\", or cut inside a UTF-16 pair); decode it as UTF-8 "
+                         "with errors=\"replace\", or fix the text")
     return values
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
 
 
 class Backbone:

@@ -332,3 +332,10 @@ def test_an_id_twice_in_a_predict_input_is_refused(trained, tmp_path):
     with pytest.raises(FeatxError, match="duplicate id 'a'.*ids must be unique"):
         predict_file(pipeline, str(new), head="mean@2/logistic", out=tmp_path / "p.csv")
     assert not (tmp_path / "p.csv").exists()
+
+
+def test_a_text_with_an_unpaired_surrogate_is_named(trained):
+    # The tokenizer's TypeError named no text.
+    pipeline, _, _ = trained
+    with pytest.raises(FeatxError, match=r"texts\[1\] holds an unpaired surrogate"):
+        load_predictor(pipeline, "mean@2/logistic").scores(["a cat", "a \ud800 dog"])
