@@ -84,13 +84,15 @@ def test_a_folder_of_something_else_says_what_it_holds(tmp_path):
         load_dataset(DataConfig(path=str(folder)))
 
 
-def test_a_later_stage_never_takes_the_old_cache_of_files_added_since(make_pipeline, tmp_path, monkeypatch):
+def test_a_later_stage_never_takes_the_old_cache_of_files_added_since(make_pipeline, tmp_path, monkeypatch,
+                                                                      tiny_bert):
     """The pointer extract leaves checked only the files extract read: a shard added to the data
     folder, a file added to the model folder (a prompt's config) or a new hub snapshot gave
     probe, report and open_cache the old cache unsaid. While nothing changed, the pointer
     answers without reading the data."""
     import json
     import pathlib
+    import shutil
 
     from featx import plan as P
     from featx.extract import extract
@@ -99,7 +101,10 @@ def test_a_later_stage_never_takes_the_old_cache_of_files_added_since(make_pipel
     folder = tmp_path / "shards"
     folder.mkdir()
     pd.DataFrame({"text": TEXTS, "label": LABELS}).to_parquet(folder / "part-0.parquet")
-    pipeline = make_pipeline({"path": str(folder), "task": "binary"}, extract={"poolings": ["mean"]})
+    # A copy of the session's model: a file is added to it below, which every later test would see.
+    model = shutil.copytree(tiny_bert, tmp_path / "model")
+    pipeline = make_pipeline({"path": str(folder), "task": "binary"}, {"name": str(model)},
+                             extract={"poolings": ["mean"]})
     result = extract(pipeline)
     with monkeypatch.context() as m:
         m.setattr(P, "load_dataset", lambda *a, **k: pytest.fail("the data was read again"))
@@ -110,7 +115,8 @@ def test_a_later_stage_never_takes_the_old_cache_of_files_added_since(make_pipel
     (folder / "part-1.parquet").unlink()
     assert find_cache(pipeline) == result.path
     # The same files, another extract setting: said as such (it said the files changed).
-    other = make_pipeline({"path": str(folder), "task": "binary"}, extract={"poolings": ["mean"], "max_length": 16})
+    other = make_pipeline({"path": str(folder), "task": "binary"}, {"name": str(model)},
+                          extract={"poolings": ["mean"], "max_length": 16})
     with pytest.raises(FeatxError, match="read the same data and model files with other data, model or extract settings"):
         find_cache(other)
     model = pathlib.Path(pipeline.model.name)
