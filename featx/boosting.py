@@ -126,7 +126,7 @@ class LightGBMRegressorHead(RegressorMixin, _LightGBMHead):
 def lightgbm(task: str, seed: int, threads: int, num_leaves: int = 31):
     params = dict(num_leaves=num_leaves, random_state=seed, n_jobs=threads)
     if TASKS[task].regression:
-        # Standardised targets: LightGBM holds them in float32 (featx/heads.py's StandardisedTarget).
+        # Standardised targets: LightGBM holds them in float32 (featx/targets.py).
         return StandardisedTarget(MultiOutputRegressor(LightGBMRegressorHead(**params)))
     if TASKS[task].thresholded:
         return VaryingLabels(MultiOutputClassifier(LightGBMClassifierHead(**params)))

@@ -22,8 +22,9 @@ heads through VaryingLabels). Every head takes `random_state` and a thread count
 touches the backbone. The torch heads (featx/torchheads.py) import torch when they fit, never
 when they predict. The trained regression heads (all but identity and majority, whose
 arithmetic is float64) fit standardised targets (StandardisedTarget), their predictions mapped
-back in float64. The LightGBM heads are featx/boosting.py's, the TF-IDF baseline featx/lexical.py's and VaryingLabels featx/varying.py's; this module is the registry and the
-other heads.
+back in float64 (featx/targets.py). The LightGBM heads are featx/boosting.py's, the TF-IDF
+baseline featx/lexical.py's and VaryingLabels featx/varying.py's; this module is the registry
+and the other heads.
 """
 from __future__ import annotations
 

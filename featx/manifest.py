@@ -16,6 +16,9 @@ from featx.recordschema import Record
 
 log = logging.getLogger("featx")
 
+# The dtypes a model computes in (featx.batching.TORCH_DTYPES' names): what a manifest may name.
+COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
+
 MANIFEST = "featx-predictor.json"
 PARTIAL = ".featx-partial"  # the suffix of an export still being built (featx.export)
 
@@ -122,7 +125,7 @@ def _check_manifest(m: Manifest) -> None:
     for name in ("features", "head", "model_path", "model_fingerprint", "init", "compute_dtype", "store_dtype"):
         need(isinstance(getattr(m, name), str), f"{name} is not a string")
     need(m.store_dtype in ("float16", "float32"), "store_dtype is not float16 or float32")
-    need(m.compute_dtype in ("float32", "bfloat16", "float16"), "compute_dtype is not float32, bfloat16 or float16")
+    need(m.compute_dtype in COMPUTE_DTYPES, f"compute_dtype is not one of {', '.join(COMPUTE_DTYPES)}")
     need(len(set(m.label_names)) == len(m.label_names), "label_names names a label twice")
     need(isinstance(m.max_length, int) and m.max_length >= 2, "max_length is not a length")
     need(isinstance(m.threshold, (int, float)) and 0 <= m.threshold <= 1, "threshold is not in [0, 1]")
@@ -264,7 +267,7 @@ def _finetuned_manifest(pipeline, directory: Path, record: Record, common: dict)
     # CPU), not the cache's extraction dtype: in bf16 a regression's scores moved by up to 0.27
     # on a 100..400 scale, and a probability by 4e-4, from the record's.
     evaluated = record.hyperparameters.get("eval_dtype")
-    if evaluated in ("float32", "bfloat16", "float16"):
+    if evaluated in COMPUTE_DTYPES:
         common = common | {"compute_dtype": evaluated}
     return Manifest(kind="finetuned", pooling=record.pooling, layers=tuple(record.layers),
                     checkpoint=str(checkpoint), checkpoint_sha256=record.checkpoint_sha256,

@@ -6,6 +6,7 @@ original target scale. Every primary metric is "higher is better".
 """
 from __future__ import annotations
 
+import logging
 import warnings
 
 import numpy as np
@@ -14,6 +15,8 @@ from sklearn import metrics as skm
 
 from featx.errors import FeatxError, check_choice
 from featx.tasks import TASKS
+
+log = logging.getLogger("featx")
 
 PRIMARY = {name: task.primary for name, task in TASKS.items()}
 # Thresholds tried for multilabel decisions (chosen on dev, or on out-of-fold predictions).
@@ -171,9 +174,7 @@ def check_selectable(task: str, train: np.ndarray, dev: np.ndarray, label_names)
                          "by cross-validation on train)")
     missing = [label_names[i] for i in np.setdiff1d(trained, present)]
     if missing:
-        import logging
-
-        logging.getLogger("featx").warning(
+        log.warning(
             "the dev split, which chooses among configurations, holds no row of %d of the %d training "
             "classes (%s%s): the choice cannot see how they are told apart", len(missing), len(trained),
             ", ".join(map(repr, missing[:10])), ", ..." if len(missing) > 10 else "")

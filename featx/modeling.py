@@ -30,6 +30,7 @@ from featx.batching import Encoder, plan_batches
 from featx.errors import FeatxError
 from featx.pooling import cls_pool, mean_pool
 from featx.resolve import Resolved
+from featx.targets import StandardisedTarget, TargetScaler  # noqa: F401 (TargetScaler: featx.modeling's name too)
 from featx.tasks import TASKS
 
 log = logging.getLogger("featx")
@@ -176,24 +177,6 @@ def n_outputs(task: str, n_labels: int) -> int:
 # Targets, loss, scores
 
 
-@dataclass(frozen=True)
-class TargetScaler:
-    """Regression targets are standardised for training (a raw 0..400 scale makes MSE explode
-    and the head's init meaningless) and mapped back for metrics."""
-    mean: np.ndarray
-    std: np.ndarray
-
-    @classmethod
-    def fit(cls, y: np.ndarray) -> "TargetScaler":
-        return cls(y.mean(axis=0), np.where(y.std(axis=0) > 0, y.std(axis=0), 1.0))
-
-    def transform(self, y: np.ndarray) -> np.ndarray:
-        return (y - self.mean) / self.std
-
-    def inverse(self, y: np.ndarray) -> np.ndarray:
-        return y * self.std + self.mean
-
-
 # Per loss (featx.tasks.TaskType.loss): the training target's dtype and the loss of the logits.
 # Class indices (n,), 0/1 rows (n, L), standardised targets (n, T).
 TARGETS = {"cross_entropy": torch.long, "binary_cross_entropy": torch.float32, "mse": torch.float32}
@@ -292,15 +275,14 @@ def fold_probe(estimator, task: str, hidden: int, scaler: TargetScaler | None) -
     """(weight (n_outputs, H), bias) such that the head computes the probe's decision function
     on raw features: W (x - mu) / sigma + b = (W / sigma) x + (b - (W / sigma) . mu)."""
     standardise, model = estimator[0], estimator[-1]
-    targets = getattr(model, "estimator_", None)  # a regression probe: fitted on standardised targets
-    if targets is not None:
-        model = targets
+    scaled = model if isinstance(model, StandardisedTarget) else None  # a regression probe
+    if scaled is not None:
+        model = scaled.estimator_
     W, b = np.atleast_2d(model.coef_), np.atleast_1d(model.intercept_)  # (outputs, H), (outputs,)
     W = W / standardise.scale_
     b = b - W @ standardise.mean_
-    if targets is not None:  # back to the targets' scale: y = (W x + b) * scale + mean
-        outer = estimator[-1]
-        W, b = W * outer.scale_[:, None], b * outer.scale_ + outer.mean_
+    if scaled is not None:  # back to the targets' scale: y = (W x + b) * scale + mean
+        W, b = W * scaled.scale_[:, None], b * scaled.scale_ + scaled.mean_
     if TASKS[task].regression:  # the head predicts standardised targets
         return W / scaler.std[:, None], (b - scaler.mean) / scaler.std
     if W.shape[0] == 1 and n_outputs(task, 1) == 2:  # two logits whose difference is the probe's decision

@@ -188,18 +188,17 @@ def find_cache(pipeline: Pipeline) -> Path:
     try:
         return make_plan(pipeline).find_cache()
     except FeatxError as exc:
-        if isinstance(record, dict) and isinstance(record.get("cache"), str) and str(exc).startswith("no cache") \
-                and files_same:  # its cache is there, the files are those it read: a setting differs
+        if not (isinstance(record, dict) and isinstance(record.get("cache"), str) and str(exc).startswith("no cache")):
+            raise
+        if files_same:  # its cache is there, the files are those it read: a setting differs
             raise FeatxError(f"no cache for pipeline {pipeline.name!r} with these settings: the last extraction "
                              f"({record['cache']}) read the same data and model files with other data, model or "
                              "extract settings (a split, max_length, poolings, layers, dtypes, prompt, init); run "
                              f"`{command(pipeline, 'extract')}` with these") from None
-        if isinstance(record, dict) and isinstance(record.get("cache"), str) and str(exc).startswith("no cache"):
-            raise FeatxError(f"no cache for pipeline {pipeline.name!r} as its data and model files are now: the "
-                             f"last extraction ({record['cache']}) read other files or other contents (a data "
-                             "file changed or added to a folder, a model file added or changed, another hub "
-                             f"snapshot); run `{command(pipeline, 'extract')}` again") from None
-        raise
+        raise FeatxError(f"no cache for pipeline {pipeline.name!r} as its data and model files are now: the "
+                         f"last extraction ({record['cache']}) read other files or other contents (a data "
+                         "file changed or added to a folder, a model file added or changed, another hub "
+                         f"snapshot); run `{command(pipeline, 'extract')}` again") from None
 
 
 def _same_files(pipeline: Pipeline, record: dict) -> bool:

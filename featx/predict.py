@@ -239,12 +239,13 @@ def _check_frozen_manifest(m: Manifest) -> None:
     head was saved with names its features, head and task, and the manifest's pooling, layers
     and combination must spell those features. An edited manifest (another task, pooling or
     layer, a pair combination on single texts, no binding) predicted wrong numbers or crashed."""
+    from featx.job import Features
+
     binding = m.head_binding
     if not isinstance(binding, dict):
         raise FeatxError("the manifest binds its head to no record (head_binding is missing): it was "
                          "edited or written by an older featx; export again")
-    vectors = m.pooling if not m.layers else f"{m.pooling}@{'+'.join(map(str, m.layers))}"
-    spelled = vectors if m.combine == "joint" or not m.layers else f"{m.combine}:{vectors}"
+    spelled = Features(m.pooling, tuple(m.layers), m.combine).name
     differ = [f"{k} {getattr(m, k)!r} against the head's {binding.get(k)!r}" for k in ("features", "head", "task")
               if getattr(m, k) != binding.get(k)]
     if spelled != m.features:

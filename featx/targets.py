@@ -1,12 +1,33 @@
-"""StandardisedTarget: a regression head fitted on standardised targets, its predictions mapped
-back in float64. Every trained regression head wears it (featx/heads.py's registry, the
-LightGBM heads, the TF-IDF baseline). No torch.
+"""Regression targets standardised: `TargetScaler` (a fine-tune trains on them, featx/modeling.py)
+and `StandardisedTarget`, a regression head fitted on them, its predictions mapped back in
+float64, which every trained regression head wears (featx/heads.py's registry, the LightGBM
+heads, the TF-IDF baseline). No torch.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.utils.validation import check_is_fitted
+
+
+@dataclass(frozen=True)
+class TargetScaler:
+    """Regression targets are standardised for training (a raw 0..400 scale makes MSE explode
+    and the head's init meaningless) and mapped back for metrics."""
+    mean: np.ndarray
+    std: np.ndarray
+
+    @classmethod
+    def fit(cls, y: np.ndarray) -> "TargetScaler":
+        return cls(y.mean(axis=0), np.where(y.std(axis=0) > 0, y.std(axis=0), 1.0))
+
+    def transform(self, y: np.ndarray) -> np.ndarray:
+        return (y - self.mean) / self.std
+
+    def inverse(self, y: np.ndarray) -> np.ndarray:
+        return y * self.std + self.mean
 
 
 class StandardisedTarget(RegressorMixin, BaseEstimator):
@@ -28,10 +49,9 @@ class StandardisedTarget(RegressorMixin, BaseEstimator):
         Y = y.reshape(len(y), -1)  # (n, T)
         if not np.isfinite(Y).all():
             raise ValueError("regression targets must be finite (a NaN or infinite target)")
-        spread = Y.std(axis=0)
-        self.mean_ = Y.mean(axis=0)  # (T,)
-        self.scale_ = np.where(spread > 0, spread, 1.0)  # a constant target: offset only
-        self.estimator_ = clone(self.estimator).fit(X, ((Y - self.mean_) / self.scale_).reshape(y.shape))
+        scaler = TargetScaler.fit(Y)  # a constant target: its offset only
+        self.mean_, self.scale_ = scaler.mean, scaler.std  # (T,) each, arrays: what a head file stores
+        self.estimator_ = clone(self.estimator).fit(X, scaler.transform(Y).reshape(y.shape))
         return self
 
     def predict(self, X):

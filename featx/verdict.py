@@ -222,13 +222,13 @@ def _verdict(inputs: Inputs, runs_dir, pipeline) -> Verdict:
     described = _frozen_text(choice)
     f = _value(frozen, primary)
     lexical, lexical_text = _lexical(inputs, frozen, primary, runs_dir)
+    after = _caveats(inputs, frozen, primary, runs_dir) + lexical_text  # what every reading ends with
     tuned = best_tuned(inputs.main, primary)
     if tuned is None:
-        lexical_text = _caveats(inputs, frozen, primary, runs_dir) + lexical_text
         return Verdict(f"{described} reach {primary} = {_with_ci(frozen, primary)} on "
                        f"{frozen.n_eval:,} {frozen.protocol['report_on']} rows. No fine-tune record "
                        f"yet: run {run('finetune')} for the baseline this is to be compared with."
-                       f"{lexical_text}", frozen, None, None, None, None, lexical)
+                       f"{after}", frozen, None, None, None, None, lexical)
     t = _value(tuned, primary)
     if not (math.isfinite(f) and math.isfinite(t)):
         undefined = " and ".join(n for n, v in (("the frozen probe", f), ("the fine-tune", t)) if not math.isfinite(v))
@@ -240,19 +240,17 @@ def _verdict(inputs: Inputs, runs_dir, pipeline) -> Verdict:
     ratio = f / t if t > 0 and f >= 0 else None
     floor = _floor(inputs, tuned, primary, runs_dir)
     if floor is not None:
-        return Verdict(_learned_nothing(described, frozen, tuned, floor, primary=primary, run=run)
-                       + _caveats(inputs, frozen, primary, runs_dir) + lexical_text,
+        return Verdict(_learned_nothing(described, frozen, tuned, floor, primary=primary, run=run) + after,
                        frozen, tuned, None, compute, comparison, lexical)
-    lexical_text = _caveats(inputs, frozen, primary, runs_dir) + lexical_text
     if comparison is not None and not all(math.isfinite(v) for v in comparison["difference_ci"]):
         text = _no_interval(described, f, t, primary, comparison)
     elif tuned.converged is False:
         text = _unfinished(described, frozen, tuned, primary=primary, comparison=comparison, run=run)
     else:
         text = _converged(described, frozen, tuned, primary=primary, ratio=ratio, compute=compute,
-                          comparison=comparison, after=lexical_text, run=run)
+                          comparison=comparison, after=after, run=run)
         return Verdict(text, frozen, tuned, ratio, compute, comparison, lexical)
-    return Verdict(text + lexical_text, frozen, tuned, ratio, compute, comparison, lexical)
+    return Verdict(text + after, frozen, tuned, ratio, compute, comparison, lexical)
 
 
 def _no_choice(inputs: Inputs, run) -> Verdict:

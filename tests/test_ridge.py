@@ -245,16 +245,18 @@ def test_a_scout_scoring_nan_ranks_last_and_never_hides_the_best():
     assert [f.name for f in _second_stage_features([scout(2, nan), scout(0, nan)], first)] == ["mean@0"]
 
 
+def probed(features, head, score, scout=False, task="multiclass", protocol="cv"):
+    """A probe record of these features, head and selection score (a scout's or not)."""
+    return fake("probe", task, features, head, 0.5, created="2026-12-01T00:00:00+00:00",
+                protocol={"name": protocol, "select_on": protocol, "report_on": "test"}, selection_score=score,
+                selection_se=0.01, n_features=384, scout=scout)
+
+
 def test_the_verdict_chooses_among_the_second_stage_not_the_scout():
     from featx.choice import frozen_choice
 
-    def record(features, head, score, scout=False):
-        return fake("probe", "multiclass", features, head, 0.5, created="2026-12-01T00:00:00+00:00",
-                    protocol={"name": "cv", "select_on": "cv", "report_on": "test"}, selection_score=score,
-                    selection_se=0.01, n_features=384, scout=scout)
-
-    records = [record("mean@4", "ridge", 0.80, scout=True), record("mean@5", "ridge", 0.79, scout=True),
-               record("mean@4", "logistic", 0.77), record("mean@4", "mlp", 0.78)]
+    records = [probed("mean@4", "ridge", 0.80, scout=True), probed("mean@5", "ridge", 0.79, scout=True),
+               probed("mean@4", "logistic", 0.77), probed("mean@4", "mlp", 0.78)]
     chosen = frozen_choice(records)
     assert (chosen.record.features, chosen.record.head) == ("mean@4", "mlp")
     # a grid of scouts only (nothing else ran): the scouts are what there is
@@ -267,13 +269,10 @@ def test_a_scout_that_is_an_answering_head_stays_a_candidate_on_the_answered_fea
     # 0.77 test Pearson beside the Ridge's 0.99, and a verdict that TF-IDF beat the backbone.
     from featx.choice import frozen_choice
 
-    def record(features, head, score, scout=False):
-        return fake("probe", "regression", features, head, 0.5, created="2026-12-01T00:00:00+00:00",
-                    protocol={"name": "dev", "select_on": "dev", "report_on": "test"}, selection_score=score,
-                    selection_se=0.01, n_features=384, scout=scout)
-
-    records = [record("mean@2", "logistic", 0.99, scout=True), record("cls@2", "logistic", 0.995, scout=True),
-               record("mean@2", "mlp", 0.79), record("mean@2", "lightgbm", 0.80)]
+    regression = dict(task="regression", protocol="dev")
+    records = [probed("mean@2", "logistic", 0.99, scout=True, **regression),
+               probed("cls@2", "logistic", 0.995, scout=True, **regression),
+               probed("mean@2", "mlp", 0.79, **regression), probed("mean@2", "lightgbm", 0.80, **regression)]
     chosen = frozen_choice(records)
     # the scout on the features the second stage ran on wins; on other features it only ranked
     assert (chosen.record.features, chosen.record.head) == ("mean@2", "logistic")
