@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import json
 import logging
 import os
@@ -296,43 +297,85 @@ def run(loaded: backbone.Loaded, plan: Plan, todo: dict[str, int], writer: Cache
             torch.set_num_threads(cfg.threads)
         elif device.type == "cpu" and plan.hidden < SMALL_HIDDEN and threads > 1:
             torch.set_num_threads(threads - 1)  # a core for the tokenizer thread
-        with own_tokenizer_threads():
+        with own_tokenizer_threads(), fewer_collections():
             return _run(loaded, plan, todo, writer)
     finally:
         torch.set_num_threads(threads)
 
 
+class _WhileExtracting:
+    """A process-wide setting held while any extraction in this process runs: applied by the
+    first to start, put back as it was by the last to end (threads may extract side by side)."""
+
+    def __init__(self, apply, restore):
+        self._apply, self._restore = apply, restore
+        self._lock = threading.Lock()
+        self._users, self._saved = 0, None
+
+    @contextlib.contextmanager
+    def held(self):
+        with self._lock:
+            if self._users == 0:
+                self._saved = self._apply()
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users -= 1
+                if self._users == 0:
+                    self._restore(self._saved)
+
+
 PARALLELISM = "TOKENIZERS_PARALLELISM"
 
 
-@contextlib.contextmanager
-def own_tokenizer_threads():
-    """The tokenizers library's own thread pool off while extraction runs: featx sizes the
-    tokenizer's threads itself (`tokenizer_threads`). The library's pool takes every core
-    whenever it tokenises, beside the model's threads: on 2 cores, a hidden-32 model's thread
-    got about half its core while the next window was tokenised (docs/benchmarks.md, scale).
-    The library reads the variable at each call; it is put back as it was when the last of the
-    extractions running in this process ends (the variable is the whole process's)."""
-    with _PARALLELISM_LOCK:
-        if _PARALLELISM_USERS[0] == 0:
-            _PARALLELISM_USERS[1] = os.environ.get(PARALLELISM)
-            os.environ[PARALLELISM] = "false"
-        _PARALLELISM_USERS[0] += 1
-    try:
-        yield
-    finally:
-        with _PARALLELISM_LOCK:
-            _PARALLELISM_USERS[0] -= 1
-            if _PARALLELISM_USERS[0] == 0:
-                saved = _PARALLELISM_USERS[1]
-                if saved is None:
-                    os.environ.pop(PARALLELISM, None)
-                else:
-                    os.environ[PARALLELISM] = saved
+def _parallelism_off():
+    saved = os.environ.get(PARALLELISM)
+    os.environ[PARALLELISM] = "false"
+    return saved
 
 
-_PARALLELISM_LOCK = threading.Lock()
-_PARALLELISM_USERS: list = [0, None]  # [extractions running, the value before the first]
+def _parallelism_back(saved):
+    if saved is None:
+        os.environ.pop(PARALLELISM, None)
+    else:
+        os.environ[PARALLELISM] = saved
+
+
+# The tokenizers library's own thread pool off while extraction runs: featx sizes the
+# tokenizer's threads itself (`tokenizer_threads`). The library's pool takes every core whenever
+# it tokenises, beside the model's threads: on 2 cores, a hidden-32 model's thread got about half
+# its core while the next window was tokenised (docs/benchmarks.md, scale). The library reads
+# the variable at each call.
+own_tokenizer_threads = _WhileExtracting(_parallelism_off, _parallelism_back).held
+
+# Objects a collection of the young generation sees: a tokenised chunk's id lists (16,384 of
+# them, alive until flattened) outlive the default 700 and were promoted, so the full
+# collections that followed walked every object of torch and transformers, on both threads
+# under the GIL (6% of a 500,000-row pass's samples; 10-15% of its wall time, docs/benchmarks.md).
+YOUNG_OBJECTS = 50_000
+
+
+def _fewer_collections():
+    threshold = gc.get_threshold()
+    # What exists before the pass (modules, the model) is never walked again; unless the caller
+    # froze objects itself (unfreeze would thaw those too), then its choice stands.
+    freeze = gc.get_freeze_count() == 0
+    if freeze:
+        gc.freeze()
+    gc.set_threshold(YOUNG_OBJECTS, *threshold[1:])
+    return threshold, freeze
+
+
+def _collections_back(saved):
+    threshold, froze = saved
+    gc.set_threshold(*threshold)
+    if froze:
+        gc.unfreeze()
+
+
+fewer_collections = _WhileExtracting(_fewer_collections, _collections_back).held
 
 
 def tokenizer_threads(device: torch.device) -> tuple[int, int]:

@@ -120,6 +120,26 @@ def test_overlapping_extractions_put_the_tokenizers_variable_back_once(monkeypat
     b.__exit__(None, None, None)
     assert PARALLELISM not in os.environ
 
+
+def test_extraction_collects_garbage_less_often_and_puts_the_collector_back():
+    import gc
+
+    from featx.extract import YOUNG_OBJECTS, fewer_collections
+
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    a, b = fewer_collections(), fewer_collections()
+    a.__enter__()
+    assert gc.get_threshold()[0] == YOUNG_OBJECTS and gc.get_freeze_count() > frozen
+    b.__enter__()
+    a.__exit__(None, None, None)
+    assert gc.get_threshold()[0] == YOUNG_OBJECTS  # the other extraction still runs
+    b.__exit__(None, None, None)
+    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
+    with pytest.raises(RuntimeError), fewer_collections():
+        raise RuntimeError("a failed run puts it back too")
+    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
+
+
 def test_a_text_datasets_crc32_written_at_creation_is_the_one_read_back(make_pipeline, tmp_path):
     import h5py
 
