@@ -175,7 +175,7 @@ def create(file: h5py.File, spec: CacheSpec, info: dict, splits: list[Split], hi
     # Dev and test rows whose text (or pair) train holds too: each row hashed as it is written.
     # Dev and test go first, and train's blocks are checked against their hashes as they pass,
     # so no hash of a training row is kept (8 bytes a row: 80 MB at 10M rows). Not in a torchrun
-    # shard, which holds some rows only.
+    # shard, which holds some rows only: the assembly of the shards counts, as one process does.
     count = rows is None and len(splits) > 1 and any(s.name == "train" for s in splits)
     held, known, seen = {}, None, None
     for split in sorted(splits, key=lambda s: s.name == "train"):  # groups are named, not ordered

@@ -189,7 +189,7 @@ def _configuration_lines(inputs: Inputs, d: dict) -> list[str]:
     layers = extraction.get("layers") or {}
     stored = "; ".join(f"{p} {_span(v)}" for p, v in layers.items()) if isinstance(layers, dict) else ""
     dropped = extraction.get("dropped_empty") or {}
-    in_train = extraction.get("in_train")  # None: a cache of an older featx, or a torchrun one
+    in_train = extraction.get("in_train")  # None: a cache of an older featx
     extract = d["extract"]
     lines.append(f"Extraction: poolings and layers stored: {stored or 'not recorded'}; max_length "
                  f"{extraction.get('max_length', extract.get('max_length'))}; prompt "
@@ -197,7 +197,7 @@ def _configuration_lines(inputs: Inputs, d: dict) -> list[str]:
                  f"stored {extraction.get('store_dtype', '?')}; rows dropped for an empty text: "
                  + (", ".join(f"{s} {n}" for s, n in dropped.items()) if dropped else "none")
                  + "; rows whose text train holds too: "
-                 + ("not counted (a cache of an older featx, or of torchrun)" if not isinstance(in_train, dict)
+                 + ("not counted (a cache of an older featx)" if not isinstance(in_train, dict)
                     else ", ".join(f"{s} {n}" for s, n in in_train.items()) if any(in_train.values()) else "none")
                  + f"; cache key `{d['cache_key'][:16]}`.")
     probe, protocol = d["probe"], d["protocol"]

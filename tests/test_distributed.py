@@ -85,6 +85,7 @@ def test_two_ranks_write_the_single_process_cache(tmp_path, tiny_bert):
     with Cache(path) as cache:
         stats = cache.meta["extract_stats"]
         assert stats["world_size"] == 2 and sum(r["rows_total"] for r in stats["per_rank"]) == 300
+        assert set(cache.meta["in_train"]) == {"dev", "test"}  # counted by the assembly, as one process does
     again = torchrun(job(tmp_path, tiny_bert, "sharded"))
     assert again.returncode == 0 and "cache hit" in again.stderr
 
