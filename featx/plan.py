@@ -10,7 +10,7 @@ import hashlib
 import json
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +19,7 @@ from featx import backbone, resolve, stream
 from featx.cacheschema import SINGLES, CacheSpec, cache_path, partial_path
 from featx.config import MODEL_POOLINGS, Pipeline, resolve_layers
 from featx.configfile import command, make_command
-from featx.data import Dataset, Split, load_dataset
+from featx.data import Dataset, Split, listed_files, load_dataset
 from featx.errors import FeatxError
 
 log = logging.getLogger("featx")
@@ -49,6 +49,9 @@ class Plan:
     """Per split, (n, 2): the rows of `singles` holding each pair's two texts."""
     prompt: str | None = None
     """The prompt put before every text: extract.prompt, else the model's default prompt."""
+    data_digests: dict[str, str | None] = field(default_factory=dict)
+    """The sha256 of each data file the pipeline names, taken before featx read it (empty when
+    the dataset was read elsewhere): `remember` writes no pointer for files changed since."""
 
     @property
     def groups(self) -> dict[str, Split]:
@@ -115,15 +118,7 @@ def _state(pipeline: Pipeline, data_files: list[str], model_files: list[str]) ->
     are what the pointer saves hashing): their change time (ctime, which no copy tool can set)
     and inode change whenever their content is written."""
     config = {k: dataclasses.asdict(getattr(pipeline, k)) for k in ("data", "model", "extract")}
-    stats: dict[str, list | str | None] = {}
-    for name in data_files:
-        try:
-            if not Path(name).is_file():  # never a FIFO or a device a planted pointer names
-                raise OSError(name)
-            with open(name, "rb") as f:
-                stats[name] = hashlib.file_digest(f, "sha256").hexdigest()
-        except OSError:
-            stats[name] = None
+    stats: dict[str, list | str | None] = dict(_digests(data_files))
     for name in model_files:
         try:
             stat = Path(name).stat()
@@ -133,6 +128,20 @@ def _state(pipeline: Pipeline, data_files: list[str], model_files: list[str]) ->
     # The library versions too: an upgrade makes a new key, which the pointer must not hide.
     return {"config": hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest(),
             "files": stats, "libraries": resolve.library_versions(sentence=True)}
+
+
+def _digests(data_files) -> dict[str, str | None]:
+    """The sha256 of every data file (None: not a regular file, or unreadable)."""
+    digests: dict[str, str | None] = {}
+    for name in data_files:
+        try:
+            if not Path(name).is_file():  # never a FIFO or a device a planted pointer names
+                raise OSError(name)
+            with open(name, "rb") as f:
+                digests[name] = hashlib.file_digest(f, "sha256").hexdigest()
+        except OSError:
+            digests[name] = None
+    return digests
 
 
 def _pointer(pipeline: Pipeline) -> Path:
@@ -147,6 +156,15 @@ def remember(plan: Plan, path: Path) -> None:
     model = [str(p) for p in resolve.model_files(plan.model.path, True)]
     record = {"cache": path.name, "data_files": data, "model_files": model,
               "state": _state(plan.pipeline, data, model)}
+    # The files as they are now must be those the cache was computed from: a file rewritten
+    # while extraction ran (after it was read) would have the pointer vouch for the old rows.
+    changed = sorted(name for name, digest in plan.data_digests.items()
+                     if record["state"]["files"].get(name, digest) != digest)
+    if changed:
+        log.warning("%s changed while featx extracted it: %s holds the rows as they were read, and "
+                    "later stages will plan again from the files as they are now (rerun featx extract "
+                    "for the new rows)", ", ".join(changed), path.name)
+        return
     try:
         atomic_write(_pointer(plan.pipeline), lambda tmp: tmp.write_text(json.dumps(record)))
     except (OSError, FeatxError) as exc:
@@ -206,8 +224,6 @@ def _same_files(pipeline: Pipeline, record: dict) -> bool:
     (`_state`) miss a shard added to a data folder, a file added to the model's folder (a
     prompt's config, a tokenizer file), and a new hub snapshot the name resolves to now. Each
     of these gave probe, report and open_cache the old cache unsaid."""
-    from featx.data import listed_files
-
     data = listed_files(pipeline.data)
     if data is not None and data != set(record["data_files"]):
         return False
@@ -297,7 +313,10 @@ def cached_plan(pipeline: Pipeline) -> CachedPlan:
 def make_plan(pipeline: Pipeline, dataset: Dataset | None = None) -> Plan:
     """What extraction computes for this pipeline; `dataset`: the pipeline's data, already read
     (a torchrun rank's view of it, `featx.distributed`), instead of reading it here."""
-    dataset = dataset if dataset is not None else load_dataset(pipeline.data, pipeline.name)
+    digests = {}
+    if dataset is None:
+        digests = _digests(sorted(listed_files(pipeline.data) or ()))  # before reading: see remember
+        dataset = load_dataset(pipeline.data, pipeline.name)
     model = resolve.resolve(pipeline.model.name, pipeline.model.revision)
     fingerprint = resolve.fingerprint(model.path, pipeline.model.allow_pickle)
     config = resolve.model_config(model.path)
@@ -322,7 +341,7 @@ def make_plan(pipeline: Pipeline, dataset: Dataset | None = None) -> Plan:
     # "" says no prompt at all, even where the model names a default one.
     prompt = pipeline.extract.prompt if pipeline.extract.prompt is not None else resolve.default_prompt(model.path)
     return Plan(pipeline, dataset, model, fingerprint, n_layers, hidden, max_positions, per_pooling,
-                max_length, sentence, singles, pair_rows, prompt or None)
+                max_length, sentence, singles, pair_rows, prompt or None, digests)
 
 
 def distinct_texts(dataset: Dataset) -> tuple[Split, dict[str, np.ndarray]]:

@@ -124,3 +124,30 @@ def test_a_later_stage_never_takes_the_old_cache_of_files_added_since(make_pipel
                                                                           "default_prompt_name": "query"}))
     with pytest.raises(FeatxError, match="no cache for pipeline"):
         find_cache(pipeline)
+
+
+def test_a_file_rewritten_while_extraction_runs_gets_no_pointer(make_pipeline, tmp_path, monkeypatch, caplog):
+    """The pointer extract leaves hashed the data files when extraction ended: a file rewritten
+    after featx read it (same size) had the pointer vouch for the cache of the old rows, which
+    probe, report and open_cache then took for the new file."""
+    import featx.extract as E
+    from featx.plan import find_cache
+
+    path = tmp_path / "rows.csv"
+    path.write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in zip(TEXTS, LABELS)))
+    pipeline = make_pipeline({"path": str(path), "task": "binary"}, extract={"poolings": ["mean"]})
+    build = E.build
+
+    def rewritten(*args, **kwargs):  # after the plan read the file, before the rows are computed
+        path.write_text(path.read_text().replace("about cats", "ABOUT CATS"))
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(E, "build", rewritten)
+    result = E.extract(pipeline)
+    assert result.path.is_file() and "changed while featx extracted it" in caplog.text
+    assert not pipeline.cache_dir.joinpath(f"{pipeline.name}.pointer.json").exists()
+    with pytest.raises(FeatxError, match="no cache for pipeline"):
+        find_cache(pipeline)  # planned again from the file as it is now: other rows, no cache yet
+    monkeypatch.setattr(E, "build", build)
+    again = E.extract(pipeline)  # the new rows: a cache and a pointer of their own
+    assert again.path != result.path and find_cache(pipeline) == again.path
