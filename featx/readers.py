@@ -322,13 +322,24 @@ class _Lenient(Exception):
 
 def _read_delimited(path: Path, text: str, cfg: DataConfig, delimiter: str, strict: bool) -> Table:
     quoting = csv.QUOTE_NONE if cfg.quoting == "none" else csv.QUOTE_MINIMAL
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting, strict=strict)
+    source = io.StringIO(text, newline="")
+    consumed: list[str] = []  # the lenient reader's lines of the record it is reading
+
+    def recorded():
+        for raw in source:
+            consumed.append(raw)
+            yield raw
+
+    reader = csv.reader(source if strict else recorded(), delimiter=delimiter, quoting=quoting, strict=strict)
     columns = list(cfg.columns) if cfg.columns else None
     header_fields = None
     rows, lines = [], []
     line = 1
     for fields in _csv_rows(reader, path, lambda: line, strict):
         start, line = line, reader.line_num + 1
+        if not strict:
+            _check_lenient(consumed, path, start, delimiter, quoting)
+            consumed.clear()
         if not fields or fields == [""]:  # blank line
             continue
         if columns is None:
@@ -360,6 +371,24 @@ def _read_delimited(path: Path, text: str, cfg: DataConfig, delimiter: str, stri
     if columns is None:
         raise FeatxError(f"{path} is empty")
     return Table(str(path), columns, rows, lines)
+
+
+def _check_lenient(raw: list[str], path: Path, start: int, delimiter: str, quoting: int) -> None:
+    """A record the lenient reader read over several lines must be one the strict reader reads
+    too. Text after a closing quote on one line ('"a"b') is read as the csv module always has;
+    but a quote opening a text ('"the cat') and closed only lines later by a quote inside
+    another row's text merged the rows between into one value, other rows' labels in it, and
+    the rows were gone without a word."""
+    if len(raw) < 2:
+        return
+    try:
+        list(csv.reader(raw, delimiter=delimiter, quoting=quoting, strict=True))
+    except csv.Error:
+        raise FeatxError(
+            f"{path}, lines {start}-{start + len(raw) - 1}: a quote opens a value on line {start} and the "
+            f"quote that closes it is {len(raw) - 1} line(s) later, with text after it, so these lines "
+            "would be read as one row; if quotes are text in this file, set data.quoting = \"none\", "
+            "else quote the value whole (a quote inside a quoted value is written twice)") from None
 
 
 def _check_unique_columns(columns, where: str) -> None:

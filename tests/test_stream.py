@@ -1225,6 +1225,25 @@ def test_a_quote_never_closed_is_named_not_read_to_the_end_of_the_file(monkeypat
         assert "bx" in load_dataset(DataConfig(path=str(path))).label_names
 
 
+@pytest.mark.parametrize("suffix", ["csv", "tsv"])
+def test_a_quote_closed_lines_later_with_text_after_it_is_named_not_read_as_one_row(monkeypatch, tmp_path, suffix):
+    """A text opening with a quote ('"the cat') closed only by a quote inside a later row's text
+    ('it was "great"') made the rows between one value, their labels in it: half the rows gone,
+    no word said. A quoted value over several lines, closed properly, is still one text."""
+    sep = "," if suffix == "csv" else "\t"
+    body = "".join(f'"the cat {i}{sep}pos\nthe dog {i} was "great"{sep}neg\n' for i in range(12))
+    path = tmp_path / f"rows.{suffix}"
+    path.write_text(f"text{sep}label\n" + body, encoding="utf-8")
+    monkeypatch.setattr(stream, "STREAM_BYTES", 1 << 40)  # read whole
+    with pytest.raises(FeatxError, match=r"lines 2-3: a quote opens a value on line 2 .* data.quoting = \"none\""):
+        load_dataset(DataConfig(path=str(path)))
+    assert len(load_dataset(DataConfig(path=str(path), quoting="none")).splits["train"].texts) > 12
+    path.write_text(f"text{sep}label\n" + "".join(f'"a cat {i}\nover two lines, ""quoted"""{sep}{"ab"[i % 2]}\n'
+                                                   for i in range(20)), encoding="utf-8")
+    texts = [t for s in load_dataset(DataConfig(path=str(path))).splits.values() for t in s.texts]
+    assert len(texts) == 20 and all("\nover two lines" in t for t in texts)
+
+
 @pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
 def test_a_streamed_pair_datasets_distinct_texts_are_those_read_whole_without_holding_them(monkeypatch, tmp_path, layout):
     """extract.pair_singles over a streamed file: each text known by its digest, the singles
