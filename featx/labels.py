@@ -391,7 +391,36 @@ def infer_task(rows: Rows, columns: Columns, *, warn: bool = True) -> str:
         return "regression"
     if columns.named:  # three names of which train has two: multiclass, not binary
         return "binary" if columns.named == 2 else "multiclass"
+    _check_numbers_among_names(rows, column, flat, numbers)
     return "binary" if len({class_key(x) for x in flat}) <= 2 else "multiclass"
+
+
+# Distinct values that are not numbers in a column of numbers: a missing-value marker or two
+# ("NA", "nan", "?"), not a set of class names.
+FEW_NAMES = 2
+
+
+def _check_numbers_among_names(rows, column: str, flat: list, numbers: list) -> None:
+    """A column of numbers with a missing-value marker or two ("NA" where R's write.csv leaves
+    a missing score) was read as classes, every distinct number one: 284 classes for 300
+    regression targets, trained and scored without a word. Numbers with a fraction, or more
+    distinct ones than a task is inferred to have classes, beside at most FEW_NAMES other
+    values, are refused with the fix; integer classes beside a name or two ("other") are classes."""
+    distinct = {n for n in numbers if n is not None}
+    names = {class_key(x) for x, n in zip(flat, numbers) if n is None}
+    if not names or len(names) > FEW_NAMES or len(distinct) < 3 or not (
+            any(not n.is_integer() for n in distinct) or len(distinct) > MAX_INFERRED_CLASSES):
+        return
+    first = next(x for x, n in zip(flat, numbers) if n is None)
+    where = getattr(rows, "where", None)
+    at = next((where[i] for i, v in enumerate(rows.labels) if any(x is first for x in as_list(v))), None) \
+        if where is not None else None
+    raise FeatxError(
+        f"column {shown(column)} holds {len(distinct)} distinct numbers, such as {shown(min(distinct))}, and "
+        f"{len(names)} other value(s), such as {shown(first)}" + (f" ({at})" if at else "") + ": read "
+        "as they are, every distinct number would be a class. For a regression target set data.task = "
+        "\"regression\" (each row whose target is not a number is then named: fill it in or remove the "
+        "row); if these are class names, set data.task = \"multiclass\"")
 
 
 @dataclass

@@ -154,6 +154,30 @@ def test_task_inference(tmp_path, labels, task):
     assert data.task == task
 
 
+@pytest.mark.parametrize("marker", ["NA", "nan", ""])
+def test_numbers_beside_a_missing_value_marker_are_refused_not_read_as_classes(monkeypatch, tmp_path, marker):
+    """R's write.csv leaves NA for a missing score: the column was read as classes, every distinct
+    number one (284 classes for 300 targets), without a word; whole or streamed alike. Integer
+    classes beside a name ("other") stay classes."""
+    from featx import stream
+
+    rows = [{"text": f"t{i}", "label": marker if i in (7, 40) else f"{i * 0.37:.2f}"} for i in range(60)]
+    path = write_rows(tmp_path / "r.csv", rows)
+    for threshold in (1 << 40, 0):
+        monkeypatch.setattr(stream, "STREAM_BYTES", threshold)
+        if marker == "":  # an empty label is its own error, naming the row
+            with pytest.raises(FeatxError, match="row"):
+                load_dataset(DataConfig(path=str(path)))
+            continue
+        with pytest.raises(FeatxError, match=rf"58 distinct numbers.*'{marker}' \(.*row 9\).*data.task = \"regression\""):
+            load_dataset(DataConfig(path=str(path)))
+        with pytest.raises(FeatxError, match=f"row 9.*{marker}"):
+            load_dataset(DataConfig(path=str(path), task="regression"))
+        assert len(load_dataset(DataConfig(path=str(path), task="multiclass")).label_names) == 59
+    rows = [{"text": f"t{i}", "label": ["1", "2", "3", "other"][i % 4]} for i in range(40)]
+    assert load_dataset(DataConfig(path=str(write_rows(tmp_path / "c.csv", rows)))).task == "multiclass"
+
+
 def test_numeric_labels_are_one_class_whatever_the_spelling(tmp_path):
     rows = [{"text": f"t{i}", "label": ["1", "1.0", "0"][i % 3]} for i in range(30)]
     data = load_dataset(DataConfig(path=str(write_rows(tmp_path / "r.csv", rows))))
