@@ -25,7 +25,7 @@ from featx.errors import FeatxError, shown
 from featx.labels import (SPLIT_ALIASES, Columns, LabelEncoder, check_unique_ids, class_key, dropped_per_split,
                           empty_message, infer_task, read_label_names)
 from featx.readers import SUFFIX_FORMATS, Table, folder_files, names_file, read_table, read_tables
-from featx.splits import SPLITS, label_assignment, split_single, stratified_assignment
+from featx.splits import SPLITS, check_own_split, label_assignment, split_single, stratified_assignment
 from featx.tasks import TASKS
 
 log = logging.getLogger("featx")
@@ -521,6 +521,7 @@ def _stream_splits(cfg: DataConfig, columns: Columns, parsed: dict):
             else:
                 raise stream.Fallback(f"task {task}")
             assignment = stratified_assignment(strata, cfg.dev_fraction, cfg.test_fraction, cfg.split_seed)
+        check_own_split(assignment, cfg)
     parts = {split: (one, assignment, code) for code, split in enumerate(SPLITS) if (assignment == code).any()}
     if "train" not in parts:
         raise stream.Fallback("no training rows")  # the whole-file reader says so

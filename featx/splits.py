@@ -6,16 +6,20 @@ reading and validating the rows is featx.labels'.
 """
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
 
 from featx.config import DataConfig
+from featx.errors import FeatxError
 from featx.labels import Columns, Rows, as_list, as_number, class_key, infer_task, label_set
 from featx.stratify import iterative_assignment, proportional_sizes
 from featx.tasks import TASKS
 
 SPLITS = ("train", "dev", "test")
+
+log = logging.getLogger("featx")
 
 
 def split_single(rows: Rows, cfg: DataConfig, columns: Columns, task: str | None) -> dict[str, Rows]:
@@ -36,8 +40,26 @@ def split_single(rows: Rows, cfg: DataConfig, columns: Columns, task: str | None
     else:
         assignment = stratified_assignment(_strata(rows, columns, task), cfg.dev_fraction,
                                            cfg.test_fraction, cfg.split_seed)
+    check_own_split(assignment, cfg)
     return {name: rows.take(np.flatnonzero(assignment == code))
             for code, name in enumerate(SPLITS) if (assignment == code).any()}
+
+
+def check_own_split(assignment: np.ndarray, cfg: DataConfig) -> None:
+    """featx's own split of one file must leave test rows (none: no verdict can be scored, which
+    the probe found only after the whole extraction) and says when dev got none (the probe then
+    chooses by cross-validation). Twelve rows of twelve classes all stayed in train: every
+    class keeps its first row there."""
+    counts = np.bincount(assignment, minlength=len(SPLITS))
+    why = (f"featx split the data's {len(assignment):,} rows itself and none went to {{}} (data.{{}}_fraction = "
+           "{}): every class keeps a row in train, so with classes of a row or two, or very few rows, "
+           "none are left over")
+    if cfg.test_fraction > 0 and counts[2] == 0:
+        raise FeatxError(why.format("test", "test", cfg.test_fraction) + "; give more rows per class, or "
+                         "the test rows yourself (data.test, or a split column named by data.split)")
+    if cfg.dev_fraction > 0 and counts[1] == 0:
+        log.warning(why.format("dev", "dev", cfg.dev_fraction) + "; the probe chooses by cross-validation "
+                    "on train instead")
 
 
 def label_assignment(task: str, labels: np.ndarray, dev_fraction: float, test_fraction: float,

@@ -178,6 +178,21 @@ def test_numbers_beside_a_missing_value_marker_are_refused_not_read_as_classes(m
     assert load_dataset(DataConfig(path=str(write_rows(tmp_path / "c.csv", rows)))).task == "multiclass"
 
 
+def test_featx_own_split_that_leaves_no_test_row_is_refused_before_extraction(monkeypatch, tmp_path, caplog):
+    """Twelve rows of twelve classes all stayed in train (each class keeps a row there): extract
+    computed the whole cache, and only the probe said it had no test split."""
+    from featx import stream
+
+    path = write_rows(tmp_path / "few.csv", [{"text": f"t{i}", "label": f"c{i}"} for i in range(12)])
+    for threshold in (1 << 40, 0):
+        monkeypatch.setattr(stream, "STREAM_BYTES", threshold)
+        with pytest.raises(FeatxError, match=r"12 rows itself and none went to test .* data.split"):
+            load_dataset(DataConfig(path=str(path)))
+        assert set(load_dataset(DataConfig(path=str(path), test_fraction=0, dev_fraction=0)).splits) == {"train"}
+    rows = [{"text": f"t{i}", "label": "ab"[i % 2]} for i in range(12)]  # 12 rows, 2 classes: dev and test 1 each
+    assert set(load_dataset(DataConfig(path=str(write_rows(tmp_path / "ok.csv", rows)))).splits) == {"train", "dev", "test"}
+
+
 def test_numeric_labels_are_one_class_whatever_the_spelling(tmp_path):
     rows = [{"text": f"t{i}", "label": ["1", "1.0", "0"][i % 3]} for i in range(30)]
     data = load_dataset(DataConfig(path=str(write_rows(tmp_path / "r.csv", rows))))
