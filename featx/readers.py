@@ -161,6 +161,11 @@ def arrow_names(folder: Path) -> dict[str, list[str]]:
             "Sequence", "List", "LargeList") else spec
         if isinstance(inner, dict) and inner.get("_type") == "ClassLabel" and isinstance(inner.get("names"), list):
             out[str(column)] = [str(n) for n in inner["names"]]
+            repeated = sorted({n for n in out[str(column)] if out[str(column)].count(n) > 1})
+            if repeated:  # two codes read as one class (datasets itself refuses such a ClassLabel)
+                raise FeatxError(f"{folder / 'dataset_info.json'}: the ClassLabel names of column {shown(column)} "
+                                 f"repeat {', '.join(map(shown, repeated))}, so two codes would be one class; "
+                                 "give each class a name of its own and save the dataset again")
     return out
 
 
@@ -200,10 +205,13 @@ def _read_arrow(path: Path, names: dict[str, list[str]]) -> Table:
                                 "every code in 0..n-1 (or -1, no label)"))
         if listed:
             return [table_names[v] for v in value]
-        try:
-            return table_names[value]
-        except (IndexError, TypeError):
-            return value  # not a code (the label checks name the row)
+        if isinstance(value, str):
+            return value  # stored as its name already
+        if not isinstance(value, int) or isinstance(value, bool):
+            # A float code (1.0) was read as the class "1" beside the names, never as one of them.
+            raise FeatxError(f"{path}, row {row}, column {shown(column)}: {value!r} is not a ClassLabel code (an "
+                             f"integer in 0..{len(table_names) - 1}); save the dataset again with integer codes")
+        return table_names[value]
     try:
         rows = [{str(k): named(str(k), _plain(v), i) for k, v in r.items()}
                 for i, r in enumerate(table.to_pylist(), start=1)]

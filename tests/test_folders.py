@@ -43,6 +43,33 @@ def test_a_saved_hugging_face_dataset_reads_its_class_names(tmp_path):
     assert [f for f in data.files if not f.endswith(".arrow")] == [str(saved / "dataset_info.json")]
 
 
+def test_a_saved_datasets_repeated_class_name_or_float_code_is_refused(tmp_path):
+    """ClassLabel names ["x", "y", "x"] (edited: datasets refuses them) read codes 0 and 2 as one
+    class; float codes were read as classes "0", "1" beside the names, never as them."""
+    import json
+
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features({"sentence": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["dog", "cat", "cow"])})
+    saved = tmp_path / "saved"
+    datasets.Dataset.from_dict({"sentence": TEXTS, "label": [i % 3 for i in range(40)]},
+                               features=features).save_to_disk(str(saved))
+    info = saved / "dataset_info.json"
+    edited = json.loads(info.read_text())
+    edited["features"]["label"]["names"] = ["x", "y", "x"]
+    info.write_text(json.dumps(edited))
+    with pytest.raises(FeatxError, match="ClassLabel names of column 'label' repeat 'x'"):
+        load_dataset(DataConfig(path=str(saved), text="sentence"))
+    floats = tmp_path / "floats"
+    features = datasets.Features({"sentence": datasets.Value("string"), "label": datasets.Value("float64")})
+    datasets.Dataset.from_dict({"sentence": TEXTS, "label": [float(i % 3) for i in range(40)]},
+                               features=features).save_to_disk(str(floats))
+    edited["features"]["label"] = {"names": ["dog", "cat", "cow"], "_type": "ClassLabel"}
+    (floats / "dataset_info.json").write_text(json.dumps(edited))
+    with pytest.raises(FeatxError, match=r"row 1, column 'label': 0.0 is not a ClassLabel code"):
+        load_dataset(DataConfig(path=str(floats), text="sentence"))
+
+
 def test_a_saved_multilabel_dataset_and_a_dataset_dict(tmp_path):
     datasets = pytest.importorskip("datasets")
     names = ["a", "b", "c"]
