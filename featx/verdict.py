@@ -350,9 +350,19 @@ def _floor(inputs: Inputs, record: Record, primary: str, runs_dir) -> dict | Non
     data, or a learning rate that did not suit) reads as a baseline otherwise, and frozen
     features "beat" it."""
     majority = [r for r in inputs.main if r.baseline == "majority" and r.primary_metric == primary]
+    value = _value(record, primary)
+    if primary in CORRELATIONS and (not majority or not math.isfinite(_value(majority[0], primary))):
+        # A constant prediction (the training mean) has no correlation: its floor is 0, and a
+        # score is above it when its own interval is. Skipped, random targets read "no
+        # measurable difference: frozen features are as good" at Pearson -0.05.
+        ci = record.metrics_ci.get(primary)
+        low = ci[0] if ci and ci[0] is not None and math.isfinite(ci[0]) else None
+        if value > 0 and (low is None or low > 0):
+            return None
+        return {"record": majority[0] if majority else None, "value": 0.0, "comparison": None,
+                "correlation": True}
     if not majority or not math.isfinite(m := _value(majority[0], primary)):
         return None
-    value = _value(record, primary)
     comparison = _paired(inputs, record, majority[0], primary, runs_dir)
     if value > m and (comparison is None or not all(math.isfinite(v) for v in comparison["difference_ci"])
                       or comparison["difference_ci"][0] > 0):
@@ -360,7 +370,19 @@ def _floor(inputs: Inputs, record: Record, primary: str, runs_dir) -> dict | Non
     return {"record": majority[0], "value": m, "comparison": comparison}
 
 
+# Metrics a constant prediction leaves undefined, whose floor is 0.
+CORRELATIONS = frozenset({"pearson", "spearman"})
+
+
+def _baseline_name(floor: dict) -> str:
+    return "predicting the training mean" if floor.get("correlation") else "predicting the majority class"
+
+
 def _floor_text(record: Record, floor: dict, primary: str) -> str:
+    if floor.get("correlation"):
+        return (f"{primary} {_with_ci(record, primary)}, its interval reaching 0, the {primary} of any "
+                "constant prediction" if _value(record, primary) > 0 else
+                f"{primary} {_with_ci(record, primary)}, against 0 for any constant prediction")
     comparison = floor["comparison"]
     interval = ""
     if comparison is not None and all(math.isfinite(v) for v in comparison["difference_ci"]):
@@ -374,9 +396,10 @@ def _learned_nothing(described: str, frozen: Record, tuned: Record, floor: dict,
     baseline, so no ratio against it and no "frozen features beat it"."""
     rates = (tuned.hyperparameters or {}).get("learning_rates") or [(tuned.hyperparameters or {}).get("learning_rate")]
     others = sorted({2e-5, 3e-5, 5e-5} - {float(r) for r in rates if r is not None}) or [1e-5]
-    return (f"No verdict against the fine-tune: it is not measurably better than predicting the "
-            f"majority class ({_floor_text(tuned, floor, primary)}): it learned nothing this test "
-            "split can see (a run collapsed to one class, too few epochs, or learning rates that did "
+    return (f"No verdict against the fine-tune: it is not measurably better than {_baseline_name(floor)} "
+            f"({_floor_text(tuned, floor, primary)}): it learned nothing this test "
+            f"split can see (a run collapsed to {'a constant' if floor.get('correlation') else 'one class'}, "
+            "too few epochs, or learning rates that did "
             "not suit), so it is no baseline to judge frozen features by. Rerun it with other "
             f"learning rates or more epochs, e.g. {run('finetune', 'finetune.learning_rates=' + str(others).replace(' ', ''))}. "
             f"Meanwhile, {described[0].lower() + described[1:]} reach {primary} = "
@@ -420,7 +443,7 @@ def _caveats(inputs: Inputs, frozen: Record, primary: str, runs_dir) -> str:
     floor = _floor(inputs, frozen, primary, runs_dir)
     if floor is None:
         return _overlap_note(frozen) + _positive_note(frozen, primary)
-    return (f" The frozen choice is not measurably better than predicting the majority class "
+    return (f" The frozen choice is not measurably better than {_baseline_name(floor)} "
             f"({_floor_text(frozen, floor, primary)}): these features carry nothing this test split "
             "can see for this task." + _overlap_note(frozen) + _positive_note(frozen, primary))
 

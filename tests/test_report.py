@@ -313,6 +313,31 @@ def test_a_frozen_choice_no_better_than_the_majority_class_is_said(tmp_path):
     assert "No fine-tune record yet" in text and "The frozen choice is not measurably better" in text
 
 
+def test_regression_targets_nothing_predicts_get_no_verdict_at_a_correlation_floor_of_zero(tmp_path):
+    """The mean baseline's Pearson is undefined (a constant prediction), so the floor was skipped:
+    on random targets, frozen Pearson -0.05 and the fine-tune's -0.03 read "no measurable
+    difference: frozen features are as good"."""
+    def at(stage, features, head, value, ci, **fields):
+        record = fake(stage, "regression", features, head, value, **fields)
+        return dataclasses.replace(record, metrics_ci={"pearson": ci})
+
+    frozen = at("probe", "mean@4", "logistic", -0.0509, [-0.2901, 0.1854])
+    tuned = at("finetune", "finetune:mean", "linear", -0.0307, [-0.2563, 0.2039], converged=True,
+               hyperparameters={"learning_rates": [1e-4]})
+    mean = dataclasses.replace(fake("probe", "regression", "text", "majority", float("nan"), baseline="majority"),
+                               metrics={"mse": 0.87, "mae": 0.7, "r2": -0.01, "pearson": float("nan"),
+                                        "spearman": float("nan")})
+    write_all(tmp_path / "runs", [frozen, tuned, mean])
+    judged = verdict(collect(tmp_path / "runs", "fx"))
+    assert judged.text.startswith("No verdict against the fine-tune: it is not measurably better than predicting "
+                                  "the training mean (pearson -0.0307 [-0.2563, 0.2039], against 0"), judged.text
+    assert "collapsed to a constant" in judged.text and judged.quality_ratio is None
+    assert "The frozen choice is not measurably better than predicting the training mean" in judged.text
+    good = at("probe", "mean@4", "logistic", 0.83, [0.79, 0.86])  # its interval above 0: no floor said
+    write_all(tmp_path / "good", [good, mean])
+    assert "not measurably better" not in verdict(collect(tmp_path / "good", "fx")).text
+
+
 def test_test_rows_whose_text_train_holds_are_said(tmp_path):
     y = labels(100)
     frozen = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0,

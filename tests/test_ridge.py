@@ -264,6 +264,20 @@ def test_the_verdict_chooses_among_the_second_stage_not_the_scout():
     assert only.record.head == "ridge"
 
 
+def test_a_ridge_scout_clearly_ahead_of_every_answering_head_answers():
+    # 60 classes of 7 rows: the ridge scout scored 1.0 on dev and test, the logistic head on
+    # the same features 0.36, and the verdict said the backbone lost to TF-IDF's 1.0.
+    from featx.choice import frozen_choice
+
+    records = [probed("mean@0", "ridge", 1.0, scout=True, protocol="dev"),
+               probed("mean@1", "ridge", 1.0, scout=True, protocol="dev"),
+               probed("mean@0", "logistic", 0.357, protocol="dev")]
+    chosen = frozen_choice(records)
+    assert (chosen.record.features, chosen.record.head) == ("mean@0", "ridge")  # on the answered features
+    records[0] = probed("mean@0", "ridge", 0.37, scout=True, protocol="dev")  # ahead by noise: only ranks
+    assert frozen_choice(records).record.head == "logistic"
+
+
 def test_a_scout_that_is_an_answering_head_stays_a_candidate_on_the_answered_features():
     # On a regression task logistic (Ridge) is the scout: dropping its records left the MLP,
     # 0.77 test Pearson beside the Ridge's 0.99, and a verdict that TF-IDF beat the backbone.
