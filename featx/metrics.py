@@ -91,6 +91,7 @@ NAMES = {name: task.metrics for name, task in TASKS.items()}
 LOWER_IS_BETTER = frozenset({"mse", "mae"})
 
 
+
 def _auc(y: np.ndarray, scores: np.ndarray) -> float:
     if len(np.unique(y)) < 2:
         return float("nan")

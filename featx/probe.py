@@ -25,7 +25,7 @@ from featx.config import MODEL_POOLINGS, Pipeline, ProbeConfig
 from featx.errors import FeatxError
 from featx.files import writable_dir
 from featx.job import TEXT, Features, probe_one
-from featx.recordschema import Record
+from featx.recordschema import Record, metric_text
 from featx.records import configuration, probe_config_hash, probe_dir, read_records, read_run_status, record_name, write_json, write_record, write_run_status
 from featx.choice import selection_difference_se, selection_score, stored_selection
 from featx.search import choose_protocol
@@ -414,7 +414,7 @@ def format_table(records: list[Record], runs_dir=None) -> str:
         for k in names:
             value = r.metrics.get(k, float("nan"))
             std = r.metrics_std.get(k, 0.0)
-            cells.append(f"{value:.4f}" + (f"±{std:.4f}" if std else ""))
+            cells.append(metric_text(value) + (f"±{metric_text(std)}" if std else ""))
         low, high = r.metrics_ci.get(primary) or (float("nan"), float("nan"))
         rows.append(["*" if choice is not None and r is choice.record else "", r.features, r.head,
                      r.protocol["name"], *cells, f"[{low:.4f}, {high:.4f}]", f"{r.fit_seconds or 0:.1f}"])

@@ -192,3 +192,13 @@ def _kind(hint) -> str:
 
 def _default(f: dataclasses.Field):
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def metric_text(value: float, digits: int = 4) -> str:
+    """A metric as the tables print it: `digits` decimals, unless that would show a nonzero
+    value as 0.0000 (the MSE of targets near 1e-6 was 0.0000 on every row, the baseline's too)
+    or run long (the MSE of targets near 1e9): then `digits` significant digits."""
+    magnitude = abs(value)
+    if value == value and magnitude != float("inf") and (0 < magnitude < 0.5 * 10 ** -digits or magnitude >= 1e6):
+        return f"{value:.{digits}g}"
+    return f"{value:.{digits}f}"

@@ -20,7 +20,7 @@ from pathlib import Path
 from featx.config import Pipeline
 from featx.configfile import command
 from featx.errors import FeatxError
-from featx.recordschema import Record
+from featx.recordschema import Record, metric_text
 from featx.plots import plots
 from featx.choice import selection_score
 from featx.verdict import Inputs, Verdict, collect, verdict
@@ -90,7 +90,7 @@ def _finite(value) -> bool:
 def _num(value, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    return f"{value:.{digits}f}"
+    return metric_text(value, digits)
 
 
 def write_report(runs_dir: str | Path, reports_dir: str | Path, pipeline: str,

@@ -497,3 +497,13 @@ def test_each_verdict_ends_with_the_command_that_acts_on_it(tmp_path):
     assert "come close" in text and text.endswith(
         "Next: iterate with the frozen choice, `featx predict pipelines/fx.toml new.csv model.name=./m`; "
         "for the last points, `featx export pipelines/fx.toml exported --finetuned model.name=./m`."), text
+
+
+def test_metrics_far_from_one_are_printed_with_their_digits():
+    """Targets near 1e-6 printed every row's MSE as 0.0000, the baseline's too: nothing could be
+    compared; near 1e9 the MSE ran to a dozen digits."""
+    from featx.recordschema import metric_text
+
+    assert metric_text(0.8903) == "0.8903" and metric_text(0.0) == "0.0000"
+    assert metric_text(3.2e-12) == "3.2e-12" and metric_text(-4e-7) == "-4e-07"
+    assert metric_text(2.5e13) == "2.5e+13" and metric_text(float("nan")) == "nan"
