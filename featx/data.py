@@ -244,13 +244,26 @@ def check_splits_apart(cfg: DataConfig) -> None:
 
     given = {s: [f for spec in ([v] if isinstance(v, str) else v) for f in folder_files(Path(spec)) if f.is_file()]
              for s, v in (("train", cfg.train), ("dev", cfg.dev), ("test", cfg.test)) if v}
+    same = lambda x, y: x.samefile(y) or (  # noqa: E731 (bytes compared only for files of one size)
+        x.stat().st_size == y.stat().st_size and filecmp.cmp(x, y, shallow=False))
+    # Within one split: a file listed twice (or with its copy) made every row two rows, which
+    # featx's own split then put in train and test alike. (The files listed, not a folder's
+    # shards: two empty shards are alike and harmless.)
+    listed = {s: [Path(f) for f in ([v] if isinstance(v, str) else v) if Path(f).is_file()]
+              for s, v in (("path", cfg.path), ("train", cfg.train), ("dev", cfg.dev), ("test", cfg.test)) if v}
+    for split, files in listed.items():
+        for i, x in enumerate(files):
+            for y in files[i + 1:]:
+                if same(x, y):
+                    raise FeatxError(f"data.{split} lists the same file twice ({x}"
+                                     + ("" if x.samefile(y) else f" and its copy {y}") + "): every row would "
+                                     "be read twice; list each file once")
     splits = list(given)
     for i, a in enumerate(splits):
         for b in splits[i + 1:]:
             for x in given[a]:
                 for y in given[b]:
-                    # Bytes compared only for files of one size (rare unless they are copies).
-                    if x.samefile(y) or (x.stat().st_size == y.stat().st_size and filecmp.cmp(x, y, shallow=False)):
+                    if same(x, y):
                         raise FeatxError(f"data.{a} and data.{b} hold the same file ({x}"
                                          + ("" if x.samefile(y) else f" and its copy {y}") + f"): the {b} rows "
                                          f"would be {a} rows; give each split its own rows")

@@ -275,6 +275,15 @@ def test_one_file_or_its_copy_given_as_two_splits_is_refused(tmp_path):
         load_dataset(DataConfig(train=str(train), test=str(copy)))
     copy.write_bytes(train.read_bytes().replace(b"text,label", b"text,label\nanother text,a", 1))
     load_dataset(DataConfig(train=str(train), test=str(copy)))
+    # one split listing a file twice, or a file and its copy: every row read twice, then split
+    # by featx into train and test alike
+    twin = tmp_path / "twin.csv"
+    twin.write_bytes(train.read_bytes())
+    for files in ([str(train), str(train)], [str(train), str(twin)]):
+        with pytest.raises(FeatxError, match="data.path lists the same file twice .*list each file once"):
+            load_dataset(DataConfig(path=files))
+    with pytest.raises(FeatxError, match="data.train lists the same file twice"):
+        load_dataset(DataConfig(train=[str(train), str(twin)], test=str(copy)))
 
 
 @pytest.mark.parametrize("given, expected", [({"label": ()}, "data.label is an empty list"),
