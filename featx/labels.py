@@ -315,6 +315,9 @@ def _class_name(value, where: str, columns: Columns) -> str:
     """The class of a binary / multiclass label; an empty one (kept only for a multilabel
     separator) is missing here. A list or an object is no class: it was one named by Python's
     repr of it ("['a', 'b']", "{'k': 'a'}"), every distinct set or object a class of its own."""
+    if isinstance(value, (bytes, bytearray)):  # a Parquet binary column: named b'a' by repr
+        raise FeatxError(f"{where}, column {shown(columns.labels[0])}: label {value!r} is bytes, not a class "
+                         "name; store the column as strings (UTF-8 text)")
     if isinstance(value, (list, dict)):
         fix = ('a list is a row\'s set of labels: set data.task = "multilabel" (or leave data.task unset)'
                if isinstance(value, list) else "give the class as a string or a number")

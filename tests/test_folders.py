@@ -178,3 +178,18 @@ def test_a_file_rewritten_while_extraction_runs_gets_no_pointer(make_pipeline, t
     monkeypatch.setattr(E, "build", build)
     again = E.extract(pipeline)  # the new rows: a cache and a pointer of their own
     assert again.path != result.path and find_cache(pipeline) == again.path
+
+
+def test_a_parquet_label_column_of_bytes_is_refused_not_named_by_repr(monkeypatch, tmp_path):
+    """A binary label column gave classes "b'a'" and "b'b'" (Python's repr of bytes)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from featx import stream
+
+    path = tmp_path / "bytes.parquet"
+    pq.write_table(pa.table({"text": TEXTS, "label": pa.array([l.encode() for l in LABELS], pa.binary())}), path)
+    for threshold in (1 << 40, 0):
+        monkeypatch.setattr(stream, "STREAM_BYTES", threshold)
+        with pytest.raises(FeatxError, match=r"row 1, column 'label': label b'dog' is bytes.*as strings"):
+            load_dataset(DataConfig(path=str(path)))
