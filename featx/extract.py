@@ -69,6 +69,7 @@ def extract(pipeline: Pipeline) -> ExtractResult:
         return _hit(path, spec.key(), start)
     # Refused before any file exists (a rerun with the same settings would fail the same way).
     Encoder(backbone.load_tokenizer(plan.model.path), plan.max_length).check(plan.dataset.pairs)
+    _warn_other_partials(path)
     with writer_lock(path):
         if path.is_file():  # another process finished it while we waited for the data
             return _hit(path, spec.key(), start)
@@ -77,6 +78,16 @@ def extract(pipeline: Pipeline) -> ExtractResult:
     seconds = time.perf_counter() - start
     _report(path, plan, stats, seconds)
     return ExtractResult(path, spec.key(), False, seconds, stats)
+
+
+def _warn_other_partials(path: Path) -> None:
+    """Unfinished caches of other keys beside this one: a run killed before its data or
+    settings changed left one, gigabytes at scale, never resumed by this configuration. Named,
+    never removed unasked (another job may be writing it)."""
+    others = sorted(p.name for p in path.parent.glob("*.h5.partial") if p.name != path.name + ".partial")
+    if others:
+        log.warning("%s holds unfinished caches of other keys (%s), left by runs stopped before their data "
+                    "or settings changed: delete them unless a job is writing them", path.parent, ", ".join(others))
 
 
 def build(path: Path, plan: Plan, spec, device: torch.device, compute_dtype: str, *,

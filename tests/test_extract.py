@@ -476,3 +476,16 @@ def test_the_cache_counts_dev_and_test_rows_whose_text_train_holds(make_pipeline
         # Pairs: the same first text with another second text is another row (dev's first).
         assert cache.meta["in_train"] == ({"dev": 1, "test": 2} if pairs else {"dev": 2, "test": 2})
     assert any("have a text train holds too" in r.getMessage() for r in caplog.records)
+
+
+def test_unfinished_caches_of_other_keys_are_named_not_removed(make_pipeline, tmp_path, caplog):
+    """A run killed before its data changed left a .partial of the old key, never resumed by the
+    new configuration, and nothing said it was there."""
+    rows = classification_rows(40, seed=5)
+    pipeline = make_pipeline({"path": str(write_rows(tmp_path / "rows.csv", rows))})
+    pipeline.cache_dir.mkdir(parents=True, exist_ok=True)
+    stale = pipeline.cache_dir / "0123456789abcdef.h5.partial"
+    stale.write_bytes(b"left by a killed run")
+    result = extract(pipeline)
+    assert "unfinished caches of other keys (0123456789abcdef.h5.partial)" in caplog.text
+    assert stale.exists() and result.path.is_file()
