@@ -43,6 +43,22 @@ FINALIZE_HEADROOM = 1 << 20  # bytes free that finalizing a cache may need, with
 # Locking: one writer per cache
 
 
+def being_written(path: Path) -> bool:
+    """Whether a process holds the writer lock of the cache at `path` now (a shared lock, tried
+    and let go at once, conflicts only with a writer's)."""
+    try:
+        fd = open_nofollow(path.with_name(f".{path.name}.lock"), os.O_RDONLY)
+    except OSError:
+        return False  # never locked: no lock file
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def writer_lock(path: Path):
     """Hold an exclusive lock for writing the cache at `path`; a second writer gets a clear error.

@@ -114,7 +114,9 @@ def _clearly_ahead(scout: Record, answers: list[Record]) -> bool:
     if not rivals or not math.isfinite(score):
         return False
     best = max(rivals, key=selection_score)
-    return score - selection_score(best) > 3 * max(scout.selection_se or 0.0, best.selection_se or 0.0)
+    if scout.selection_se is None or best.selection_se is None:  # no error to judge the lead by
+        return False
+    return score - selection_score(best) > 3 * max(scout.selection_se, best.selection_se)
 
 
 def _paired_ses(top: Record, probes: list[Record], runs_dir, metric: str, bound: float) -> dict[int, float]:

@@ -246,18 +246,18 @@ def check_splits_apart(cfg: DataConfig) -> None:
              for s, v in (("train", cfg.train), ("dev", cfg.dev), ("test", cfg.test)) if v}
     same = lambda x, y: x.samefile(y) or (  # noqa: E731 (bytes compared only for files of one size)
         x.stat().st_size == y.stat().st_size and filecmp.cmp(x, y, shallow=False))
-    # Within one split: a file listed twice (or with its copy) made every row two rows, which
-    # featx's own split then put in train and test alike. (The files listed, not a folder's
-    # shards: two empty shards are alike and harmless.)
-    listed = {s: [Path(f) for f in ([v] if isinstance(v, str) else v) if Path(f).is_file()]
-              for s, v in (("path", cfg.path), ("train", cfg.train), ("dev", cfg.dev), ("test", cfg.test)) if v}
-    for split, files in listed.items():
-        for i, x in enumerate(files):
-            for y in files[i + 1:]:
-                if same(x, y):
+    # Within one split: a file listed twice, in a folder listed beside it, or beside its copy,
+    # made every row two rows, which featx's own split then put in train and test alike. Bytes
+    # are compared for the files listed themselves only: two empty shards of a folder are alike.
+    for split, v in (("path", cfg.path), ("train", cfg.train), ("dev", cfg.dev), ("test", cfg.test)):
+        specs = [Path(f) for f in ([v] if isinstance(v, str) else v or ())]
+        files = [(f, spec.is_file()) for spec in specs for f in folder_files(spec) if f.is_file()]
+        for i, (x, x_listed) in enumerate(files):
+            for y, y_listed in files[i + 1:]:
+                if x.samefile(y) or (x_listed and y_listed and same(x, y)):
                     raise FeatxError(f"data.{split} lists the same file twice ({x}"
                                      + ("" if x.samefile(y) else f" and its copy {y}") + "): every row would "
-                                     "be read twice; list each file once")
+                                     "be read twice; list each file (or folder) once")
     splits = list(given)
     for i, a in enumerate(splits):
         for b in splits[i + 1:]:

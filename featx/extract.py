@@ -34,7 +34,7 @@ from featx.batching import (
     window_batches,
 )
 from featx.cache import Cache
-from featx.cachewriter import CacheWriter, partial_finished, writer_lock
+from featx.cachewriter import CacheWriter, being_written, partial_finished, writer_lock
 from featx.config import Pipeline
 from featx.errors import FeatxError
 from featx.files import writable_dir
@@ -59,7 +59,7 @@ def extract(pipeline: Pipeline) -> ExtractResult:
     (Under torchrun the CLI calls `featx.distributed.extract_sharded` instead.)"""
     start = time.perf_counter()
     writable_dir(pipeline.cache_dir, root=pipeline.root)
-    plan = make_plan(pipeline)
+    plan = make_plan(pipeline, digests=True)
     device = backbone.pick_device(pipeline.extract.device)
     compute_dtype = backbone.pick_dtype(pipeline.extract.dtype, device, hidden=plan.hidden)
     spec = plan.spec(compute_dtype)
@@ -84,7 +84,8 @@ def _warn_other_partials(path: Path) -> None:
     """Unfinished caches of other keys beside this one: a run killed before its data or
     settings changed left one, gigabytes at scale, never resumed by this configuration. Named,
     never removed unasked (another job may be writing it)."""
-    others = sorted(p.name for p in path.parent.glob("*.h5.partial") if p.name != path.name + ".partial")
+    others = sorted(p.name for p in path.parent.glob("*.h5.partial") if p.name != path.name + ".partial"
+                    and not being_written(p.with_name(p.name.removesuffix(".partial"))))  # another job's, live
     if others:
         log.warning("%s holds unfinished caches of other keys (%s), left by runs stopped before their data "
                     "or settings changed: delete them unless a job is writing them", path.parent, ", ".join(others))

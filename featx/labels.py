@@ -315,9 +315,7 @@ def _class_name(value, where: str, columns: Columns) -> str:
     """The class of a binary / multiclass label; an empty one (kept only for a multilabel
     separator) is missing here. A list or an object is no class: it was one named by Python's
     repr of it ("['a', 'b']", "{'k': 'a'}"), every distinct set or object a class of its own."""
-    if isinstance(value, (bytes, bytearray)):  # a Parquet binary column: named b'a' by repr
-        raise FeatxError(f"{where}, column {shown(columns.labels[0])}: label {value!r} is bytes, not a class "
-                         "name; store the column as strings (UTF-8 text)")
+    _no_bytes(value, where, columns)
     if isinstance(value, (list, dict)):
         fix = ('a list is a row\'s set of labels: set data.task = "multilabel" (or leave data.task unset)'
                if isinstance(value, list) else "give the class as a string or a number")
@@ -328,6 +326,13 @@ def _class_name(value, where: str, columns: Columns) -> str:
         raise FeatxError(f"{where}, column {shown(columns.labels[0])}: the label is empty; a class "
                          "needs a name (remove the row or fill in its label)")
     return name
+
+
+def _no_bytes(value, where: str, columns: Columns) -> None:
+    """A Parquet binary column's labels were classes named by Python's repr (b'a')."""
+    if isinstance(value, (bytes, bytearray)):
+        raise FeatxError(f"{where}, column {shown(columns.labels[0])}: label {value!r} is bytes, not a class "
+                         "name; store the column as strings (UTF-8 text)")
 
 
 def label_set(value, columns: Columns, where: str) -> list[str]:
@@ -341,8 +346,10 @@ def label_set(value, columns: Columns, where: str) -> list[str]:
             if number == 1.0:
                 out.append(column)
         return out
+    _no_bytes(value, where, columns)
     if isinstance(value, list):
         for v in value:
+            _no_bytes(v, where, columns)
             # A null among a row's labels (JSON, Parquet) was read as a class named "None".
             if is_missing(v) or isinstance(v, (list, dict)):
                 raise FeatxError(f"{where}, column {shown(columns.labels[0])}: the row's list of labels "
@@ -406,13 +413,12 @@ FEW_NAMES = 2
 def _check_numbers_among_names(rows, column: str, flat: list, numbers: list) -> None:
     """A column of numbers with a missing-value marker or two ("NA" where R's write.csv leaves
     a missing score) was read as classes, every distinct number one: 284 classes for 300
-    regression targets, trained and scored without a word. Numbers with a fraction, or more
-    distinct ones than a task is inferred to have classes, beside at most FEW_NAMES other
-    values, are refused with the fix; integer classes beside a name or two ("other") are classes."""
+    regression targets, trained and scored without a word. Numbers with a fraction beside at
+    most FEW_NAMES other values are refused with the fix; integers beside a name or two are
+    classes, however many (CLINC's intents 0..149 beside "oos")."""
     distinct = {n for n in numbers if n is not None}
     names = {class_key(x) for x, n in zip(flat, numbers) if n is None}
-    if not names or len(names) > FEW_NAMES or len(distinct) < 3 or not (
-            any(not n.is_integer() for n in distinct) or len(distinct) > MAX_INFERRED_CLASSES):
+    if not names or len(names) > FEW_NAMES or len(distinct) < 3 or all(n.is_integer() for n in distinct):
         return
     first = next(x for x, n in zip(flat, numbers) if n is None)
     where = getattr(rows, "where", None)

@@ -310,12 +310,14 @@ def cached_plan(pipeline: Pipeline) -> CachedPlan:
     return CachedPlan(path, meta, model)
 
 
-def make_plan(pipeline: Pipeline, dataset: Dataset | None = None) -> Plan:
+def make_plan(pipeline: Pipeline, dataset: Dataset | None = None, *, digests: bool = False) -> Plan:
     """What extraction computes for this pipeline; `dataset`: the pipeline's data, already read
-    (a torchrun rank's view of it, `featx.distributed`), instead of reading it here."""
-    digests = {}
+    (a torchrun rank's view of it, `featx.distributed`), instead of reading it here. `digests`:
+    hash the data files before reading them, for the pointer extract leaves (`remember`)."""
+    before = {}
     if dataset is None:
-        digests = _digests(sorted(listed_files(pipeline.data) or ()))  # before reading: see remember
+        if digests:
+            before = _digests(sorted(listed_files(pipeline.data) or ()))
         dataset = load_dataset(pipeline.data, pipeline.name)
     model = resolve.resolve(pipeline.model.name, pipeline.model.revision)
     fingerprint = resolve.fingerprint(model.path, pipeline.model.allow_pickle)
@@ -341,7 +343,7 @@ def make_plan(pipeline: Pipeline, dataset: Dataset | None = None) -> Plan:
     # "" says no prompt at all, even where the model names a default one.
     prompt = pipeline.extract.prompt if pipeline.extract.prompt is not None else resolve.default_prompt(model.path)
     return Plan(pipeline, dataset, model, fingerprint, n_layers, hidden, max_positions, per_pooling,
-                max_length, sentence, singles, pair_rows, prompt or None, digests)
+                max_length, sentence, singles, pair_rows, prompt or None, before)
 
 
 def distinct_texts(dataset: Dataset) -> tuple[Split, dict[str, np.ndarray]]:

@@ -9,6 +9,7 @@ JSONL and Parquet: record numbers), so an editor can jump to them.
 from __future__ import annotations
 
 import codecs
+import collections
 import csv
 import io
 import json
@@ -161,7 +162,7 @@ def arrow_names(folder: Path) -> dict[str, list[str]]:
             "Sequence", "List", "LargeList") else spec
         if isinstance(inner, dict) and inner.get("_type") == "ClassLabel" and isinstance(inner.get("names"), list):
             out[str(column)] = [str(n) for n in inner["names"]]
-            repeated = sorted({n for n in out[str(column)] if out[str(column)].count(n) > 1})
+            repeated = sorted(n for n, k in collections.Counter(out[str(column)]).items() if k > 1)
             if repeated:  # two codes read as one class (datasets itself refuses such a ClassLabel)
                 raise FeatxError(f"{folder / 'dataset_info.json'}: the ClassLabel names of column {shown(column)} "
                                  f"repeat {', '.join(map(shown, repeated))}, so two codes would be one class; "
@@ -382,21 +383,53 @@ def _read_delimited(path: Path, text: str, cfg: DataConfig, delimiter: str, stri
 
 
 def _check_lenient(raw: list[str], path: Path, start: int, delimiter: str, quoting: int) -> None:
-    """A record the lenient reader read over several lines must be one the strict reader reads
-    too. Text after a closing quote on one line ('"a"b') is read as the csv module always has;
-    but a quote opening a text ('"the cat') and closed only lines later by a quote inside
-    another row's text merged the rows between into one value, other rows' labels in it, and
-    the rows were gone without a word."""
-    if len(raw) < 2:
+    """A record the lenient reader read over several lines must not hold a quoted value that
+    spans a line break and has text after its closing quote. Text after a closing quote on one
+    line ('"a"b') is read as the csv module always has; but a quote opening a text ('"the cat')
+    and closed only lines later by a quote inside another row's text ('was "great"') merged the
+    rows between into one value, other rows' labels in it, and the rows were gone unsaid."""
+    if len(raw) < 2 or quoting == csv.QUOTE_NONE:
         return
-    try:
-        list(csv.reader(raw, delimiter=delimiter, quoting=quoting, strict=True))
-    except csv.Error:
+    broken = _broken_quoted_value(''.join(raw), delimiter)
+    if broken:
         raise FeatxError(
-            f"{path}, lines {start}-{start + len(raw) - 1}: a quote opens a value on line {start} and the "
-            f"quote that closes it is {len(raw) - 1} line(s) later, with text after it, so these lines "
+            f"{path}, lines {start}-{start + len(raw) - 1}: a quote opens a value on line {start + broken[0]} "
+            f"and the quote that closes it is {broken[1]} line(s) later, with text after it, so these lines "
             "would be read as one row; if quotes are text in this file, set data.quoting = \"none\", "
-            "else quote the value whole (a quote inside a quoted value is written twice)") from None
+            "else quote the value whole (a quote inside a quoted value is written twice)")
+
+
+def _broken_quoted_value(record: str, delimiter: str) -> tuple[int, int] | None:
+    """(line of its opening quote within the record, lines it spans) of the first quoted value
+    that holds a line break and is followed by text other than spaces before the next
+    delimiter or line end: what only a quote closed in the wrong place gives."""
+    i, n, at_start, line = 0, len(record), True, 0
+    while i < n:
+        c = record[i]
+        if at_start and c == '"':
+            j, breaks = i + 1, 0
+            while j < n:
+                if record[j] == '"':
+                    if record[j + 1:j + 2] == '"':  # a quote written twice: one quote of the text
+                        j += 2
+                        continue
+                    break
+                if record[j] == "\n" or (record[j] == "\r" and record[j + 1:j + 2] != "\n"):
+                    breaks += 1
+                j += 1
+            k = j + 1
+            while k < n and record[k] not in (delimiter, "\r", "\n") and record[k].isspace():
+                k += 1
+            if breaks and k < n and record[k] not in (delimiter, "\r", "\n"):
+                return line, breaks
+            line += breaks
+            i, at_start = j + 1, False
+            continue
+        if c == "\n" or (c == "\r" and record[i + 1:i + 2] != "\n"):
+            line += 1
+        at_start = c in (delimiter, "\r", "\n")
+        i += 1
+    return None
 
 
 def _check_unique_columns(columns, where: str) -> None:

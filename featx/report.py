@@ -69,15 +69,15 @@ def table_rows(all_rows: list[dict]) -> tuple[list[str], list[list[str]]]:
               *[m for m in task_metrics if m != primary], "train s", "backbone passes", "cache MB", "note"]
     cells = []
     for row in all_rows:
-        std = f" ± {row['primary_std']:.4f}" if row["primary_std"] else ""
-        interval = (f" [{row['primary_ci_low']:.4f}, {row['primary_ci_high']:.4f}]"
+        std = f" ± {metric_text(row['primary_std'])}" if row["primary_std"] else ""
+        interval = (f" [{metric_text(row['primary_ci_low'])}, {metric_text(row['primary_ci_high'])}]"
                     if _finite(row["primary_ci_low"]) and _finite(row["primary_ci_high"]) else "")
         note = {"majority": "baseline: majority", "lexical": "baseline: TF-IDF"}.get(row["baseline"], "")
         if row["converged"] is False:
             note = "not converged: a lower bound"
         cells.append([row["features"], row["head"], row["init"], row["protocol"],
-                      f"{_num(row['primary'])}{std}{interval}", _num(row["selection"]),
-                      *[_num(row.get(f"metric:{k}")) for k in task_metrics if k != primary],
+                      f"{_metric(row['primary'])}{std}{interval}", _metric(row["selection"]),
+                      *[_metric(row.get(f"metric:{k}")) for k in task_metrics if k != primary],
                       _num(row["train_seconds"], 1), f"{row['backbone_forward_passes'] or 0:,}",
                       "" if row["baseline"] else _num(row["cache_mb"], 1), note])
     return header, cells
@@ -90,7 +90,12 @@ def _finite(value) -> bool:
 def _num(value, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    return metric_text(value, digits)
+    return f"{value:.{digits}f}"
+
+
+def _metric(value) -> str:
+    """A metric cell: as `metric_text` prints it (4 decimals, or 4 significant digits far from 1)."""
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else metric_text(value)
 
 
 def write_report(runs_dir: str | Path, reports_dir: str | Path, pipeline: str,

@@ -22,7 +22,7 @@ from featx.choice import FrozenChoice, best_tuned, frozen_choice, selection_scor
 from featx.config import Pipeline
 from featx.configfile import command
 from featx.errors import FeatxError
-from featx.recordschema import Record
+from featx.recordschema import Record, metric_text
 from featx.records import current_records, pipeline_records
 
 GOOD_ENOUGH, CLOSE = 0.98, 0.90
@@ -388,7 +388,7 @@ def _floor_text(record: Record, floor: dict, primary: str) -> str:
     if comparison is not None and all(math.isfinite(v) for v in comparison["difference_ci"]):
         low, high = comparison["difference_ci"]
         interval = f"; paired difference {comparison['difference']:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}]"
-    return f"{primary} {_value(record, primary):.4f} against the majority baseline's {floor['value']:.4f}{interval}"
+    return f"{primary} {metric_text(_value(record, primary))} against the majority baseline's {metric_text(floor['value'])}{interval}"
 
 
 def _learned_nothing(described: str, frozen: Record, tuned: Record, floor: dict, *, primary: str, run) -> str:
@@ -543,8 +543,8 @@ def _with_ci(record: Record, metric: str) -> str:
     value = _value(record, metric)
     ci = record.metrics_ci.get(metric)
     if ci and all(v is not None and math.isfinite(v) for v in ci):
-        return f"{value:.4f} [{ci[0]:.4f}, {ci[1]:.4f}]"
-    return f"{value:.4f}"
+        return f"{metric_text(value)} [{metric_text(ci[0])}, {metric_text(ci[1])}]"
+    return metric_text(value)
 
 
 def _value(record: Record, metric: str) -> float:

@@ -176,6 +176,8 @@ def test_numbers_beside_a_missing_value_marker_are_refused_not_read_as_classes(m
         assert len(load_dataset(DataConfig(path=str(path), task="multiclass")).label_names) == 59
     rows = [{"text": f"t{i}", "label": ["1", "2", "3", "other"][i % 4]} for i in range(40)]
     assert load_dataset(DataConfig(path=str(write_rows(tmp_path / "c.csv", rows)))).task == "multiclass"
+    rows = [{"text": f"t{i}", "label": "oos" if i % 31 == 0 else str(i % 30)} for i in range(300)]  # CLINC-like
+    assert load_dataset(DataConfig(path=str(write_rows(tmp_path / "i.csv", rows)))).task == "multiclass"
 
 
 def test_featx_own_split_that_leaves_no_test_row_is_refused_before_extraction(monkeypatch, tmp_path, caplog):
@@ -280,7 +282,7 @@ def test_one_file_or_its_copy_given_as_two_splits_is_refused(tmp_path):
     twin = tmp_path / "twin.csv"
     twin.write_bytes(train.read_bytes())
     for files in ([str(train), str(train)], [str(train), str(twin)]):
-        with pytest.raises(FeatxError, match="data.path lists the same file twice .*list each file once"):
+        with pytest.raises(FeatxError, match="data.path lists the same file twice .*list each file \\(or folder\\) once"):
             load_dataset(DataConfig(path=files))
     with pytest.raises(FeatxError, match="data.train lists the same file twice"):
         load_dataset(DataConfig(train=[str(train), str(twin)], test=str(copy)))

@@ -486,6 +486,11 @@ def test_unfinished_caches_of_other_keys_are_named_not_removed(make_pipeline, tm
     pipeline.cache_dir.mkdir(parents=True, exist_ok=True)
     stale = pipeline.cache_dir / "0123456789abcdef.h5.partial"
     stale.write_bytes(b"left by a killed run")
-    result = extract(pipeline)
+    live = pipeline.cache_dir / "fedcba9876543210.h5.partial"  # another pipeline's, being written now
+    live.write_bytes(b"being written")
+    from featx.cachewriter import writer_lock
+
+    with writer_lock(pipeline.cache_dir / "fedcba9876543210.h5"):
+        result = extract(pipeline)
     assert "unfinished caches of other keys (0123456789abcdef.h5.partial)" in caplog.text
-    assert stale.exists() and result.path.is_file()
+    assert stale.exists() and live.exists() and result.path.is_file()

@@ -193,3 +193,18 @@ def test_a_parquet_label_column_of_bytes_is_refused_not_named_by_repr(monkeypatc
         monkeypatch.setattr(stream, "STREAM_BYTES", threshold)
         with pytest.raises(FeatxError, match=r"row 1, column 'label': label b'dog' is bytes.*as strings"):
             load_dataset(DataConfig(path=str(path)))
+    lists = tmp_path / "lists.parquet"  # a row's labels as a list of binary values
+    pq.write_table(pa.table({"text": TEXTS, "label": pa.array([[l.encode()] for l in LABELS],
+                                                                pa.list_(pa.binary()))}), lists)
+    with pytest.raises(FeatxError, match=r"label b'dog' is bytes"):
+        load_dataset(DataConfig(path=str(lists)))
+
+
+def test_a_folder_listed_twice_or_beside_its_own_shard_is_refused(tmp_path):
+    """Every row was read twice, and featx's own split put the twins in train and test alike."""
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    pd.DataFrame({"text": TEXTS, "label": LABELS}).to_parquet(folder / "part-0.parquet")
+    for files in ([str(folder), str(folder)], [str(folder), str(folder / "part-0.parquet")]):
+        with pytest.raises(FeatxError, match="data.path lists the same file twice .*part-0.parquet"):
+            load_dataset(DataConfig(path=files, task="binary"))

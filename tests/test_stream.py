@@ -1238,10 +1238,13 @@ def test_a_quote_closed_lines_later_with_text_after_it_is_named_not_read_as_one_
     with pytest.raises(FeatxError, match=r"lines 2-3: a quote opens a value on line 2 .* data.quoting = \"none\""):
         load_dataset(DataConfig(path=str(path)))
     assert len(load_dataset(DataConfig(path=str(path), quoting="none")).splits["train"].texts) > 12
+    # Text after a closing quote on one line ('"x"y', or a space after it) sends the file to the
+    # lenient reader: values over two lines closed properly are still one text each there.
     path.write_text(f"text{sep}label\n" + "".join(f'"a cat {i}\nover two lines, ""quoted"""{sep}{"ab"[i % 2]}\n'
-                                                   for i in range(20)), encoding="utf-8")
+                                                   for i in range(20))
+                    + f'"x"y{sep}a\n"two\nlines" {sep}b\n"one line" {sep}"b"\n', encoding="utf-8")
     texts = [t for s in load_dataset(DataConfig(path=str(path))).splits.values() for t in s.texts]
-    assert len(texts) == 20 and all("\nover two lines" in t for t in texts)
+    assert len(texts) == 23 and sum("\nover two lines" in t for t in texts) == 20 and "xy" in texts
 
 
 @pytest.mark.parametrize("layout", ["one file", "split column", "split files"])
