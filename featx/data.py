@@ -254,9 +254,10 @@ def check_splits_apart(cfg: DataConfig) -> None:
         files = [(f, spec.is_file()) for spec in specs for f in folder_files(spec) if f.is_file()]
         for i, (x, x_listed) in enumerate(files):
             for y, y_listed in files[i + 1:]:
-                if x.samefile(y) or (x_listed and y_listed and same(x, y)):
+                one = x.samefile(y)
+                if one or (x_listed and y_listed and same(x, y)):
                     raise FeatxError(f"data.{split} lists the same file twice ({x}"
-                                     + ("" if x.samefile(y) else f" and its copy {y}") + "): every row would "
+                                     + ("" if one else f" and its copy {y}") + "): every row would "
                                      "be read twice; list each file (or folder) once")
     splits = list(given)
     for i, a in enumerate(splits):

@@ -51,15 +51,17 @@ def check_own_split(assignment: np.ndarray, cfg: DataConfig) -> None:
     chooses by cross-validation). Twelve rows of twelve classes all stayed in train: every
     class keeps its first row there."""
     counts = np.bincount(assignment, minlength=len(SPLITS))
-    why = (f"featx split the data's {len(assignment):,} rows itself and none went to {{}} (data.{{}}_fraction = "
-           "{}): every class keeps a row in train, so with classes of a row or two, or very few rows, "
-           "none are left over")
+
+    def why(split: str, fraction: float) -> str:
+        return (f"featx split the data's {len(assignment):,} rows itself and none went to {split} (data."
+                f"{split}_fraction = {fraction}): every class keeps a row in train, so with classes of a row "
+                "or two, or very few rows, none are left over")
+
     if cfg.test_fraction > 0 and counts[2] == 0:
-        raise FeatxError(why.format("test", "test", cfg.test_fraction) + "; give more rows per class, or "
-                         "the test rows yourself (data.test, or a split column named by data.split)")
+        raise FeatxError(why("test", cfg.test_fraction) + "; give more rows per class, or the test rows "
+                         "yourself (data.test, or a split column named by data.split)")
     if cfg.dev_fraction > 0 and counts[1] == 0:
-        log.warning(why.format("dev", "dev", cfg.dev_fraction) + "; the probe chooses by cross-validation "
-                    "on train instead")
+        log.warning(why("dev", cfg.dev_fraction) + "; the probe chooses by cross-validation on train instead")
 
 
 def label_assignment(task: str, labels: np.ndarray, dev_fraction: float, test_fraction: float,

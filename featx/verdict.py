@@ -343,7 +343,7 @@ def _unfinished(described: str, frozen: Record, tuned: Record, *, primary: str, 
 
 
 def _floor(inputs: Inputs, record: Record, primary: str, runs_dir) -> dict | None:
-    """The majority baseline's record and the comparison with it, when `record` is not measurably
+    """The majority baseline's score and the comparison with it, when `record` is not measurably
     above it: no higher on the point value, or a paired interval of the gain reaching 0. None
     when it is above it, or when there is no majority record with a defined score to compare.
     A fine-tune collapsed to one class (its loss flat at ln K: a known failure of BERT on small
@@ -359,15 +359,14 @@ def _floor(inputs: Inputs, record: Record, primary: str, runs_dir) -> dict | Non
         low = ci[0] if ci and ci[0] is not None and math.isfinite(ci[0]) else None
         if value > 0 and (low is None or low > 0):
             return None
-        return {"record": majority[0] if majority else None, "value": 0.0, "comparison": None,
-                "correlation": True}
+        return {"correlation": True}
     if not majority or not math.isfinite(m := _value(majority[0], primary)):
         return None
     comparison = _paired(inputs, record, majority[0], primary, runs_dir)
     if value > m and (comparison is None or not all(math.isfinite(v) for v in comparison["difference_ci"])
                       or comparison["difference_ci"][0] > 0):
         return None
-    return {"record": majority[0], "value": m, "comparison": comparison}
+    return {"value": m, "comparison": comparison}
 
 
 # Metrics a constant prediction leaves undefined, whose floor is 0.
