@@ -1203,6 +1203,28 @@ def test_a_record_longer_than_a_block_is_still_streamed(monkeypatch, tmp_path):
         assert sum((list(s.mine.splits[name].texts) for s in got), []) == split.texts
 
 
+def test_a_quote_closed_lines_later_inside_another_text_is_named_streamed_as_whole(monkeypatch, tmp_path):
+    """A quote opening a text and closed lines later by a quote inside another row's text made
+    the rows between one value (pyarrow reads it as the lenient csv module does); streamed, the
+    error is the whole-file reader's. Values of several lines quoted whole still stream."""
+    rows = [{"text": r["text"], "label": "ab"[i % 2]} for i, r in enumerate(classification_rows(200))]
+    rows[30]["text"] = "a review\nof two lines, quoted whole"
+    rows[31]["text"] = 'and one with a "quote" inside'
+    path = write_rows(tmp_path / "rows.csv", rows)
+    whole, streamed = read_both(monkeypatch, path=str(path))
+    assert_same_dataset(whole, streamed)
+    assert "a review\nof two lines, quoted whole" in list(streamed.splits["train"].texts) + \
+        list(streamed.splits["dev"].texts) + list(streamed.splits["test"].texts)
+    assert_shares_read_as_whole(monkeypatch, shares(monkeypatch, 3, path=str(path)), {"path": str(path)})
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[101] = '"' + lines[101]  # row 100's text opens a quote ...
+    lines[104] = lines[104].replace(" ", ' "', 1)  # ... which row 103's text closes
+    path.write_text("".join(lines), encoding="utf-8")
+    whole, streamed = errors_of(monkeypatch, path=str(path))
+    assert streamed == whole and "lines 102-105: a quote opens a value on line 102" in whole
+    assert shares(monkeypatch, 2, path=str(path)) == [None, None]  # each rank reads whole: the same error
+
+
 @pytest.mark.parametrize("column", ["label", "text", "a column not read"])
 def test_a_quote_never_closed_is_named_not_read_to_the_end_of_the_file(monkeypatch, tmp_path, column):
     """A stray opening quote made the rest of the file one value (a class named after 99 rows, or
