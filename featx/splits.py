@@ -109,8 +109,12 @@ def stratified_assignment(strata: np.ndarray, dev_fraction: float, test_fraction
         for j in sorted(range(len(sizes)), key=lambda j: (-(exact[j] - quota[j]), tie_break[j]))[:max(spare, 0)]:
             quota[j] += 1
         quotas[code] = quota
-    for j, value in enumerate(values):
-        members = rng.permutation(np.flatnonzero(strata == value))
+    # Each stratum's rows in increasing order, as np.flatnonzero(strata == value) gives them, from
+    # one stable sort (a comparison of every row per stratum took 0.1 s at 2M rows, 50 classes).
+    order = np.argsort(strata, kind="stable")
+    ends = np.cumsum(sizes)
+    for j in range(len(values)):
+        members = rng.permutation(order[ends[j] - sizes[j]:ends[j]])
         n_test = min(quotas[2][j], len(members) - 1)
         n_dev = min(quotas[1][j], len(members) - 1 - n_test)
         out[members[:n_test]] = 2

@@ -508,12 +508,50 @@ def _has_blank(values) -> bool:
 
     if not len(values):
         return False
-    if pc.min(pc.binary_length(values)).as_py() == 0:
-        return True
-    lead = pc.is_in(pc.utf8_slice_codeunits(values, 0, 1), value_set=_whitespace())
-    if not pc.any(lead).as_py():
-        return False
+    parts = _string_parts(values)
+    if parts is None:
+        if pc.min(pc.binary_length(values)).as_py() == 0:
+            return True
+        lead = pc.is_in(pc.utf8_slice_codeunits(values, 0, 1), value_set=_whitespace())
+        if not pc.any(lead).as_py():
+            return False
+    else:  # the same, on the buffers (no array of first characters made)
+        offsets, data = parts
+        if (offsets[1:] == offsets[:-1]).any():
+            return True
+        first = _SPACE_LEADS[data[offsets[:-1]]]  # every value has a first byte
+        if not first.any():
+            return False
+        lead = _arrow_mask(first)
     return pc.min(pc.utf8_length(pc.utf8_trim(values.filter(lead), WHITESPACE))).as_py() == 0
+
+
+# Whether a byte can begin a whitespace character's UTF-8 (an ASCII space, or the first byte of
+# U+0085, U+00A0, U+1680, U+2000..U+3000): a value beginning with one is trimmed to be sure.
+_SPACE_LEADS = np.zeros(256, dtype=bool)
+_SPACE_LEADS[[c.encode("utf-8")[0] for c in WHITESPACE]] = True
+
+
+def _lead_bytes(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """(n,) bool: the non-empty values (`_string_parts`) whose first byte may begin whitespace."""
+    starts = offsets[:-1]
+    out = np.zeros(len(starts), dtype=bool)
+    full = offsets[1:] > starts
+    out[full] = _SPACE_LEADS[data[starts[full]]]
+    return out
+
+
+def _string_parts(values) -> tuple[np.ndarray, np.ndarray] | None:
+    """(offsets (n + 1,), bytes) of a string array without nulls, as numpy views of its buffers;
+    None for any other array (the pyarrow kernels read it)."""
+    import pyarrow as pa
+
+    if values.null_count or not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+        return None
+    _, offsets, data = values.buffers()
+    dtype = np.dtype(np.int64 if pa.types.is_large_string(values.type) else np.int32)
+    offsets = np.frombuffer(offsets, dtype=dtype, count=len(values) + 1, offset=values.offset * dtype.itemsize)
+    return offsets, (np.zeros(0, np.uint8) if data is None else np.frombuffer(data, dtype=np.uint8))
 
 
 def blank_mask(values) -> np.ndarray:
@@ -534,8 +572,13 @@ def blank_mask(values) -> np.ndarray:
         out[_nonzero(values.is_null())] = True
         values = values.fill_null("")
     out[_nonzero(pc.equal(pc.binary_length(values), 0))] = True
-    lead = pc.is_in(pc.utf8_slice_codeunits(values, 0, 1), value_set=_whitespace())
-    where = _nonzero(lead)
+    parts = _string_parts(values)
+    if parts is None:
+        lead = pc.is_in(pc.utf8_slice_codeunits(values, 0, 1), value_set=_whitespace())
+        where = _nonzero(lead)
+    else:
+        first = _lead_bytes(*parts)
+        where, lead = np.flatnonzero(first), _arrow_mask(first)
     if len(where):
         trimmed = pc.utf8_length(pc.utf8_trim(values.filter(lead), WHITESPACE))
         out[where[_nonzero(pc.equal(trimmed, 0))]] = True
@@ -594,21 +637,15 @@ def has_nul(values) -> bool:
 
 def holds(values, *needles: bytes) -> bool:
     """Whether a string array's values hold any of `needles` (bytes of one byte, so never across
-    two values): a memchr over its bytes (pyarrow's match_substring, a substring search per value, took longer
-    than parsing the file)."""
-    import pyarrow as pa
-
-    if not len(values) or not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+    two values): a memchr over its bytes (pyarrow's match_substring, a substring search per
+    value, took longer than parsing the file)."""
+    parts = _string_parts(values) if len(values) else None
+    if parts is None:
         import pyarrow.compute as pc
 
         return bool(len(values)) and any(pc.any(pc.match_substring(values, n.decode())).as_py() for n in needles)
-    _, offsets, data = values.buffers()
-    if data is None:
-        return False
-    dtype = np.dtype(np.int64 if pa.types.is_large_string(values.type) else np.int32)
-    start, stop = (int(np.frombuffer(offsets, dtype=dtype, count=1, offset=i * dtype.itemsize)[0])
-                   for i in (values.offset, values.offset + len(values)))
-    data = data.slice(start, stop - start).to_pybytes()
+    offsets, data = parts
+    data = data[offsets[0]:offsets[-1]].tobytes()
     return any(data.find(n) >= 0 for n in needles)
 
 
