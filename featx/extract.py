@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import gc
@@ -17,6 +18,7 @@ import os
 import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -301,6 +303,7 @@ def run(loaded: backbone.Loaded, plan: Plan, todo: dict[str, int], writer: Cache
     backbone; returns throughput figures."""
     cfg, device = plan.pipeline.extract, loaded.device
     threads = torch.get_num_threads()
+    workers = 1
     try:
         if cfg.threads:
             if cfg.threads > (os.cpu_count() or 1):
@@ -308,11 +311,40 @@ def run(loaded: backbone.Loaded, plan: Plan, todo: dict[str, int], writer: Cache
                             "with more threads than cores (0 uses one per core)", cfg.threads, os.cpu_count() or 1)
             torch.set_num_threads(cfg.threads)
         elif device.type == "cpu" and plan.hidden < SMALL_HIDDEN and threads > 1:
-            torch.set_num_threads(threads - 1)  # a core for the tokenizer thread
+            # One torch thread per forward pass, and as many passes side by side as there were
+            # threads: the operations release the GIL, so passes on their own threads share the
+            # cores without waiting on each other at every operation (docs/benchmarks.md, scale).
+            torch.set_num_threads(1)
+            workers = threads
         with own_tokenizer_threads(), fewer_collections():
-            return _run(loaded, plan, todo, writer)
+            return _run(loaded, plan, todo, writer, workers=workers)
     finally:
         torch.set_num_threads(threads)
+
+
+def in_order(items, compute, pool=None, in_flight: int = 1):
+    """(item, compute(item)) for each item, in order: computed here, or by `pool`'s threads
+    with up to `in_flight` items submitted and not yet taken (what they hold bounds the memory)."""
+    if pool is None:
+        for item in items:
+            yield item, compute(item)
+        return
+    pending: collections.deque = collections.deque()
+    try:
+        for item in items:
+            pending.append((item, pool.submit(compute, item)))
+            if len(pending) >= in_flight:
+                done, future = pending.popleft()
+                yield done, future.result()
+        while pending:
+            done, future = pending.popleft()
+            yield done, future.result()
+    finally:
+        for _, future in pending:  # an error, or the consumer stopped: nothing left running
+            future.cancel()
+        for _, future in pending:
+            with contextlib.suppress(BaseException):
+                future.result()
 
 
 class _WhileExtracting:
@@ -406,14 +438,15 @@ def tokenizer_threads(device: torch.device) -> tuple[int, int]:
 SMALL_HIDDEN = 128
 
 
-def _run(loaded: backbone.Loaded, plan: Plan, todo: dict[str, int], writer: CacheWriter) -> dict:
+def _run(loaded: backbone.Loaded, plan: Plan, todo: dict[str, int], writer: CacheWriter, *,
+         workers: int = 1) -> dict:
     cfg = plan.pipeline.extract
     model, device, compute_dtype = loaded.model, loaded.device, loaded.compute_dtype
     budget = cfg.token_budget or default_token_budget(device, compute_dtype, plan.hidden)
     store = np.dtype(cfg.store_dtype)
     total = int(sum(todo.values()))
     stats = {"device": str(device), "compute_dtype": compute_dtype, "token_budget": budget,
-             "threads": torch.get_num_threads(), "batches": 0, "real_tokens": 0,
+             "threads": torch.get_num_threads(), "forward_workers": workers, "batches": 0, "real_tokens": 0,
              "padded_tokens": 0, "truncated": 0, "tokenizer_wait_s": 0.0}
     bar = progress(total=total, unit="text", enabled=plan.pipeline.progress,
                    desc=f"extract {plan.pipeline.name}")
@@ -427,6 +460,14 @@ def _run(loaded: backbone.Loaded, plan: Plan, todo: dict[str, int], writer: Cach
     first, then = tokenizer_threads(device)
     start = time.perf_counter()
     rows_done = 0
+
+    def compute(batch: Batch) -> dict[str, np.ndarray]:
+        pooled = forward_pooled(model, batch, plan.layers, device, compute_dtype, sentence=plan.sentence,
+                                prompt_length=batch.prompt_length)  # {pooling: (B, len(layers), H)}
+        return {p: v.to(TORCH_DTYPES[cfg.store_dtype]).cpu().numpy().astype(store, copy=False)
+                for p, v in pooled.items()}
+
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="featx-forward") if workers > 1 else None
     try:
         # Each window is tokenised in a thread while the model works through the one before (a
         # batch queue alone let the model wait out every window's tokenisation: 47 s of 128 s
@@ -435,12 +476,9 @@ def _run(loaded: backbone.Loaded, plan: Plan, todo: dict[str, int], writer: Cach
                                                        maxsize=1, handoff=True):
             writer.begin_block(window.split, window.lo, window.hi)  # flushes the one before
             stats["tokenizer_wait_s"] += waited
-            for batch in window_batches(encoder, tokens, window.rows, token_budget=budget,
-                                        max_rows=cfg.max_batch_rows):
-                pooled = forward_pooled(model, batch, plan.layers, device, compute_dtype, sentence=plan.sentence,
-                                        prompt_length=batch.prompt_length)  # {pooling: (B, len(layers), H)}
-                arrays = {p: v.to(TORCH_DTYPES[cfg.store_dtype]).cpu().numpy().astype(store, copy=False)
-                          for p, v in pooled.items()}
+            # A window's batches are written before the next window begins (its block flushed).
+            for batch, arrays in in_order(window_batches(encoder, tokens, window.rows, token_budget=budget,
+                                                         max_rows=cfg.max_batch_rows), compute, pool, 2 * workers):
                 _check_finite(arrays, batch, plan.groups[window.split], cfg.store_dtype)
                 writer.write(window.split, batch.rows, arrays, batch.n_tokens, batch.truncated)
                 writer.maybe_flush(cfg.flush_rows, cfg.flush_seconds)
@@ -457,6 +495,8 @@ def _run(loaded: backbone.Loaded, plan: Plan, todo: dict[str, int], writer: Cach
                                     refresh=False)
         writer.end_block()
     finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
         bar.close()
     seconds = time.perf_counter() - start
     stats |= {"seconds": round(seconds, 3), "texts_per_s": round(total / seconds, 1),

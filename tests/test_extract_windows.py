@@ -271,3 +271,45 @@ def test_a_run_that_dies_mid_window_resumes_into_the_same_cache(make_pipeline, t
     resumed = extract(pipeline)
     assert resumed.stats["rows_computed"] == 600 - done  # nothing done twice
     assert_same_vectors(resumed.path, clean.path)
+
+
+def test_forward_passes_side_by_side_write_the_same_cache(make_pipeline, tmp_path):
+    """A narrow model's passes run on threads of their own, one torch thread each: the cache is
+    the one a single pass at a time writes, every row in its place."""
+    data = write_rows(tmp_path / "r.csv", classification_rows(400, seed=9))
+    settings = EXACT | {"token_budget": 64}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        side = extract(make_pipeline({"path": str(data), "id": "id"}, data_dir=str(tmp_path / "side"),
+                                     extract=settings))
+        one = extract(make_pipeline({"path": str(data), "id": "id"}, data_dir=str(tmp_path / "one"),
+                                    extract=settings | {"threads": 1}))
+        assert torch.get_num_threads() == 3  # put back
+    finally:
+        torch.set_num_threads(threads)
+    assert (side.stats["forward_workers"], side.stats["threads"]) == (3, 1)
+    assert one.stats["forward_workers"] == 1 and side.stats["batches"] == one.stats["batches"] > 10
+    assert_same_vectors(side.path, one.path)
+
+
+def test_in_order_yields_in_order_and_raises_the_first_error():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from featx.extract import in_order
+
+    def slow(i):  # the later items finish first
+        import time
+        time.sleep(0.002 * (10 - i))
+        if i == 7:
+            raise FeatxError("seven")
+        return i * i
+
+    with ThreadPoolExecutor(3) as pool:
+        assert list(in_order(range(7), slow, pool, 4)) == [(i, i * i) for i in range(7)]
+        got = []
+        with pytest.raises(FeatxError, match="seven"):
+            for item, value in in_order(range(10), slow, pool, 4):
+                got.append(item)
+        assert got == list(range(7))
+    assert list(in_order(range(3), lambda i: -i)) == [(0, 0), (1, -1), (2, -2)]
