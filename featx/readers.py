@@ -9,7 +9,6 @@ JSONL and Parquet: record numbers), so an editor can jump to them.
 from __future__ import annotations
 
 import codecs
-import collections
 import csv
 import io
 import json
@@ -162,11 +161,20 @@ def arrow_names(folder: Path) -> dict[str, list[str]]:
             "Sequence", "List", "LargeList") else spec
         if isinstance(inner, dict) and inner.get("_type") == "ClassLabel" and isinstance(inner.get("names"), list):
             out[str(column)] = [str(n) for n in inner["names"]]
-            repeated = sorted(n for n, k in collections.Counter(out[str(column)]).items() if k > 1)
-            if repeated:  # two codes read as one class (datasets itself refuses such a ClassLabel)
+            # Two codes read as one class: a name written twice (datasets itself refuses that), or
+            # names featx's label rules read as one class ("1" and "1.0", "pos" and " pos").
+            from featx.labels import class_key  # (featx.labels reads Tables: imported here)
+
+            same: dict[str, list[str]] = {}
+            for name in out[str(column)]:
+                same.setdefault(class_key(name), []).append(name)
+            repeated = [names for names in same.values() if len(names) > 1]
+            if repeated:
                 raise FeatxError(f"{folder / 'dataset_info.json'}: the ClassLabel names of column {shown(column)} "
-                                 f"repeat {', '.join(map(shown, repeated))}, so two codes would be one class; "
-                                 "give each class a name of its own and save the dataset again")
+                                 f"{' and '.join(map(shown, repeated[0]))} are one class as featx reads labels "
+                                 "(a name written twice, numbers of the same value, spaces around a name), so "
+                                 "two codes would be one class; give each class a name of its own and save the "
+                                 "dataset again")
     return out
 
 
@@ -224,25 +232,43 @@ def _read_arrow(path: Path, names: dict[str, list[str]]) -> Table:
 
 def _check_utf8(path: Path, table) -> None:
     """Refuse a string that is not UTF-8 (a writer that does not validate its strings leaves
-    them) by its row and column, where converting the table raised a UnicodeDecodeError."""
+    them) by its row and column, where converting the table raised a UnicodeDecodeError: in a
+    string column, or one whose values hold strings (a list of labels, a struct, a dictionary)."""
     import pyarrow as pa
 
     for name, column in zip(table.column_names, table.columns):
-        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        if not holds_strings(column.type):
             continue
         at = 0
         for chunk in column.chunks:
             try:
                 chunk.validate(full=True)
             except pa.ArrowInvalid:
-                for i, value in enumerate(chunk.cast(pa.large_binary()).to_pylist()):
+                for i in range(len(chunk)):  # a slice's own values (a list's child array is whole)
                     try:
-                        value is None or value.decode("utf-8")
-                    except UnicodeDecodeError:
-                        raise FeatxError(f"{path}, row {at + i + 1}, column {shown(str(name))}: bytes "
-                                         f"{shown(value)} are not valid UTF-8 text; write the file again "
-                                         "from valid strings") from None
+                        chunk.slice(i, 1).to_pylist()
+                    except (UnicodeDecodeError, pa.ArrowInvalid):
+                        raise FeatxError(f"{path}, row {at + i + 1}, column {shown(str(name))}: bytes that are "
+                                         "not valid UTF-8 text; write the file again from valid strings") from None
             at += len(chunk)
+
+
+def holds_strings(kind) -> bool:
+    """Whether an Arrow type's values hold strings: a string, or a list, struct, map or
+    dictionary of them, at any depth."""
+    import pyarrow as pa
+
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return True
+    if pa.types.is_dictionary(kind):
+        return holds_strings(kind.value_type)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return holds_strings(kind.value_type)
+    if pa.types.is_map(kind):
+        return holds_strings(kind.key_type) or holds_strings(kind.item_type)
+    if pa.types.is_struct(kind):
+        return any(holds_strings(kind.field(i).type) for i in range(kind.num_fields))
+    return False
 
 
 def read_table(path: str | Path, cfg: DataConfig) -> Table:
@@ -483,6 +509,9 @@ def _read_jsonl(path: Path, text: str) -> Table:
         except _RepeatedKey as exc:
             raise FeatxError(f"{path}, row {number}: key {shown(exc.args[0])} appears twice in one object; "
                              "which value holds the data is ambiguous: fix the row") from None
+        except ValueError as exc:  # an integer of thousands of digits, which Python will not convert
+            raise FeatxError(f"{path}, row {number}: a JSON value Python will not read ({str(exc).split(':')[0]}): "
+                             "write a number of that many digits as a string, or fix the row") from None
         if not isinstance(record, dict):
             raise FeatxError(f"{path}, row {number}: expected a JSON object, got "
                              f"{type(record).__name__}")
@@ -534,6 +563,14 @@ def _read_parquet(path: Path) -> Table:
     try:
         frame = pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises many types for unreadable files
+        try:  # a string that is not UTF-8 fails pandas' conversion: named by its row
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(path)
+        except Exception:  # noqa: BLE001 - the file itself is unreadable: said below
+            table = None
+        if table is not None:
+            _check_utf8(path, table)
         raise FeatxError(f"{path}: cannot read as Parquet ({exc})") from None
     if any(name is not None for name in frame.index.names) and not set(frame.index.names) & set(frame.columns):
         # df.set_index("id").to_parquet(): the ids are a column of the file that pandas reads back

@@ -475,6 +475,8 @@ def source_of(path: Path, cfg, fmt: str) -> Source:
     delimiter = {None: "\t" if fmt == "tsv" else ",", "\\t": "\t"}.get(cfg.delimiter, cfg.delimiter)
     with open(path, "rb") as f:
         head = f.read(1 << 16)
+    if len(head) == 1 << 16 and b"\n" not in head and b"\r" not in head:
+        raise Fallback("a header line longer than 64 KiB")  # the exact reader checks all of it
     if head.startswith((b"\xff\xfe", b"\xfe\xff")) or head[:4000].count(b"\x00"):
         raise Fallback("UTF-16 or NUL bytes")  # data.py names the encoding to set
     import csv
@@ -719,7 +721,34 @@ def parse(source: Source, wanted: Wanted) -> Parsed:
         raise Fallback("a quote never closed")  # the whole-file reader names its row
     if broken_lines:
         _check_quotes_close(source)
+    elif last is not None and source.quoting != "none":
+        _check_last_line(source)
     return kept.parsed(source, n, source.nbytes)
+
+
+def _check_last_line(source: Source) -> None:
+    """Fallback when the last record, a line of its own (no value held a line break), opens a
+    quote it never closes, the file ending without a line break ('last row,"a'): pyarrow reads
+    it as 'a', the whole-file reader names the row."""
+    import csv
+
+    end = source.state[0] if source.span is None else source.span[1]
+    with open(source.path, "rb") as f:
+        f.seek(max(0, end - 1))
+        if end == 0 or f.read(1) in (b"\n", b"\r"):
+            return
+        tail, at = b"", end
+        while at > 0 and b"\n" not in tail and b"\r" not in tail:  # back to the line's start
+            step = min(at, 1 << 16)
+            at -= step
+            f.seek(at)
+            tail = f.read(step) + tail
+    line = tail[max(tail.rfind(b"\n"), tail.rfind(b"\r")) + 1:]
+    try:
+        for _ in csv.reader([line.decode("utf-8", errors="replace")], delimiter=source.delimiter, strict=True):
+            pass
+    except csv.Error as exc:
+        raise Fallback(f"the last line, by the strict csv reader: {exc}") from None
 
 
 def _check_quotes_close(source: Source) -> None:

@@ -22,7 +22,7 @@ from typing import ClassVar
 import numpy as np
 
 from featx import stream
-from featx.readers import arrow_names, is_missing
+from featx.readers import arrow_names, holds_strings, is_missing
 
 BATCH_ROWS = 1 << 16  # rows of a Parquet or Arrow file converted at a time
 
@@ -319,7 +319,8 @@ def _columns(path: Path, arrow: bool) -> tuple[str, ...]:
 
 
 def _string_columns(files: tuple[Path, ...], arrow: bool) -> list[str]:
-    """The columns that are strings (or large strings) in any of the files, from their schemas."""
+    """The columns whose values hold strings (strings, or lists, structs or dictionaries of them)
+    in any of the files, from their schemas."""
     import pyarrow as pa
 
     found: dict[str, None] = {}
@@ -332,8 +333,7 @@ def _string_columns(files: tuple[Path, ...], arrow: bool) -> list[str]:
                 import pyarrow.parquet as pq
 
                 schema = pq.read_schema(path)
-            found |= {field.name: None for field in schema
-                      if pa.types.is_string(field.type) or pa.types.is_large_string(field.type)}
+            found |= {field.name: None for field in schema if holds_strings(field.type)}
     except (pa.ArrowException, OSError) as exc:
         raise stream.Fallback(f"pyarrow: {str(exc)[:200]}") from None
     return list(found)

@@ -58,8 +58,13 @@ def test_a_saved_datasets_repeated_class_name_or_float_code_is_refused(tmp_path)
     edited = json.loads(info.read_text())
     edited["features"]["label"]["names"] = ["x", "y", "x"]
     info.write_text(json.dumps(edited))
-    with pytest.raises(FeatxError, match="ClassLabel names of column 'label' repeat 'x'"):
+    with pytest.raises(FeatxError, match="ClassLabel names of column 'label' 'x' and 'x' are one class"):
         load_dataset(DataConfig(path=str(saved), text="sentence"))
+    for names, same in ((["0", "1", "1.0"], "'1' and '1.0'"), (["neg", " pos", "pos"], "' pos' and 'pos'")):
+        edited["features"]["label"]["names"] = names  # one class by featx's label rules
+        info.write_text(json.dumps(edited))
+        with pytest.raises(FeatxError, match=f"column 'label' {same} are one class"):
+            load_dataset(DataConfig(path=str(saved), text="sentence"))
     floats = tmp_path / "floats"
     features = datasets.Features({"sentence": datasets.Value("string"), "label": datasets.Value("float64")})
     datasets.Dataset.from_dict({"sentence": TEXTS, "label": [float(i % 3) for i in range(40)]},

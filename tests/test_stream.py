@@ -1225,6 +1225,35 @@ def test_a_quote_closed_lines_later_inside_another_text_is_named_streamed_as_who
     assert shares(monkeypatch, 2, path=str(path)) == [None, None]  # each rank reads whole: the same error
 
 
+@pytest.mark.parametrize("delimiter", [",", "\t"])
+def test_a_quote_never_closed_on_a_last_line_without_a_line_break_is_named_streamed(monkeypatch, tmp_path, delimiter):
+    """Red team: 'last row,"a' at the end of a file without a final line break: no value held a
+    line break, so the streamed path read the label 'a'; the whole-file reader names the row."""
+    body = f"text{delimiter}label{delimiter}note\n" + "".join(
+        f"row {i}{delimiter}{'ab'[i % 2]}{delimiter}n\n" for i in range(60))
+    path = tmp_path / "rows.csv"
+    for last in (f'last row{delimiter}"a{delimiter}n', f'last row{delimiter}a{delimiter}"oops'):
+        path.write_text(body + last, encoding="utf-8")
+        whole, streamed = errors_of(monkeypatch, path=str(path), delimiter=delimiter)
+        assert streamed == whole and "row 62: a quote opens a value there and is never closed" in whole
+    path.write_text(body + f'last row{delimiter}"a"{delimiter}n', encoding="utf-8")  # closed: read alike
+    monkeypatch.setattr(stream, "STREAM_BYTES", 1 << 40)
+    whole, streamed = read_both(monkeypatch, path=str(path), delimiter=delimiter)
+    assert_same_dataset(whole, streamed)
+
+
+def test_a_header_longer_than_the_first_read_is_checked_whole(monkeypatch, tmp_path):
+    """Red team: the header was read from the file's first 64 KiB; a name repeated past them
+    was not seen streamed."""
+    names = [f"c{i}" for i in range(10_000)]
+    names[9_999] = "c0"
+    path = tmp_path / "wide.csv"
+    path.write_text(",".join(["text", "label", *names]) + "\n" + "".join(
+        f"row {i},{'ab'[i % 2]}" + ",x" * 10_000 + "\n" for i in range(40)), encoding="utf-8")
+    whole, streamed = errors_of(monkeypatch, path=str(path))
+    assert streamed == whole and "['c0'] appear more than once" in whole
+
+
 @pytest.mark.parametrize("column", ["label", "text", "a column not read"])
 def test_a_quote_never_closed_is_named_not_read_to_the_end_of_the_file(monkeypatch, tmp_path, column):
     """A stray opening quote made the rest of the file one value (a class named after 99 rows, or

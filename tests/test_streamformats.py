@@ -616,6 +616,42 @@ def test_bytes_not_utf8_in_a_parquet_or_arrow_column_are_an_error_naming_the_row
     assert "row 78" in whole and repr(column) in whole and "UTF-8" in whole
 
 
+@pytest.mark.parametrize("kind", ["list", "struct", "dictionary"])
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+def test_bytes_not_utf8_inside_a_list_struct_or_dictionary_are_an_error_naming_the_row(monkeypatch, tmp_path, kind, fmt):
+    """Red team: in a column not read, of strings nested in a list, a struct or a dictionary,
+    such bytes were read silently streamed, and read whole a traceback (Arrow) or an error
+    naming no row (Parquet)."""
+    rows = string_rows(120)
+    bad = not_utf8([f"note {i}" for i in range(120)], 77)
+    other = {"list": lambda: pa.ListArray.from_arrays(pa.array(range(121), pa.int32()), bad),
+             "struct": lambda: pa.StructArray.from_arrays([bad], names=["s"]),
+             "dictionary": lambda: pa.DictionaryArray.from_arrays(pa.array(range(120), pa.int32()), bad)}[kind]()
+    table = pa.table({"text": [r["text"] for r in rows], "label": [r["label"] for r in rows], "other": other})
+    if fmt == "parquet":
+        path = tmp_path / "bad.parquet"
+        pq.write_table(table, path, row_group_size=23)
+    else:
+        path = tmp_path / "saved"
+        path.mkdir()
+        with pa.ipc.new_stream(str(path / "data-00000-of-00001.arrow"), table.schema) as writer:
+            writer.write_table(table)
+        (path / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]}))
+    whole, streamed = errors_of(monkeypatch, path=str(path))
+    assert streamed == whole
+    assert "row 78" in whole and "'other'" in whole and "UTF-8" in whole
+
+
+def test_a_json_integer_python_will_not_convert_is_an_error_naming_the_row(monkeypatch, tmp_path):
+    rows = [{"text": r["text"], "label": "ab"[i % 2], "note": 1} for i, r in enumerate(classification_rows(60))]
+    lines = [json.dumps(row) for row in rows]
+    lines[20] = lines[20].replace('"note": 1', '"note": ' + "9" * 4400)  # (json.dumps will not write it)
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    whole, streamed = errors_of(monkeypatch, path=str(path))
+    assert streamed == whole and "row 21: a JSON value Python will not read" in whole
+
+
 def test_a_saved_dataset_with_an_empty_text_gives_the_whole_file_readers_error(monkeypatch, tmp_path):
     rows = string_rows(120)
     assert_streams(monkeypatch, path=str(save_to_disk(tmp_path / "good", rows)), text="sentence")
