@@ -140,14 +140,20 @@ def _moments(W: np.ndarray, a: np.ndarray, b: np.ndarray, n: np.ndarray) -> np.n
     # Centred once and each scaled to a largest |value| of 1 (Pearson ignores both): the moments
     # below stay well conditioned, and targets near 1e90 no longer overflow va * vb to inf
     # (an interval of [0, 0]) nor targets near 1e-200 underflow it to 0 (NaN).
-    a, b = _unit(a - a.mean()), _unit(b - b.mean())
+    # Centred on the median, not the mean: a 1e9 outlier moved the mean so far that the other
+    # rows' spread was rounding error of their mean square in every resample that missed it.
+    a, b = _unit(a - np.median(a)), _unit(b - np.median(b))
     ma, mb = (W @ a) / n, (W @ b) / n
-    va, vb = (W @ (a * a)) / n - ma ** 2, (W @ (b * b)) / n - mb ** 2
+    sa, sb = (W @ (a * a)) / n, (W @ (b * b)) / n
+    va, vb = sa - ma ** 2, sb - mb ** 2
     cov = (W @ (a * b)) / n - ma * mb
-    # Each column's own scale (1 now): one cut-off over both made predictions of spread 0.5
-    # beside a target of 1e6 "constant" (NaN on every resample, where scipy's Pearson is 0.147).
-    ok = (va > 1e-12) & (vb > 1e-12)
-    return np.where(ok, cov / np.sqrt(np.where(ok, va * vb, 1.0)), np.nan)
+    # Constant within each resample's own scale (a variance that is rounding error of the mean
+    # square): one cut-off over both columns made predictions of spread 0.5 beside a target of
+    # 1e6 "constant" (NaN on every resample, where scipy's Pearson is 0.147), and a fixed 1e-12
+    # made every resample without a 1e6 outlier "constant" (the rest 1e-6 of it after scaling).
+    ok = (va > 1e-10 * sa) & (vb > 1e-10 * sb) & (sa > 0) & (sb > 0)
+    # Clipped: rounding put a resample of nearly collinear columns at 1.0000000000000002.
+    return np.where(ok, np.clip(cov / np.sqrt(np.where(ok, va * vb, 1.0)), -1.0, 1.0), np.nan)
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ two different runs are never paired. The records themselves are `featx.records`'
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from featx.files import utc_now, write_bytes
 from featx.recordschema import Record
 from featx.records import record_name
 from featx.version import __version__
+
+log = logging.getLogger("featx")
 
 HEAD_SUFFIX = ".safetensors"
 
@@ -62,6 +65,9 @@ def head_entry(record: Record, source: str = "<pipeline>") -> dict:
         and e["file"].endswith(HEAD_SUFFIX) for e in heads)
     if not valid:
         raise FeatxError(f"the record of {name} has a malformed 'heads' entry; rerun featx probe {source}")
+    if len(heads) > 1:  # the report's figure is the mean over the seeds; this head scores its own
+        log.warning("%s: the head of seed %d, the first of %d seeds; its test score is that seed's, not "
+                    "the mean over seeds the report shows", name, heads[0]["seed"], len(heads))
     return heads[0]
 
 

@@ -69,7 +69,9 @@ def table_rows(all_rows: list[dict]) -> tuple[list[str], list[list[str]]]:
               *[m for m in task_metrics if m != primary], "train s", "backbone passes", "cache MB", "note"]
     cells = []
     for row in all_rows:
-        std = f" ± {metric_text(row['primary_std'])}" if row["primary_std"] else ""
+        spread = row["primary_std"]  # over seeds: none shown for one seed, or seeds alike to rounding
+        std = (f" ± {metric_text(spread)}" if _finite(spread)
+               and spread > 1e-12 * max(1.0, abs(row["primary"]) if _finite(row["primary"]) else 1.0) else "")
         interval = (f" [{metric_text(row['primary_ci_low'])}, {metric_text(row['primary_ci_high'])}]"
                     if _finite(row["primary_ci_low"]) and _finite(row["primary_ci_high"]) else "")
         note = {"majority": "baseline: majority", "lexical": "baseline: TF-IDF"}.get(row["baseline"], "")
@@ -343,17 +345,19 @@ def _json_text(judged: "Verdict", described: dict) -> str:
                 "comparison": judged.comparison, "lexical": judged.lexical,
                 "configuration": described | {"headline": _headline(judged.text)}}
     # An undefined metric is null: bare NaN tokens are no JSON, and a strict parser refused the file.
-    return json.dumps(_finite(document), indent=1, default=str, allow_nan=False) + "\n"
+    return json.dumps(_nan_free(document), indent=1, default=str, allow_nan=False) + "\n"
 
 
-def _finite(value):
-    """`value` with every NaN or infinite float (at any depth) made None."""
+def _nan_free(value):
+    """`value` with every NaN or infinite float (at any depth) made None. (Named apart from
+    `_finite`, a test of one value: one name for both made an interval bound of 0.0 read as
+    none, and the report's tables dropped that interval.)"""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: _nan_free(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [_nan_free(v) for v in value]
     return value
 
 

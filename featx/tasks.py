@@ -75,8 +75,10 @@ class TaskType:
         return bool(np.isin(labels, (0, 1)).all()) if self.thresholded else bool(np.isfinite(labels).all())
 
     def score_dtype(self):
-        """Stored predictions: probabilities in float32 halve the file; targets keep float64."""
-        return np.float64 if self.regression else np.float32
+        """Stored predictions: float64, the values the metrics were computed from (probabilities
+        in float32 halved the file, but an AUC or a paired bootstrap recomputed from them moved
+        in the fourth decimal, and two nearly equal probabilities became a tie)."""
+        return np.float64
 
 
 TASKS = {

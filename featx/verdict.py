@@ -24,6 +24,7 @@ from featx.configfile import command
 from featx.errors import FeatxError
 from featx.recordschema import Record, metric_text
 from featx.records import current_records, pipeline_records
+from featx.tasks import TASKS
 
 GOOD_ENOUGH, CLOSE = 0.98, 0.90
 
@@ -358,7 +359,7 @@ def _floor(inputs: Inputs, record: Record, primary: str, runs_dir) -> dict | Non
         ci = record.metrics_ci.get(primary)
         low = ci[0] if ci and ci[0] is not None and math.isfinite(ci[0]) else None
         if value > 0 and (low is None or low > 0):
-            return None
+            return _squared_floor(inputs, record, majority, runs_dir)
         return {"correlation": True}
     if not majority or not math.isfinite(m := _value(majority[0], primary)):
         return None
@@ -366,7 +367,37 @@ def _floor(inputs: Inputs, record: Record, primary: str, runs_dir) -> dict | Non
     if value > m and (comparison is None or not all(math.isfinite(v) for v in comparison["difference_ci"])
                       or comparison["difference_ci"][0] > 0):
         return None
-    return {"value": m, "comparison": comparison}
+    return {"value": m, "comparison": comparison, "regression": TASKS[record.task].regression}
+
+
+def _squared_floor(inputs: Inputs, record: Record, majority: list[Record], runs_dir) -> dict | None:
+    """A correlation above 0 from predictions not measurably closer to the targets than the
+    training mean's: a fine-tune whose loss stayed flat predicted the mean to within 1e-3 of the
+    targets' spread, correlated 0.89 with them, and read as a baseline frozen features reached
+    96% of. Pearson ignores the scale; the squared error does not. Predictions r-correlated
+    with the targets and fitted to their scale remove about r^2 of the mean's squared error
+    (1 - r^2 left); these removed 0.0004 of it at r = 0.89, which a paired bootstrap still
+    finds measurable on enough rows. So the gain must be measurable (the paired bootstrap of
+    the two squared errors, where the predictions are there to pair) and at least a tenth of
+    r^2: a prediction shrunk to under about 5% of its fitted scale fails it."""
+    if record.head == "identity":  # the no-training cosine row: on its own scale, judged by order alone
+        return None
+    metrics = record.metrics or {}
+    mse, mean, r = metrics.get("mse"), (majority[0].metrics or {}).get("mse") if majority else None, \
+        metrics.get("pearson")
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (mse, mean, r)) or mean <= 0:
+        return None
+    comparison = _paired(inputs, record, majority[0], "mse", runs_dir)
+    high = comparison["difference_ci"][1] if comparison is not None else None
+    measurable = high < 0 if high is not None and math.isfinite(high) else mse < mean
+    if measurable and 1 - mse / mean >= MIN_SQUARED_GAIN * r * r:
+        return None
+    return {"correlation": True, "squared": (mse, mean)}
+
+
+# The least share of what its correlation explains (r^2 of the mean's squared error) that a
+# prediction must remove to be read as predicting the targets (`_squared_floor`).
+MIN_SQUARED_GAIN = 0.1
 
 
 # Metrics a constant prediction leaves undefined, whose floor is 0.
@@ -374,10 +405,16 @@ CORRELATIONS = frozenset({"pearson", "spearman"})
 
 
 def _baseline_name(floor: dict) -> str:
-    return "predicting the training mean" if floor.get("correlation") else "predicting the majority class"
+    return "predicting the training mean" if floor.get("correlation") or floor.get("regression") \
+        else "predicting the majority class"
 
 
 def _floor_text(record: Record, floor: dict, primary: str) -> str:
+    if floor.get("squared"):
+        mse, mean = floor["squared"]
+        return (f"{primary} {_with_ci(record, primary)}, but a squared error of {metric_text(mse)} against "
+                f"the training mean's {metric_text(mean)}: its predictions follow the targets' order "
+                "without their scale, as a near-constant prediction does")
     if floor.get("correlation"):
         return (f"{primary} {_with_ci(record, primary)}, its interval reaching 0, the {primary} of any "
                 "constant prediction" if _value(record, primary) > 0 else
@@ -387,7 +424,8 @@ def _floor_text(record: Record, floor: dict, primary: str) -> str:
     if comparison is not None and all(math.isfinite(v) for v in comparison["difference_ci"]):
         low, high = comparison["difference_ci"]
         interval = f"; paired difference {comparison['difference']:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}]"
-    return f"{primary} {metric_text(_value(record, primary))} against the majority baseline's {metric_text(floor['value'])}{interval}"
+    baseline = "the training mean's" if floor.get("regression") else "the majority baseline's"
+    return f"{primary} {metric_text(_value(record, primary))} against {baseline} {metric_text(floor['value'])}{interval}"
 
 
 def _learned_nothing(described: str, frozen: Record, tuned: Record, floor: dict, *, primary: str, run) -> str:
@@ -396,8 +434,9 @@ def _learned_nothing(described: str, frozen: Record, tuned: Record, floor: dict,
     rates = (tuned.hyperparameters or {}).get("learning_rates") or [(tuned.hyperparameters or {}).get("learning_rate")]
     others = sorted({2e-5, 3e-5, 5e-5} - {float(r) for r in rates if r is not None}) or [1e-5]
     return (f"No verdict against the fine-tune: it is not measurably better than {_baseline_name(floor)} "
-            f"({_floor_text(tuned, floor, primary)}): it learned nothing this test "
-            f"split can see (a run collapsed to {'a constant' if floor.get('correlation') else 'one class'}, "
+            f"({_floor_text(tuned, floor, primary)}): it learned nothing this "
+            f"{tuned.protocol.get('report_on', 'test')} split can see (a run collapsed to "
+            f"{'a constant' if floor.get('correlation') or floor.get('regression') else 'one class'}, "
             "too few epochs, or learning rates that did "
             "not suit), so it is no baseline to judge frozen features by. Rerun it with other "
             f"learning rates or more epochs, e.g. {run('finetune', 'finetune.learning_rates=' + str(others).replace(' ', ''))}. "
@@ -443,8 +482,8 @@ def _caveats(inputs: Inputs, frozen: Record, primary: str, runs_dir) -> str:
     if floor is None:
         return _overlap_note(frozen) + _positive_note(frozen, primary)
     return (f" The frozen choice is not measurably better than {_baseline_name(floor)} "
-            f"({_floor_text(frozen, floor, primary)}): these features carry nothing this test split "
-            "can see for this task." + _overlap_note(frozen) + _positive_note(frozen, primary))
+            f"({_floor_text(frozen, floor, primary)}): these features carry nothing this "
+            f"{frozen.protocol.get('report_on', 'test')} split can see for this task." + _overlap_note(frozen) + _positive_note(frozen, primary))
 
 
 def _no_interval(described: str, f: float, t: float, primary: str, comparison: dict) -> str:
@@ -552,7 +591,13 @@ def _value(record: Record, metric: str) -> float:
 
 
 def _fraction(ratio: float) -> str:
-    return f"1/{1 / ratio:.0f}" if ratio < 1 else f"{ratio:.1f}x"
+    """The frozen side's cost as a share of the fine-tune's: "1/40"; a percentage where a
+    whole denominator would round it far off (0.77 was "1/1", 0.6 "1/2"); "1.3x" past it."""
+    if ratio >= 1:
+        return f"{ratio:.1f}x"
+    if ratio <= 0.1:
+        return f"1/{1 / ratio:.0f}"
+    return f"{ratio:.0%}"
 
 
 def _wall(frozen: Record, tuned: Record) -> str:

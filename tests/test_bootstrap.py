@@ -175,3 +175,20 @@ def test_correlation_intervals_do_not_depend_on_the_targets_scale(scale):
     scaled = BS.intervals("regression", y * scale, (scores * scale)[None])
     for metric in ("pearson", "spearman", "r2"):
         np.testing.assert_allclose(scaled[metric], plain[metric], rtol=1e-9)
+
+
+@pytest.mark.parametrize("outlier", [1e6, 1e9])
+def test_resamples_without_a_huge_outlier_keep_their_pearson(outlier):
+    """Red team: scaled by a 1e6 outlier, the other values' variance fell under a fixed 1e-12 in
+    every resample that missed it: no interval, where scipy's Pearson is defined every time."""
+    from scipy.stats import pearsonr
+
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=150)
+    scores = y + rng.normal(scale=0.5, size=150)
+    y[0], scores[0] = outlier, 0.9 * outlier
+    low, high = BS.intervals("regression", y[:, None], scores[None, :, None])["pearson"]
+    assert 0.7 < low < high <= 1.0
+    draws = np.random.default_rng(1).integers(0, 150, (200, 150))
+    reference = np.percentile([pearsonr(y[i], scores[i])[0] for i in draws], 2.5)
+    assert low == pytest.approx(reference, abs=0.03)

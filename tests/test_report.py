@@ -507,3 +507,76 @@ def test_metrics_far_from_one_are_printed_with_their_digits():
     assert metric_text(0.8903) == "0.8903" and metric_text(0.0) == "0.0000"
     assert metric_text(3.2e-12) == "3.2e-12" and metric_text(-4e-7) == "-4e-07"
     assert metric_text(2.5e13) == "2.5e+13" and metric_text(float("nan")) == "nan"
+
+
+def test_a_regression_fine_tune_near_the_training_mean_is_no_baseline_whatever_its_correlation(tmp_path):
+    """Red team: a fine-tune whose loss stayed flat predicted the training mean to within 1e-3
+    of the targets' spread, Pearson 0.89 with them, and the verdict said frozen features reach
+    96% of it (and to export it). Its squared error, paired with the mean's, settles it."""
+    import numpy as np
+
+    from featx import metrics as M
+    from featx.records import Predictions
+
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=400)
+    ids = np.array([f"t{i}" for i in range(len(y))])
+
+    def regression(stage, features, head, predicted, **fields):
+        values = M.evaluate("regression", y, predicted)
+        ci = [values["pearson"] - 0.05, min(1.0, values["pearson"] + 0.05)]
+        record = dataclasses.replace(fake(stage, "regression", features, head, 0, **fields), metrics=values,
+                                     metrics_std={k: 0.0 for k in values}, metrics_ci={"pearson": ci})
+        return record, Predictions(ids, y, predicted[None], 0.5)
+
+    frozen = regression("probe", "mean@4", "logistic", 0.8 * y + 0.5 * rng.normal(size=len(y)))
+    mean = regression("probe", "text", "majority", np.full(len(y), 0.05), baseline="majority")
+    mean = (dataclasses.replace(mean[0], metrics=mean[0].metrics | {"pearson": float("nan")}, metrics_ci={}), mean[1])
+    flat = regression("finetune", "finetune:mean", "linear", 0.05 + 1e-3 * (y + 0.4 * rng.normal(size=len(y))),
+                      converged=True, hyperparameters={"learning_rates": [1e-3]})
+    write_pairs(tmp_path / "flat", [frozen, mean, flat])
+    judged = verdict(collect(tmp_path / "flat", "fx"), tmp_path / "flat")
+    assert flat[0].metrics["pearson"] > 0.85 and judged.quality_ratio is None
+    assert judged.text.startswith("No verdict against the fine-tune: it is not measurably better than predicting "
+                                  "the training mean (pearson"), judged.text
+    assert "but a squared error of" in judged.text and "of the fine-tuned" not in judged.text
+    good = regression("finetune", "finetune:mean", "linear", y + 0.3 * rng.normal(size=len(y)),
+                      converged=True, hyperparameters={"learning_rates": [3e-5]})
+    write_pairs(tmp_path / "good", [frozen, mean, good])
+    judged = verdict(collect(tmp_path / "good", "fx"), tmp_path / "good")
+    assert "not measurably better" not in judged.text and judged.quality_ratio is not None
+
+
+def test_an_interval_with_a_bound_of_zero_is_printed(tmp_path):
+    """Red team: two functions named _finite in report.py, the later (a NaN filter) replacing
+    the test, so a bound of exactly 0.0 dropped the interval from report.md and report.html."""
+    from featx.report import table_rows
+
+    row = {"features": "mean@2", "head": "ridge", "init": "pretrained", "protocol": "dev", "primary": -0.0066,
+           "primary_std": 1.1e-16, "primary_ci_low": -0.0126, "primary_ci_high": 0.0, "selection": 0.1,
+           "primary_metric": "mcc", "metric:mcc": -0.0066, "baseline": None, "converged": None,
+           "train_seconds": 1.0, "backbone_forward_passes": 1, "cache_mb": 1.0}
+    _, cells = table_rows([row])
+    assert "-0.0066 [-0.0126, 0.0000]" in cells[0], cells[0]  # no ± for seeds alike to rounding
+
+
+def test_the_no_training_cosine_is_judged_by_its_order_alone():
+    """The cosine row's predictions are cosines, not targets: their squared error says nothing."""
+    from featx.verdict import _squared_floor
+
+    mean = dataclasses.replace(fake("probe", "regression", "text", "majority", 0, baseline="majority"),
+                               metrics={"mse": 1.0, "pearson": float("nan")})
+    cosine = dataclasses.replace(fake("probe", "regression", "sentence@6", "identity", 0),
+                                 metrics={"mse": 7.5, "pearson": 0.8})
+    assert _squared_floor(None, cosine, [mean], None) is None
+    assert _squared_floor(None, dataclasses.replace(cosine, head="logistic"), [mean], None) == \
+        {"correlation": True, "squared": (7.5, 1.0)}
+    fitted = dataclasses.replace(cosine, head="logistic", metrics={"mse": 0.4, "pearson": 0.8})
+    assert _squared_floor(None, fitted, [mean], None) is None
+
+
+def test_the_compute_share_is_never_rounded_into_another():
+    """Red team: 1,320 against 1,720 forward passes (0.77) was "1/1 of the compute"."""
+    from featx.verdict import _fraction
+
+    assert [_fraction(r) for r in (0.025, 0.1, 0.767, 0.6, 0.95, 1.3)] == ["1/40", "1/10", "77%", "60%", "95%", "1.3x"]
