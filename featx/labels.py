@@ -12,14 +12,13 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass
-from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
 
 from featx.config import DataConfig
 from featx.errors import FeatxError, shown
-from featx.readers import Table, is_missing
+from featx.readers import PLAIN_NUMBER, Table, class_key, is_missing
 from featx.tasks import TASKS
 
 log = logging.getLogger("featx")
@@ -255,8 +254,6 @@ def as_list(value) -> list:
     return value if isinstance(value, list) else [value]
 
 
-# A number written plainly: "7", "-1.5", "2e3"; not "007" (a code) nor "nan" or "inf".
-PLAIN_NUMBER = re.compile(r"[+-]?((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
 # Regression targets beyond this magnitude overflow squared errors and standardisation; a
 # nonzero one below MIN_TARGET underflows them (targets near 1e-307 gave the majority baseline
 # an r2 of 1).
@@ -280,35 +277,6 @@ def as_number(value, plain: bool = False) -> float | None:
         return float(text)
     except ValueError:
         return None
-
-
-def class_key(value) -> str:
-    """Canonical class name: 1, "1" and "1.0" are the same class; "007" and "7" are not; a
-    boolean (JSON, Parquet) is "True" / "False", as a CSV of booleans spells it. Integers are
-    compared exactly: through a float, 2**53 and 2**53 + 1 (or "1.0000000000000001" and "1",
-    "1e-400" and "0") were one class, named after neither."""
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if value.is_integer():
-            return str(int(value))
-        value = repr(value)  # JSON's 1e-07 is the "0.0000001" a CSV writes (below); nan, inf as they are
-    text = str(value).strip()
-    match = PLAIN_NUMBER.fullmatch(text)
-    if match is None:
-        return text
-    if match.group(2) and match.group(3) is None and match.group(4) is None and len(text) < 300:  # "+7", "-0"
-        return str(int(text))
-    if math.isfinite(float(text)):  # (so at most about 309 digits before the point)
-        exact = Decimal(text)
-        if exact == exact.to_integral_value():
-            return str(int(exact))
-        # "1.5", "1.50" and "+1.5" are one class, named "1.5" (compared exactly, as integers are).
-        exact = exact.normalize()
-        return format(exact, "f") if exact.adjusted() > -20 else str(exact).lower()
-    return text
 
 
 def _class_name(value, where: str, columns: Columns) -> str:

@@ -16,6 +16,7 @@ import logging
 import math
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -148,6 +149,39 @@ def _holds(folder: Path) -> str:
     return f" (it holds {', '.join(inside)}{', ...' if len(inside) == 5 else ''})" if inside else ""
 
 
+# A number written plainly: "7", "-1.5", "2e3"; not "007" (a code) nor "nan" or "inf".
+PLAIN_NUMBER = re.compile(r"[+-]?((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
+def class_key(value) -> str:
+    """Canonical class name: 1, "1" and "1.0" are the same class; "007" and "7" are not; a
+    boolean (JSON, Parquet) is "True" / "False", as a CSV of booleans spells it. Integers are
+    compared exactly: through a float, 2**53 and 2**53 + 1 (or "1.0000000000000001" and "1",
+    "1e-400" and "0") were one class, named after neither."""
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if value.is_integer():
+            return str(int(value))
+        value = repr(value)  # JSON's 1e-07 is the "0.0000001" a CSV writes (below); nan, inf as they are
+    text = str(value).strip()
+    match = PLAIN_NUMBER.fullmatch(text)
+    if match is None:
+        return text
+    if match.group(2) and match.group(3) is None and match.group(4) is None and len(text) < 300:  # "+7", "-0"
+        return str(int(text))
+    if math.isfinite(float(text)):  # (so at most about 309 digits before the point)
+        exact = Decimal(text)
+        if exact == exact.to_integral_value():
+            return str(int(exact))
+        # "1.5", "1.50" and "+1.5" are one class, named "1.5" (compared exactly, as integers are).
+        exact = exact.normalize()
+        return format(exact, "f") if exact.adjusted() > -20 else str(exact).lower()
+    return text
+
+
 def arrow_names(folder: Path) -> dict[str, list[str]]:
     """{column: class names} of a saved dataset's ClassLabel columns (alone or in a Sequence,
     one label list per row), from its dataset_info.json: labels are read as their names."""
@@ -163,8 +197,6 @@ def arrow_names(folder: Path) -> dict[str, list[str]]:
             out[str(column)] = [str(n) for n in inner["names"]]
             # Two codes read as one class: a name written twice (datasets itself refuses that), or
             # names featx's label rules read as one class ("1" and "1.0", "pos" and " pos").
-            from featx.labels import class_key  # (featx.labels reads Tables: imported here)
-
             same: dict[str, list[str]] = {}
             for name in out[str(column)]:
                 same.setdefault(class_key(name), []).append(name)

@@ -761,8 +761,7 @@ def _check_quotes_close(source: Source) -> None:
     import collections
     import csv
 
-    import featx.readers  # noqa: F401  (its csv field size limit: a long text is not an error)
-
+    csv.field_size_limit(2**31 - 1)  # as featx.readers reads: a long text is not an error
     raw = open(source.path, "rb") if source.span is None else io.BufferedReader(_SpanFile(source.path, source.span))
     with io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as text:
         try:
