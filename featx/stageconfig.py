@@ -175,6 +175,8 @@ class ProbeConfig:
             check_choice(name, POOLINGS, "pooling")
         if self.poolings is not None and not self.poolings:
             raise FeatxError("probe.poolings is empty; leave it unset to probe every cached pooling")
+        if not self.heads:  # a probe of no head has no frozen side to judge (it crashed, unpacking none)
+            raise FeatxError("probe.heads is empty; choose at least one of: " + ", ".join(sorted(HEAD_NAMES)))
         check_choice(self.protocol, PROTOCOLS, "probe.protocol")
         check_choice(self.grid, GRIDS, "probe.grid")
         if not self.pair_features:

@@ -45,6 +45,7 @@ def test_overrides_parse_toml_values_and_bare_words():
     ({"data": {"builtin": "trec", "path": "x.csv"}}, "needs exactly one source"),
     ({"data": {"builtin": "trec"}, "name": "../escape"}, "pipeline name"),
     ({"data": {"builtin": "trec", "label_regex": "[A-Z]+"}}, "exactly one group"),
+    ({"data": {"builtin": "trec"}, "probe": {"heads": []}}, "probe.heads is empty; choose at least one of: lightgbm"),
 ])
 def test_config_errors(raw, expected):
     with pytest.raises(FeatxError) as info:
