@@ -302,24 +302,31 @@ def run(loaded: backbone.Loaded, plan: Plan, todo: dict[str, int], writer: Cache
     """Compute and store the rows not done yet (`todo`: their count per split) with the loaded
     backbone; returns throughput figures."""
     cfg, device = plan.pipeline.extract, loaded.device
-    threads = torch.get_num_threads()
-    workers = 1
-    try:
-        if cfg.threads:
-            if cfg.threads > (os.cpu_count() or 1):
-                log.warning("extract.threads = %d is more than this machine's %d cores: torch runs slower "
-                            "with more threads than cores (0 uses one per core)", cfg.threads, os.cpu_count() or 1)
-            torch.set_num_threads(cfg.threads)
-        elif device.type == "cpu" and plan.hidden < SMALL_HIDDEN and threads > 1:
-            # One torch thread per forward pass, and as many passes side by side as there were
-            # threads: the operations release the GIL, so passes on their own threads share the
-            # cores without waiting on each other at every operation (docs/benchmarks.md, scale).
-            torch.set_num_threads(1)
-            workers = threads
-        with own_tokenizer_threads(), fewer_collections():
-            return _run(loaded, plan, todo, writer, workers=workers)
-    finally:
-        torch.set_num_threads(threads)
+    own = torch.get_num_threads()  # this thread's, put back after
+    # `threads`: the count before any extraction in this process changed it. A thread started
+    # while another extraction had set 1 inherited 1, ran on one core, and put 1 back last, so
+    # every thread started after ran on one core.
+    with torch_threads() as threads:
+        try:
+            workers = 1
+            if cfg.threads:
+                if cfg.threads > (os.cpu_count() or 1):
+                    log.warning("extract.threads = %d is more than this machine's %d cores: torch runs slower "
+                                "with more threads than cores (0 uses one per core)", cfg.threads,
+                                os.cpu_count() or 1)
+                torch.set_num_threads(cfg.threads)
+            elif device.type == "cpu" and plan.hidden < SMALL_HIDDEN and threads > 1:
+                # One torch thread per forward pass, and as many passes side by side as there were
+                # threads: the operations release the GIL, so passes on their own threads share the
+                # cores without waiting on each other at every operation (docs/benchmarks.md, scale).
+                torch.set_num_threads(1)
+                workers = threads
+            else:
+                torch.set_num_threads(threads)
+            with own_tokenizer_threads(), fewer_collections():
+                return _run(loaded, plan, todo, writer, workers=workers)
+        finally:
+            torch.set_num_threads(own)
 
 
 def in_order(items, compute, pool=None, in_flight: int = 1):
@@ -358,12 +365,14 @@ class _WhileExtracting:
 
     @contextlib.contextmanager
     def held(self):
+        """Yields the setting as it was before the first extraction applied it."""
         with self._lock:
             if self._users == 0:
                 self._saved = self._apply()
             self._users += 1
+            saved = self._saved
         try:
-            yield
+            yield saved
         finally:
             with self._lock:
                 self._users -= 1
@@ -420,6 +429,10 @@ def _collections_back(saved):
 
 
 fewer_collections = _WhileExtracting(_fewer_collections, _collections_back).held
+# torch's thread count, read by the first extraction to start and put back by the last to end:
+# new threads take the count last set anywhere in the process (each run's own thread gets its
+# own back, `run`).
+torch_threads = _WhileExtracting(torch.get_num_threads, torch.set_num_threads).held
 
 
 def tokenizer_threads(device: torch.device) -> tuple[int, int]:

@@ -313,3 +313,40 @@ def test_in_order_yields_in_order_and_raises_the_first_error():
                 got.append(item)
         assert got == list(range(7))
     assert list(in_order(range(3), lambda i: -i)) == [(0, 0), (1, -1), (2, -2)]
+
+
+def test_an_extraction_started_during_another_gets_and_leaves_the_thread_count_as_it_was(make_pipeline, tmp_path,
+                                                                                         monkeypatch):
+    """Red team: a thread started while another extraction had set torch to 1 thread inherited
+    1, saved it and put it back last: every thread started after ran on one core."""
+    import threading
+
+    data = write_rows(tmp_path / "r.csv", classification_rows(300, seed=4))
+    forward, inner = extract_module.forward_pooled, {}
+
+    def start_another(*args, **kwargs):  # the first pass of the first run: a whole second run
+        if not inner:
+            inner["started"] = True
+            other = threading.Thread(target=lambda: inner.setdefault("result", extract(make_pipeline(
+                {"path": str(data), "id": "id"}, data_dir=str(tmp_path / "b"), extract=EXACT))))
+            other.start()
+            other.join()
+        return forward(*args, **kwargs)
+
+    def fresh_thread_count() -> int:
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+        thread.start()
+        thread.join()
+        return seen[0]
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        monkeypatch.setattr(extract_module, "forward_pooled", start_another)
+        first = extract(make_pipeline({"path": str(data), "id": "id"}, data_dir=str(tmp_path / "a"), extract=EXACT))
+        assert torch.get_num_threads() == 3 and fresh_thread_count() == 3
+    finally:
+        torch.set_num_threads(threads)
+    assert first.stats["forward_workers"] == inner["result"].stats["forward_workers"] == 3
+    assert_same_vectors(first.path, inner["result"].path)
