@@ -682,15 +682,15 @@ def parse(source: Source, wanted: Wanted) -> Parsed:
     if any(c not in source.columns for c in columns):
         raise Fallback("a configured column is missing")  # data.py lists the columns there are
     kept = Pass(wanted)
-    n, last, broken_lines = 0, None, False
+    n, last, multiline = 0, None, False
     try:
         # Every column, though only `wanted` are used: pyarrow checks the UTF-8 of the columns it
         # converts, and the whole-file reader refuses a byte that is not UTF-8 in any of them
         # (in a row data.drop_empty drops too).
         for raw in source._records(list(source.columns)):
             batch, last = kept.drop(raw, source.drop, wanted.split), raw
-            if source.quoting != "none" and not broken_lines:
-                broken_lines = any(holds(column, b"\n", b"\r") for column in raw.columns)
+            if source.quoting != "none" and not multiline:
+                multiline = any(holds(column, b"\n", b"\r") for column in raw.columns)
             for text in wanted.texts:
                 texts = batch.column(text)
                 if _has_blank(texts) or has_nul(texts):
@@ -719,7 +719,7 @@ def parse(source: Source, wanted: Wanted) -> Parsed:
         raise Fallback(f"pyarrow: {str(exc)[:200]}") from None
     if last is not None and last.num_rows and source.quoting != "none" and _runs_to_the_end(source, last):
         raise Fallback("a quote never closed")  # the whole-file reader names its row
-    if broken_lines:
+    if multiline:
         _check_quotes_close(source)
     elif last is not None and source.quoting != "none":
         _check_last_line(source)
