@@ -595,14 +595,7 @@ def _read_parquet(path: Path) -> Table:
     try:
         frame = pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises many types for unreadable files
-        try:  # a string that is not UTF-8 fails pandas' conversion: named by its row
-            import pyarrow.parquet as pq
-
-            table = pq.read_table(path)
-        except Exception:  # noqa: BLE001 - the file itself is unreadable: said below
-            table = None
-        if table is not None:
-            _check_utf8(path, table)
+        _check_parquet_utf8(path)  # a string that is not UTF-8 fails pandas' conversion too
         raise FeatxError(f"{path}: cannot read as Parquet ({exc})") from None
     if any(name is not None for name in frame.index.names) and not set(frame.index.names) & set(frame.columns):
         # df.set_index("id").to_parquet(): the ids are a column of the file that pandas reads back
@@ -611,11 +604,21 @@ def _read_parquet(path: Path) -> Table:
     try:
         rows = [{str(k): _plain(v) for k, v in r.items()} for r in frame.to_dict("records")]
     except UnicodeDecodeError:
-        import pyarrow.parquet as pq
-
-        _check_utf8(path, pq.read_table(path))  # names the row
+        _check_parquet_utf8(path)
         raise
     return Table(str(path), [str(c) for c in frame.columns], rows, list(range(1, len(rows) + 1)))
+
+
+def _check_parquet_utf8(path: Path) -> None:
+    """`_check_utf8` on the file read as Arrow (no conversion to Python): names the row of a
+    string that is not UTF-8; nothing when the file itself cannot be read (the caller says so)."""
+    try:
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+    except Exception:  # noqa: BLE001 - pyarrow raises many types for unreadable files
+        return
+    _check_utf8(path, table)
 
 
 def _plain(value):

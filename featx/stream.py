@@ -521,7 +521,7 @@ def _has_blank(values) -> bool:
         offsets, data = parts
         if (offsets[1:] == offsets[:-1]).any():
             return True
-        first = _SPACE_LEADS[data[offsets[:-1]]]  # every value has a first byte
+        first = _lead_bytes(offsets, data)
         if not first.any():
             return False
         lead = _arrow_mask(first)

@@ -591,13 +591,12 @@ def _value(record: Record, metric: str) -> float:
 
 
 def _fraction(ratio: float) -> str:
-    """The frozen side's cost as a share of the fine-tune's: "1/40"; a percentage where a
-    whole denominator would round it far off (0.77 was "1/1", 0.6 "1/2"); "1.3x" past it."""
+    """The frozen side's cost as a share of the fine-tune's: "1/6"; a percentage where a whole
+    denominator is more than 5% off (0.77 was "1/1", 0.6 "1/2"); "1.3x" past it."""
     if ratio >= 1:
         return f"{ratio:.1f}x"
-    if ratio <= 0.1:
-        return f"1/{1 / ratio:.0f}"
-    return f"{ratio:.0%}"
+    whole = round(1 / ratio)
+    return f"1/{whole}" if abs(1 / whole - ratio) <= 0.05 * ratio else f"{ratio:.0%}"
 
 
 def _wall(frozen: Record, tuned: Record) -> str:

@@ -593,6 +593,20 @@ def not_utf8(values: list[str], bad: int):
     return pa.Array.from_buffers(pa.string(), len(values), raw.buffers())
 
 
+def write_bad(tmp_path, table, fmt: str):
+    """`table` as a Parquet file (row groups of 23) or a save_to_disk folder of one Arrow file."""
+    if fmt == "parquet":
+        path = tmp_path / "bad.parquet"
+        pq.write_table(table, path, row_group_size=23)
+        return path
+    path = tmp_path / "saved"
+    path.mkdir()
+    with pa.ipc.new_stream(str(path / "data-00000-of-00001.arrow"), table.schema) as writer:
+        writer.write_table(table)
+    (path / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]}))
+    return path
+
+
 @pytest.mark.parametrize("column", ["text", "label", "other"])
 @pytest.mark.parametrize("fmt", ["parquet", "arrow"])
 def test_bytes_not_utf8_in_a_parquet_or_arrow_column_are_an_error_naming_the_row(monkeypatch, tmp_path, column, fmt):
@@ -602,15 +616,7 @@ def test_bytes_not_utf8_in_a_parquet_or_arrow_column_are_an_error_naming_the_row
     table = pa.table({"text": [r["text"] for r in rows], "label": [r["label"] for r in rows],
                       "other": [f"note {i}" for i in range(120)]})
     table = table.set_column(table.column_names.index(column), column, not_utf8(table.column(column).to_pylist(), 77))
-    if fmt == "parquet":
-        path = tmp_path / "bad.parquet"
-        pq.write_table(table, path, row_group_size=23)
-    else:
-        path = tmp_path / "saved"
-        path.mkdir()
-        with pa.ipc.new_stream(str(path / "data-00000-of-00001.arrow"), table.schema) as writer:
-            writer.write_table(table)
-        (path / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]}))
+    path = write_bad(tmp_path, table, fmt)
     whole, streamed = errors_of(monkeypatch, path=str(path))
     assert streamed == whole
     assert "row 78" in whole and repr(column) in whole and "UTF-8" in whole
@@ -628,15 +634,7 @@ def test_bytes_not_utf8_inside_a_list_struct_or_dictionary_are_an_error_naming_t
              "struct": lambda: pa.StructArray.from_arrays([bad], names=["s"]),
              "dictionary": lambda: pa.DictionaryArray.from_arrays(pa.array(range(120), pa.int32()), bad)}[kind]()
     table = pa.table({"text": [r["text"] for r in rows], "label": [r["label"] for r in rows], "other": other})
-    if fmt == "parquet":
-        path = tmp_path / "bad.parquet"
-        pq.write_table(table, path, row_group_size=23)
-    else:
-        path = tmp_path / "saved"
-        path.mkdir()
-        with pa.ipc.new_stream(str(path / "data-00000-of-00001.arrow"), table.schema) as writer:
-            writer.write_table(table)
-        (path / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]}))
+    path = write_bad(tmp_path, table, fmt)
     whole, streamed = errors_of(monkeypatch, path=str(path))
     assert streamed == whole
     assert "row 78" in whole and "'other'" in whole and "UTF-8" in whole
