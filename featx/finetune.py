@@ -3,11 +3,11 @@
 The model (featx.modeling) is the architecture's own sequence-classification class by default,
 its head initialised by the model's own `_init_weights` (PyTorch's default Kaiming-uniform init
 is what makes hand-written heads train worse). Training (featx.training): fused AdamW (no decay
-on biases and LayerNorm), 6% linear warmup then linear decay over `max_epochs` (transformers'
-get_linear_schedule_with_warmup), clipping at 1.0, length-grouped batches of 32. The learning
-rate is searched on the selection split (`search`:
-every rate to convergence on CUDA, successive halving on CPU), and the chosen one trains until its selection score stops
-improving (`patience` epochs gaining less than `min_delta`): the record says whether it
+on biases and LayerNorm), linear warmup then the peak rate until the selection score plateaus,
+then a short linear cooldown (featx.convergence), clipping at 1.0, length-grouped batches of 32.
+The learning rate is searched on the selection split (`search`: every rate to convergence on
+CUDA, successive halving on CPU), and the chosen one trains until its selection score has not
+risen beyond the selection split's noise for `patience` epochs: the record says whether it
 converged or a cap stopped it. Best epoch kept (safetensors), resumable after every epoch.
 Regression is trained on standardised targets and reported on the original scale.
 """
@@ -44,8 +44,9 @@ from featx.records import (Predictions, cache_facts, checkpoint_path, configurat
 from featx.plan import CachedPlan, cached_plan
 from featx.splits import label_assignment
 from featx.tasks import TASKS
-from featx.training import (Candidate, Setup, auto_max_epochs, check_learning_rate, load_state,
-                            save_state, train, worst_case_epochs)
+from featx.convergence import auto_max_epochs
+from featx.training import (Candidate, Setup, check_learning_rate, load_state, save_state, train,
+                            worst_case_epochs)
 
 log = logging.getLogger("featx")
 
@@ -236,12 +237,14 @@ def _announce(setup: "Setup", plan: Prepared) -> None:
     setup.worst_steps = epochs * steps
     cap = (f"a wall-time cap of {setup.max_seconds:.0f} s (finetune.max_seconds): the result then "
            "depends on this machine's speed and load" if setup.max_seconds else "no wall-time cap")
+    floor = f", and at least {cfg.min_delta:g}" if cfg.min_delta else ""
     log.info("fine-tune plan: %s on %d training rows, %d learning rate(s) %s (%s), each up to %d "
-             "epochs of %d steps of %d rows, stopping after %d epochs without a gain of %g; at most "
-             "%d optimizer steps in all, %s; %s, %s", plan.model.name, len(setup.train.labels),
-             len(cfg.learning_rates), ", ".join(f"{lr:g}" for lr in cfg.learning_rates),
+             "epochs of %d steps of %d rows at the peak rate until %d epochs in a row gain no more "
+             "than the selection split's noise over the last gain (one paired standard error%s), "
+             "then a cooldown; at most %d optimizer steps in all, %s; %s, %s", plan.model.name,
+             len(setup.train.labels), len(cfg.learning_rates), ", ".join(f"{lr:g}" for lr in cfg.learning_rates),
              setup.strategy if len(cfg.learning_rates) > 1 else "no search",
-             setup.max_epochs, steps, cfg.batch_size, cfg.patience, cfg.min_delta,
+             setup.max_epochs, steps, cfg.batch_size, cfg.patience, floor,
              setup.worst_steps, cap, setup.device, str(setup.dtype).removeprefix("torch."))
 
 
@@ -306,7 +309,7 @@ def build_record(plan: Prepared, setup: Setup, candidates: list[Candidate], eval
         continue_with=command(pipeline, "finetune", raise_cap) if capped else None,
         continued=_continued(previous, setup),
         wall_seconds=round(seconds + (previous.wall_seconds or 0.0 if previous else 0.0), 3),
-        curve={"loss": chosen.loss, "select": chosen.select}, device=str(setup.device),
+        curve=_curve(chosen), device=str(setup.device),
         # Relative to the run's folder: a data_dir that moves keeps its records true.
         run_hash=setup.run_hash, checkpoint=str(best.relative_to(setup.directory)),
         configuration=configuration(pipeline, "finetune"),
@@ -399,7 +402,15 @@ def _candidate_entry(candidate: Candidate) -> dict:
             if candidate.best_epoch else None, "epochs": candidate.epoch, "best_epoch": candidate.best_epoch,
             "stopped_by": candidate.stopped_by, "converged": candidate.converged,
             "seconds": round(candidate.seconds, 3), "curve": candidate.select,
-            "epoch_seconds": candidate.epoch_seconds}
+            "epoch_seconds": candidate.epoch_seconds, "needed": candidate.needed,
+            "plateau_epoch": candidate.plateau_epoch or None}
+
+
+def _curve(candidate: Candidate) -> dict:
+    """The chosen run's curves: its loss, its selection score per epoch, the gain each judged
+    epoch needed over the anchor, the plateau's epoch and the first epoch of the cooldown."""
+    return {"loss": candidate.loss, "select": candidate.select, "needed": candidate.needed,
+            "plateau_epoch": candidate.plateau_epoch or None, "cooldown_epoch": candidate.cooldown_epoch or None}
 
 
 def _keep_best(checkpoints: Path, chosen: Candidate, keep_all: bool) -> Path:

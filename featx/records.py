@@ -60,6 +60,9 @@ PROBE_UNHASHED = ("n_jobs", "save_heads")
 # Fine-tune settings that say how long to train, not how: a run stopped by one continues under
 # a larger one (same run, same checkpoints), so they are not part of the run's hash.
 BUDGET_FIELDS = ("max_epochs", "max_seconds", "keep_checkpoints", "log_every")
+# The training recipe beyond the configuration's fields (featx.convergence: warmup-stable-decay
+# and the plateau rule); a run of another recipe is not this configuration's result.
+FINETUNE_RECIPE = "wsd-plateau"
 
 
 def settings_hash(fields: dict) -> str:
@@ -83,7 +86,7 @@ def finetune_run_hash(cfg, cache_key: str, max_length: int, metric: str) -> str:
     a FinetuneConfig, or its fields as a dict."""
     fields = {k: v for k, v in (cfg if isinstance(cfg, dict) else dataclasses.asdict(cfg)).items()
               if k not in BUDGET_FIELDS}
-    return hashlib.sha256(json.dumps([fields, cache_key, max_length, metric]).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([fields, cache_key, max_length, metric, FINETUNE_RECIPE]).encode()).hexdigest()
 
 
 def made_by(record: Record, pipeline) -> bool:

@@ -228,7 +228,9 @@ def _configuration_lines(inputs: Inputs, d: dict) -> list[str]:
                      + f"; learning rates {_listed(tuned.get('learning_rates'), '?')} (search {tuned.get('search')}); "
                      f"batch {tuned.get('batch_size')}; up to {tuned.get('max_epochs')} epochs"
                      + (f" or {tuned['max_seconds']:g} s" if tuned.get("max_seconds") else "")
-                     + f", patience {tuned.get('patience')} (min_delta {tuned.get('min_delta')}); seed "
+                     + f", plateau after {tuned.get('patience')} epochs without a gain beyond the selection "
+                     f"split's noise" + (f" (at least {tuned['min_delta']:g})" if tuned.get("min_delta") else "")
+                     + "; seed "
                      f"{tuned.get('seed')}; {tuned.get('dtype')} on {d['device']}; {d['stopped']}.")
     else:
         lines.append("Fine-tune: no record of this configuration yet.")

@@ -214,16 +214,20 @@ class FinetuneConfig:
     epoch per extra candidate, but a short run favours the larger rate). auto: full on CUDA,
     halving on CPU."""
     max_epochs: int = 0
-    """Epoch cap of every candidate, and the length of the learning-rate schedule; 0 scales it
-    to the data: enough epochs for 1,500 optimizer steps, at least 4, at most 20. A run it
-    stopped while still improving continues from its last epoch when run again with a larger
-    cap (the schedule is stretched to the new length from there)."""
-    patience: int = 2
-    """Stop after this many epochs in a row that gain less than `min_delta` on the best score."""
-    min_delta: float = 0.005
-    """The gain that counts as progress (0.005 = half a point of accuracy, MCC, F1 ...). A run
-    is converged when its last epoch gained less than this; otherwise its score is a lower
-    bound (a cap stopped it while it was still improving)."""
+    """Epoch cap of every candidate; 0 scales it to the data: enough epochs for 6,000 optimizer
+    steps, at least 10, at most 60. A generous cap: the plateau rule, not the cap, ends a run.
+    The last tenth of the cap decays the rate, so a capped run ends annealed; it is recorded as
+    not converged (a lower bound), and running again with a larger cap continues it from its
+    last epoch at the peak rate."""
+    patience: int = 3
+    """Epochs in a row at the peak rate whose selection score does not beat the last gain's by
+    more than the selection split's noise (one standard error of the paired difference, by
+    bootstrap on the selection rows) before the run is converged; then the rate decays to zero
+    over a cooldown of a tenth of the epochs trained (at least one). Three, not two: with two, a
+    curve rising a standard error an epoch stopped early one time in four (simulated)."""
+    min_delta: float = 0.0
+    """A floor on the gain that counts as progress, added to the noise rule (0.005 = half a
+    point of accuracy, MCC, F1 ...); 0: the selection split's noise alone decides."""
     max_seconds: float | None = None
     """A wall-time cap on the whole search (unset or 0: none). The default budget is work
     (`max_epochs`), so the same pipeline gives the same result on a fast, slow or busy machine;
@@ -233,7 +237,9 @@ class FinetuneConfig:
     weight_decay: float = 0.01
     """AdamW weight decay, not applied to biases and LayerNorm weights."""
     warmup_ratio: float = 0.06
-    """Share of the schedule's steps with linear warmup, then linear decay to zero at max_epochs."""
+    """Linear warmup over this share of a nominal budget (enough epochs for 1,500 optimizer
+    steps, 4 to 20, at most max_epochs); the rate then stays at its peak until the plateau (or
+    the cap's last tenth) and decays linearly to zero over the cooldown."""
     batch_size: int = 32
     """Training rows per optimizer step (the BERT recipe's 32)."""
     max_grad_norm: float = 1.0

@@ -1,9 +1,10 @@
 """The fine-tune's training machinery: one learning-rate candidate trained epoch by epoch
-(length-grouped batches, fused AdamW with no decay on biases and LayerNorm, linear warmup and
-decay, clipping, fp16 loss scaling), scored on the selection split after every epoch with its best
-weights kept, and committed after every epoch (weights, optimizer, schedule, RNG: safetensors and
-JSON, never a pickle) so a killed run resumes. Which candidates to train, on what data, and the
-record they make are featx.finetune's.
+(length-grouped batches, fused AdamW with no decay on biases and LayerNorm, warmup-stable-decay
+learning rates, clipping, fp16 loss scaling), scored on the selection split after every epoch
+with its best weights kept, judged by the plateau rule (featx.convergence), and committed after
+every epoch (weights, optimizer, RNG, the anchor epoch's selection scores: safetensors and JSON,
+never a pickle) so a killed run resumes. Which candidates to train, on what data, and the record
+they make are featx.finetune's.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from featx import convergence
 from featx import metrics as M
 from featx.batching import Encoder
 from featx.config import MAX_LR, WARN_LR, FinetuneConfig
@@ -110,6 +112,15 @@ class Setup:
         return self.dtype if self.device.type == "cuda" else torch.float32
 
     @property
+    def steps_per_epoch(self) -> int:
+        return convergence.steps_per_epoch(len(self.train.labels), self.cfg.batch_size)
+
+    @property
+    def warmup(self) -> int:
+        """Optimizer steps of the linear warmup (featx.convergence.warmup_steps)."""
+        return convergence.warmup_steps(self.cfg.warmup_ratio, self.steps_per_epoch, self.max_epochs)
+
+    @property
     def strategy(self) -> str:
         """The learning-rate search actually run: `auto` is full on CUDA, halving on CPU."""
         if self.cfg.search != "auto":
@@ -126,10 +137,26 @@ class Candidate:
     best_score: float = float("-inf")
     best_epoch: int = 0
     stale: int = 0
-    """Epochs in a row that gained less than min_delta on the best score."""
+    """Epochs in a row at the peak rate that were not progress over the anchor."""
     threshold: float = 0.5
+    anchor_epoch: int = 0
+    """The last epoch that was progress (featx.convergence), 0 before the first scored one."""
+    anchor_score: float = float("-inf")
+    anchor_threshold: float = 0.5
+    anchor_file: str | None = None
+    """The anchor epoch's selection scores, which the next epochs are compared with row by row."""
+    needed: list = dataclasses.field(default_factory=list)
+    """[epoch, the gain over the anchor that counted as progress] of every judged epoch."""
+    plateau_epoch: int = 0
+    """The epoch whose score had not risen beyond noise for `patience` epochs (0: not yet)."""
+    cooldown_from: int | None = None
+    """The optimizer step where the final decay began (None: the rate is still at its peak)."""
+    cooldown_steps: int = 0
+    cooldown_epoch: int = 0
+    """The cooldown's first epoch (0: none yet)."""
     stopped_by: str | None = None
-    """None while it may go on; "patience", "max_epochs", "budget", "diverged" or "halving"."""
+    """None while it may go on; "patience" (plateau, then cooldown), "max_epochs", "budget",
+    "diverged" or "halving"."""
     seconds: float = 0.0
     train_rows: int = 0
     eval_rows: int = 0
@@ -149,8 +176,13 @@ class Candidate:
 
     @property
     def converged(self) -> bool:
-        """The selection score stopped improving: the last epoch gained less than min_delta."""
-        return self.stale >= 1
+        """The selection score plateaued at the peak rate: `patience` epochs without a gain over
+        the anchor beyond the selection split's noise."""
+        return self.plateau_epoch > 0
+
+    @property
+    def cooling(self) -> bool:
+        return self.cooldown_from is not None
 
 
 def check_learning_rate(lr: float) -> None:
@@ -161,15 +193,6 @@ def check_learning_rate(lr: float) -> None:
         log.warning("learning rate %g is high for fine-tuning a pretrained backbone: above %g the "
                     "pretrained weights are quickly overwritten; 2e-5..5e-5 is the usual range",
                     lr, WARN_LR)
-
-
-# Auto max_epochs: enough epochs for this many optimizer steps, within these bounds.
-AUTO_STEPS, AUTO_MIN_EPOCHS, AUTO_MAX_EPOCHS = 1500, 4, 20
-
-
-def auto_max_epochs(n_train: int, batch_size: int) -> int:
-    steps = math.ceil(n_train / batch_size)
-    return int(min(AUTO_MAX_EPOCHS, max(AUTO_MIN_EPOCHS, math.ceil(AUTO_STEPS / steps))))
 
 
 def worst_case_epochs(n_candidates: int, max_epochs: int, strategy: str) -> int:
@@ -193,50 +216,71 @@ def train(setup: Setup, candidate: Candidate, everyone: list[Candidate], until: 
     cfg = setup.cfg
     if candidate.stopped_by or candidate.epoch >= until:
         return
-    model, optimizer, scheduler, scaler_fp16 = _start(setup, candidate)
+    model, optimizer, scaler_fp16 = _start(setup, candidate)
     y = targets(setup.task, setup.train.labels, setup.scaler)  # (n_train,) classes, or (n_train, L | T)
     model.train()
     while candidate.epoch < until:
         if _over_budget(setup, candidate, everyone):
             break
         epoch = candidate.epoch + 1
+        _cool_before_cap(setup, candidate, epoch)
         started = time.perf_counter()
         if not _steps(setup, candidate, everyone, epoch=epoch, started=started, y=y, model=model,
-                      optimizer=optimizer, scheduler=scheduler, scaler_fp16=scaler_fp16):
+                      optimizer=optimizer, scaler_fp16=scaler_fp16):
             return  # diverged: the candidate is out, its state saved
-        _evaluate(setup, model, candidate, epoch)
+        score, now = _evaluate(setup, model, candidate, epoch)
         candidate.seconds += time.perf_counter() - started
         candidate.epoch_seconds.append(round(candidate.seconds, 3))
-        if candidate.stale >= cfg.patience:
-            candidate.stopped_by = "patience"
-        elif epoch >= setup.max_epochs:
-            candidate.stopped_by = "max_epochs"
-        _checkpoint(setup, model, optimizer, scheduler, candidate)
+        judge(setup, candidate, epoch, score, now)
+        _checkpoint(setup, model, optimizer, candidate)
         if candidate.stopped_by:
             break
     save_state(setup, candidate)
 
 
+def _cool_before_cap(setup: Setup, candidate: Candidate, epoch: int) -> None:
+    """The last epochs before the cap decay the rate, so a capped run ends annealed too."""
+    last = convergence.cooldown_epochs(setup.max_epochs)
+    if not candidate.cooling and epoch > setup.max_epochs - last:
+        candidate.cooldown_from, candidate.cooldown_epoch = candidate.step, epoch
+        candidate.cooldown_steps = (setup.max_epochs - epoch + 1) * setup.steps_per_epoch
+
+
+def judge(setup: Setup, candidate: Candidate, epoch: int, score: float, now: tuple[np.ndarray, float]) -> None:
+    """The plateau rule after epoch `epoch` scored `score` on the selection split (`now`: its
+    scores and threshold): at the peak rate the epoch is progress or not (`_progress`); a
+    plateau starts the cooldown; the cooldown's end or the cap stops the candidate."""
+    if not math.isfinite(score):
+        candidate.stale += 1
+    elif not candidate.cooling:
+        _progress(setup, candidate, epoch, score, now)
+    if not candidate.cooling and candidate.stale >= setup.cfg.patience:
+        candidate.plateau_epoch = epoch
+        cooldown = min(convergence.cooldown_epochs(epoch), setup.max_epochs - epoch)
+        log.info("%s: no gain beyond the selection split's noise in %d epochs: plateau at epoch %d, "
+                 "the rate decays over %d more", candidate.name, candidate.stale, epoch, cooldown)
+        if cooldown:
+            candidate.cooldown_from, candidate.cooldown_epoch = candidate.step, epoch + 1
+            candidate.cooldown_steps = cooldown * setup.steps_per_epoch
+    cooled = candidate.cooling and candidate.step >= candidate.cooldown_from + candidate.cooldown_steps
+    if cooled or epoch >= setup.max_epochs:
+        candidate.stopped_by = "patience" if candidate.converged else "max_epochs"
+
+
 def _start(setup: Setup, candidate: Candidate):
-    """The candidate's model, optimizer, schedule and fp16 loss scaler: new, or as its last
-    committed epoch left them."""
+    """The candidate's model, optimizer and fp16 loss scaler: new, or as its last committed
+    epoch left them."""
     from safetensors.torch import load_model
 
-    cfg = setup.cfg
     folder = setup.directory / candidate.name
     model = setup.make_model()
-    optimizer = _optimizer(model, cfg, candidate.learning_rate, setup.device)
-    steps_per_epoch = math.ceil(len(setup.train.labels) / cfg.batch_size)
-    total = steps_per_epoch * setup.max_epochs
-    from transformers import get_linear_schedule_with_warmup
-
-    scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * total), total)
+    optimizer = _optimizer(model, setup.cfg, candidate.learning_rate, setup.device)
     scaler_fp16 = torch.amp.GradScaler(setup.device.type, enabled=setup.dtype == torch.float16)
-    if candidate.epoch:  # resume: weights, optimizer, schedule and RNG as the last epoch left them
+    if candidate.epoch:  # resume: weights, optimizer and RNG as the last epoch left them
         load_model(model, folder / candidate.weights_file, device=str(setup.device))
-        load_training_state(folder / candidate.optimizer_file, optimizer, scheduler)
+        load_training_state(folder / candidate.optimizer_file, optimizer)
         log.info("continuing %s after epoch %d (from its checkpoint)", candidate.name, candidate.epoch)
-    return model, optimizer, scheduler, scaler_fp16
+    return model, optimizer, scaler_fp16
 
 
 def _over_budget(setup: Setup, candidate: Candidate, everyone: list[Candidate]) -> bool:
@@ -252,7 +296,7 @@ def _over_budget(setup: Setup, candidate: Candidate, everyone: list[Candidate]) 
 
 
 def _steps(setup: Setup, candidate: Candidate, everyone: list[Candidate], *, epoch: int, started: float,
-           y, model, optimizer, scheduler, scaler_fp16) -> bool:
+           y, model, optimizer, scaler_fp16) -> bool:
     """Epoch `epoch`'s optimizer steps, one per length-grouped batch; False when the loss
     diverged."""
     from featx.progress import progress
@@ -275,9 +319,13 @@ def _steps(setup: Setup, candidate: Candidate, everyone: list[Candidate], *, epo
         scaler_fp16.scale(value).backward()
         scaler_fp16.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        rate = candidate.learning_rate * convergence.lr_factor(
+            candidate.step, warmup=setup.warmup, cooldown_from=candidate.cooldown_from,
+            cooldown_steps=candidate.cooldown_steps)
+        for group in optimizer.param_groups:
+            group["lr"] = rate
         scaler_fp16.step(optimizer)
         scaler_fp16.update()
-        scheduler.step()
         candidate.step += 1
         candidate.train_rows += len(rows)
         running, count = running + value.item(), count + 1
@@ -313,8 +361,9 @@ def _duration(seconds: float) -> str:
                                                      else f"{seconds / 3600:.1f} h")
 
 
-def _evaluate(setup: Setup, model, candidate: Candidate, epoch: int) -> None:
-    """Score the epoch on the selection split; keep the weights when they are the best yet."""
+def _evaluate(setup: Setup, model, candidate: Candidate, epoch: int) -> tuple[float, tuple[np.ndarray, float]]:
+    """Score the epoch on the selection split and keep the weights when they are the best yet;
+    the score, and the scores and threshold it was computed from."""
     from safetensors.torch import save_model
 
     logits = predict_logits(model, setup.encoder, setup.select, device=setup.device, dtype=setup.eval_dtype,
@@ -326,16 +375,53 @@ def _evaluate(setup: Setup, model, candidate: Candidate, epoch: int) -> None:
     candidate.select.append([epoch, score])
     candidate.epoch = epoch
     log.info("%s epoch %d: %s on the selection split = %.4f", candidate.name, epoch, setup.metric, score)
-    if not math.isfinite(score):
-        candidate.stale += 1
-        return
-    gain = score - candidate.best_score
-    candidate.stale = 0 if gain >= setup.cfg.min_delta else candidate.stale + 1
-    if gain > 0:
+    if math.isfinite(score) and score > candidate.best_score:
         candidate.best_score, candidate.best_epoch, candidate.threshold = score, epoch, threshold
         folder = setup.directory / candidate.name
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write(folder / "best.safetensors", lambda p: save_model(model, str(p)))
+    return score, (scores, threshold)
+
+
+def _progress(setup: Setup, candidate: Candidate, epoch: int, score: float, now: tuple[np.ndarray, float]) -> None:
+    """Progress when the score beats the anchor's by more than the paired noise of the two
+    epochs on the selection rows (featx.convergence); progress makes this epoch the anchor."""
+    if candidate.anchor_epoch:
+        anchor = (_read_anchor(setup, candidate), candidate.anchor_threshold)
+        needed = convergence.progress_threshold(setup.task, setup.metric, setup.select.labels, now, anchor,
+                                                setup.cfg.min_delta)
+        candidate.needed.append([epoch, needed])
+        if score - candidate.anchor_score <= needed:
+            candidate.stale += 1
+            return
+    candidate.stale = 0
+    candidate.anchor_epoch, candidate.anchor_score, candidate.anchor_threshold = epoch, score, now[1]
+    candidate.anchor_file = f"anchor-{epoch}.safetensors"
+    folder = setup.directory / candidate.name
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write(folder / candidate.anchor_file, lambda p: _save_scores(p, now[0]))
+
+
+def _save_scores(path: Path, scores: np.ndarray) -> None:
+    from safetensors.numpy import save_file
+
+    save_file({"scores": np.ascontiguousarray(scores, dtype=np.float64)}, str(path))
+
+
+def _read_anchor(setup: Setup, candidate: Candidate) -> np.ndarray:
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    path = setup.directory / candidate.name / candidate.anchor_file
+    try:
+        scores = load_file(str(path))["scores"]
+    except (SafetensorError, OSError, KeyError) as exc:
+        raise FeatxError(f"{path} is not the selection scores featx wrote ({type(exc).__name__}); delete "
+                         f"its folder ({path.parent}) to train that learning rate again") from None
+    if len(scores) != len(setup.select.labels):
+        raise FeatxError(f"{path} holds {len(scores)} selection scores, the selection split has "
+                         f"{len(setup.select.labels)} rows; delete its folder ({path.parent}) to train again")
+    return scores
 
 
 def _diverged(setup: Setup, candidate: Candidate, epoch: int, step: int, everyone) -> None:
@@ -359,7 +445,7 @@ def _diverged(setup: Setup, candidate: Candidate, epoch: int, step: int, everyon
 STATE_FIELDS = [f.name for f in dataclasses.fields(Candidate)]
 
 
-def _checkpoint(setup: Setup, model, optimizer, scheduler, candidate: Candidate) -> None:
+def _checkpoint(setup: Setup, model, optimizer, candidate: Candidate) -> None:
     """Commit the epoch: its weights and optimizer state under new names, then the state file
     that names them (a crash before it leaves the previous epoch's files in charge), then
     drop the older files."""
@@ -370,16 +456,17 @@ def _checkpoint(setup: Setup, model, optimizer, scheduler, candidate: Candidate)
     candidate.weights_file = f"epoch-{candidate.epoch}.safetensors"
     candidate.optimizer_file = f"epoch-{candidate.epoch}.optimizer.safetensors"
     atomic_write(folder / candidate.weights_file, lambda p: save_model(model, str(p)))
-    atomic_write(folder / candidate.optimizer_file, lambda p: save_training_state(p, optimizer, scheduler))
+    atomic_write(folder / candidate.optimizer_file, lambda p: save_training_state(p, optimizer))
     save_state(setup, candidate)
-    for old in folder.glob("epoch-*"):
-        if old.name not in (candidate.weights_file, candidate.optimizer_file):
+    for old in [*folder.glob("epoch-*"), *folder.glob("anchor-*")]:
+        if old.name not in (candidate.weights_file, candidate.optimizer_file, candidate.anchor_file):
             old.unlink()
 
 
-def save_training_state(path: Path, optimizer, scheduler) -> None:
-    """The optimizer's moments, its settings, the schedule and the RNG, as safetensors (the
-    tensors) and JSON (the rest): nothing a resumed run reads back is a pickle."""
+def save_training_state(path: Path, optimizer) -> None:
+    """The optimizer's moments, its settings and the RNG, as safetensors (the tensors) and JSON
+    (the rest): nothing a resumed run reads back is a pickle. The learning rate is a function of
+    the candidate's step and cooldown (its state.json)."""
     from safetensors.torch import save_file
 
     state = optimizer.state_dict()
@@ -391,11 +478,11 @@ def save_training_state(path: Path, optimizer, scheduler) -> None:
                 tensors[f"state.{index}.{name}"] = value.detach().cpu().contiguous()
             else:
                 plain[f"{index}.{name}"] = value
-    meta = {"param_groups": state["param_groups"], "plain": plain, "scheduler": scheduler.state_dict()}
+    meta = {"param_groups": state["param_groups"], "plain": plain}
     save_file(tensors, str(path), metadata={"featx": json.dumps(meta)})
 
 
-def load_training_state(path: Path, optimizer, scheduler) -> None:
+def load_training_state(path: Path, optimizer) -> None:
     from safetensors import SafetensorError, safe_open
 
     try:
@@ -409,7 +496,6 @@ def load_training_state(path: Path, optimizer, scheduler) -> None:
             index, name = key.removeprefix("state.").split(".", 1)
             state.setdefault(int(index), {})[name] = value
         optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
-        scheduler.load_state_dict(meta["scheduler"])
         torch.set_rng_state(tensors["rng"])
     except (SafetensorError, OSError, KeyError, ValueError, TypeError) as exc:
         raise FeatxError(f"{path} is not the training state featx wrote ({type(exc).__name__}: "
@@ -431,9 +517,12 @@ def load_state(setup: Setup, candidate: Candidate) -> Candidate:
     if not isinstance(saved, dict) or saved.get("run_hash") != setup.run_hash:
         return candidate
     loaded = Candidate(**{k: saved[k] for k in STATE_FIELDS if k in saved})
-    # A larger cap than the one that stopped it: train on (the budget is checked again at once).
+    # A larger cap than the one that stopped it: train on (the budget is checked again at once),
+    # at the peak rate again when it had not plateaued (the cap's cooldown is undone).
     if loaded.stopped_by == "max_epochs" and loaded.epoch < setup.max_epochs or loaded.stopped_by == "budget":
         loaded.stopped_by = None
+        if not loaded.converged:
+            loaded.cooldown_from, loaded.cooldown_steps, loaded.cooldown_epoch = None, 0, 0
     # Killed past the cap it is resumed with (finetune.max_epochs lowered since): its cap stopped
     # it (the record said "None stopped it" and "best epoch 2 of 2 (unfinished)").
     if loaded.stopped_by is None and loaded.epoch >= setup.max_epochs:
