@@ -408,9 +408,11 @@ def _candidate_entry(candidate: Candidate) -> dict:
 
 def _curve(candidate: Candidate) -> dict:
     """The chosen run's curves: its loss, its selection score per epoch, the gain each judged
-    epoch needed over the anchor, the plateau's epoch and the first epoch of the cooldown."""
+    epoch needed over the anchor, the plateau's epoch, the first epoch of the cooldown, and
+    which epoch was kept: the best, or the annealed last one (no worse beyond noise)."""
     return {"loss": candidate.loss, "select": candidate.select, "needed": candidate.needed,
-            "plateau_epoch": candidate.plateau_epoch or None, "cooldown_epoch": candidate.cooldown_epoch or None}
+            "plateau_epoch": candidate.plateau_epoch or None, "cooldown_epoch": candidate.cooldown_epoch or None,
+            "kept": "annealed" if candidate.kept_annealed else "best"}
 
 
 def _keep_best(checkpoints: Path, chosen: Candidate, keep_all: bool) -> Path:

@@ -60,9 +60,10 @@ PROBE_UNHASHED = ("n_jobs", "save_heads")
 # Fine-tune settings that say how long to train, not how: a run stopped by one continues under
 # a larger one (same run, same checkpoints), so they are not part of the run's hash.
 BUDGET_FIELDS = ("max_epochs", "max_seconds", "keep_checkpoints", "log_every")
-# The training recipe beyond the configuration's fields (featx.convergence: warmup-stable-decay
-# and the plateau rule); a run of another recipe is not this configuration's result.
-FINETUNE_RECIPE = "wsd-plateau"
+# The training recipe beyond the configuration's fields (featx.convergence: warmup-stable-decay,
+# the plateau rule, the annealed epoch kept unless beaten beyond noise); a run of another recipe
+# is not this configuration's result.
+FINETUNE_RECIPE = "wsd-plateau-annealed"
 
 
 def settings_hash(fields: dict) -> str:

@@ -145,6 +145,9 @@ class Candidate:
     anchor_threshold: float = 0.5
     anchor_file: str | None = None
     """The anchor epoch's selection scores, which the next epochs are compared with row by row."""
+    kept_annealed: bool = False
+    """Whether the cooldown's last epoch was kept over a best epoch that scored no better beyond
+    the selection split's noise."""
     needed: list = dataclasses.field(default_factory=list)
     """[epoch, the gain over the anchor that counted as progress] of every judged epoch."""
     plateau_epoch: int = 0
@@ -232,6 +235,8 @@ def train(setup: Setup, candidate: Candidate, everyone: list[Candidate], until: 
         candidate.seconds += time.perf_counter() - started
         candidate.epoch_seconds.append(round(candidate.seconds, 3))
         judge(setup, candidate, epoch, score, now)
+        if candidate.stopped_by and candidate.cooling and candidate.best_epoch != epoch:
+            _keep_annealed(setup, model, candidate, epoch, score, now)
         _checkpoint(setup, model, optimizer, candidate)
         if candidate.stopped_by:
             break
@@ -265,6 +270,36 @@ def judge(setup: Setup, candidate: Candidate, epoch: int, score: float, now: tup
     cooled = candidate.cooling and candidate.step >= candidate.cooldown_from + candidate.cooldown_steps
     if cooled or epoch >= setup.max_epochs:
         candidate.stopped_by = "patience" if candidate.converged else "max_epochs"
+
+
+def _keep_annealed(setup: Setup, model, candidate: Candidate, epoch: int, score: float,
+                   now: tuple[np.ndarray, float]) -> None:
+    """The cooldown's last epoch is kept unless the best epoch scored higher beyond the
+    selection split's noise: the annealed model is what the schedule was for, and the best of
+    many noisy epochs is partly its luck."""
+    best = (_read_scores(setup, candidate, BEST_SCORES), candidate.threshold)
+    needed = convergence.progress_threshold(setup.task, setup.metric, setup.select.labels, best, now,
+                                            setup.cfg.min_delta)
+    if not math.isfinite(score) or candidate.best_score - score > needed:
+        return
+    log.info("%s: kept the annealed epoch %d (%s %.4f) over epoch %d (%.4f): no better beyond noise (%.4f)",
+             candidate.name, epoch, setup.metric, score, candidate.best_epoch, candidate.best_score, needed)
+    _keep_best(setup, model, candidate, epoch, score, now)
+    candidate.kept_annealed = True
+
+
+def _keep_best(setup: Setup, model, candidate: Candidate, epoch: int, score: float, now) -> None:
+    """This epoch's weights and selection scores as the candidate's best."""
+    from safetensors.torch import save_model
+
+    candidate.best_score, candidate.best_epoch, candidate.threshold = score, epoch, now[1]
+    folder = setup.directory / candidate.name
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write(folder / "best.safetensors", lambda p: save_model(model, str(p)))
+    atomic_write(folder / BEST_SCORES, lambda p: _save_scores(p, now[0]))
+
+
+BEST_SCORES = "best-scores.safetensors"  # the best epoch's selection scores, beside best.safetensors
 
 
 def _start(setup: Setup, candidate: Candidate):
@@ -364,8 +399,6 @@ def _duration(seconds: float) -> str:
 def _evaluate(setup: Setup, model, candidate: Candidate, epoch: int) -> tuple[float, tuple[np.ndarray, float]]:
     """Score the epoch on the selection split and keep the weights when they are the best yet;
     the score, and the scores and threshold it was computed from."""
-    from safetensors.torch import save_model
-
     logits = predict_logits(model, setup.encoder, setup.select, device=setup.device, dtype=setup.eval_dtype,
                             token_budget=setup.budget_tokens)  # (n_select, outputs)
     candidate.eval_rows += len(setup.select.labels)
@@ -376,10 +409,7 @@ def _evaluate(setup: Setup, model, candidate: Candidate, epoch: int) -> tuple[fl
     candidate.epoch = epoch
     log.info("%s epoch %d: %s on the selection split = %.4f", candidate.name, epoch, setup.metric, score)
     if math.isfinite(score) and score > candidate.best_score:
-        candidate.best_score, candidate.best_epoch, candidate.threshold = score, epoch, threshold
-        folder = setup.directory / candidate.name
-        folder.mkdir(parents=True, exist_ok=True)
-        atomic_write(folder / "best.safetensors", lambda p: save_model(model, str(p)))
+        _keep_best(setup, model, candidate, epoch, score, (scores, threshold))
     return score, (scores, threshold)
 
 
@@ -387,7 +417,7 @@ def _progress(setup: Setup, candidate: Candidate, epoch: int, score: float, now:
     """Progress when the score beats the anchor's by more than the paired noise of the two
     epochs on the selection rows (featx.convergence); progress makes this epoch the anchor."""
     if candidate.anchor_epoch:
-        anchor = (_read_anchor(setup, candidate), candidate.anchor_threshold)
+        anchor = (_read_scores(setup, candidate, candidate.anchor_file), candidate.anchor_threshold)
         needed = convergence.progress_threshold(setup.task, setup.metric, setup.select.labels, now, anchor,
                                                 setup.cfg.min_delta)
         candidate.needed.append([epoch, needed])
@@ -408,11 +438,12 @@ def _save_scores(path: Path, scores: np.ndarray) -> None:
     save_file({"scores": np.ascontiguousarray(scores, dtype=np.float64)}, str(path))
 
 
-def _read_anchor(setup: Setup, candidate: Candidate) -> np.ndarray:
+def _read_scores(setup: Setup, candidate: Candidate, name: str) -> np.ndarray:
+    """The selection scores a candidate's file `name` holds (its anchor's, or its best epoch's)."""
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
-    path = setup.directory / candidate.name / candidate.anchor_file
+    path = setup.directory / candidate.name / name
     try:
         scores = load_file(str(path))["scores"]
     except (SafetensorError, OSError, KeyError) as exc:

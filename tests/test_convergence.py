@@ -119,3 +119,24 @@ def test_the_automatic_cap_is_generous():
     assert C.auto_max_epochs(4305, 32) == 45  # TREC: 135 steps an epoch
     assert C.auto_max_epochs(100, 32) == 60 and C.auto_max_epochs(1_000_000, 32) == 10
     assert C.cooldown_epochs(5) == 1 and C.cooldown_epochs(15) == 2
+
+
+@pytest.mark.parametrize("lost, won, kept", [(40, 35, "annealed"), (120, 20, "best")])
+def test_the_annealed_epoch_is_kept_unless_the_best_is_better_beyond_noise(tmp_path, lost, won, kept):
+    """The best of many noisy epochs is partly luck: the cooldown's last epoch is kept unless
+    the best scored higher beyond the paired noise of the two."""
+    import torch
+
+    from featx import training as T
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, K, 1000)
+    setup = _setup(tmp_path, y)
+    model, candidate = torch.nn.Linear(2, 2), Candidate(learning_rate=1e-4)
+    best = np.arange(1000) < 800
+    T._keep_best(setup, model, candidate, 3, 0.8, (_scores(y, best, rng), 0.5))
+    now = best.copy()  # rows the best had right, now wrong, and others the other way
+    now[rng.choice(800, lost, replace=False)] = False
+    now[800 + rng.choice(200, won, replace=False)] = True
+    T._keep_annealed(setup, model, candidate, 9, float(now.mean()), (_scores(y, now, rng), 0.5))
+    assert (candidate.best_epoch, candidate.kept_annealed) == ((9, True) if kept == "annealed" else (3, False))
