@@ -12,18 +12,18 @@ from featx.version import __version__
 
 
 def open_cache(path=None, *, pipeline=None):
-    """Open a complete featx HDF5 cache for reading (see `featx.cache.Cache`): by its path, or
+    """Open a complete featx HDF5 cache for reading (see `featx.cache.reader.Cache`): by its path, or
     the cache a pipeline's extraction wrote (`pipeline="pipelines/trec.toml"`)."""
-    from featx.cache import Cache
+    from featx.cache.reader import Cache
 
     if (path is None) == (pipeline is None):
         raise FeatxError("open_cache takes a cache path or pipeline=..., one of the two")
     if path is not None and not isinstance(path, (str, __import__("os").PathLike)):
         raise FeatxError(f"open_cache takes a cache path (a str or Path), got {type(path).__name__}")
     if pipeline is not None:
-        from featx.config import Pipeline
-        from featx.configfile import load_pipeline
-        from featx.plan import find_cache
+        from featx.config.pipeline import Pipeline
+        from featx.config.load import load_pipeline
+        from featx.cache.plan import find_cache
 
         config = pipeline if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
         path = find_cache(config)
@@ -32,13 +32,13 @@ def open_cache(path=None, *, pipeline=None):
 
 def __getattr__(name: str):
     """`featx.embed` and `featx.load_predictor` are the functions themselves, with their own
-    signatures and docs (featx.embedding.embed, featx.predict.load_predictor), imported when
+    signatures and docs (featx.serve.embedding.embed, featx.serve.predict.load_predictor), imported when
     first used: `import featx` stays without torch."""
     if name == "embed":
-        from featx.embedding import embed
+        from featx.serve.embedding import embed
         return embed
     if name == "load_predictor":
-        from featx.predict import load_predictor
+        from featx.serve.predict import load_predictor
         return load_predictor
     raise AttributeError(f"module 'featx' has no attribute {name!r}")
 

@@ -10,15 +10,15 @@ import argparse
 import logging
 import sys
 
-from featx.config import Pipeline
-from featx.configfile import load_pipeline
+from featx.config.pipeline import Pipeline
+from featx.config.load import load_pipeline
 from featx.errors import FeatxError
 
 
 def cmd_extract(pipeline: Pipeline) -> None:
     """Run the frozen backbone once; cache every pooling x layer in HDF5."""
-    from featx.distributed import extract_sharded, world
-    from featx.extract import extract
+    from featx.cache.distributed import extract_sharded, world
+    from featx.cache.extract import extract
 
     # Launched by torchrun with several processes: each computes a shard, rank 0 assembles it.
     result = extract(pipeline) if world() is None else extract_sharded(pipeline)
@@ -29,15 +29,15 @@ def cmd_extract(pipeline: Pipeline) -> None:
 def cmd_probe(pipeline: Pipeline) -> None:
     """Train the probe grid on the cache: the logistic head on every pooling and layer (the
     layer sweep), the other heads on its best features, and the baselines."""
-    from featx.probe import format_table, run_probe
+    from featx.probe.stage import format_table, run_probe
 
     print(format_table(run_probe(pipeline), pipeline.runs_dir))
 
 
 def cmd_finetune(pipeline: Pipeline) -> None:
     """Fine-tune the same backbone (the baseline); writes its record and best checkpoint."""
-    from featx.finetune import run_finetune
-    from featx.probe import format_table
+    from featx.finetune.stage import run_finetune
+    from featx.probe.stage import format_table
 
     print(format_table([run_finetune(pipeline)]))
 
@@ -46,7 +46,7 @@ def cmd_report(pipeline: Pipeline) -> None:
     """Write the frozen-vs-tuned report (markdown, self-contained HTML, CSV) from the records."""
     import json
 
-    from featx.report import write_report
+    from featx.report.write import write_report
 
     paths = write_report(pipeline.runs_dir, pipeline.reports_dir, pipeline.name, pipeline)
     print(json.loads(paths["json"].read_text())["text"])
@@ -71,8 +71,8 @@ def cmd_verify(pipeline: Pipeline) -> None:
     """Check every byte of the pipeline's cache against the checksums written when it was finished."""
     import time
 
-    from featx.cache import Cache
-    from featx.plan import find_cache
+    from featx.cache.reader import Cache
+    from featx.cache.plan import find_cache
 
     start = time.perf_counter()
     with Cache(find_cache(pipeline)) as cache:
@@ -83,9 +83,9 @@ def cmd_verify(pipeline: Pipeline) -> None:
 
 def cmd_info(pipeline: Pipeline) -> None:
     """Show where the pipeline's model resolves to, and its cache: where it is, what it holds."""
-    from featx.cache import Cache
-    from featx.plan import find_cache
-    from featx.resolve import resolve
+    from featx.cache.reader import Cache
+    from featx.cache.plan import find_cache
+    from featx.backbone.resolve import resolve
 
     found = resolve(pipeline.model.name, pipeline.model.revision)
     print(f"model {pipeline.model.name}: {found.path} (found as {found.source}; resolved from a local "
@@ -103,8 +103,8 @@ def cmd_info(pipeline: Pipeline) -> None:
 
 def cmd_predict(pipeline: Pipeline, args) -> None:
     """Predict new texts with the verdict's frozen configuration (or --head, --finetuned)."""
-    from featx.bootstrap import MIN_ROWS
-    from featx.predict import predict_file
+    from featx.stats.bootstrap import MIN_ROWS
+    from featx.serve.predict import predict_file
 
     result = predict_file(pipeline, args.input, head=args.head, finetuned=args.finetuned, out=args.out)
     if result["metrics"]:
@@ -120,7 +120,7 @@ def cmd_predict(pipeline: Pipeline, args) -> None:
 
 def cmd_keys(section: str | None = None) -> int:
     """List every key a pipeline file takes, with its default and what it does (docs/keys.md)."""
-    from featx.configfile import keys_reference
+    from featx.config.load import keys_reference
 
     print(keys_reference(section))
     return 0
@@ -128,7 +128,7 @@ def cmd_keys(section: str | None = None) -> int:
 
 def cmd_export(pipeline: Pipeline, args) -> None:
     """Export the fine-tuned model as a Hugging Face folder, or a frozen head with its backbone."""
-    from featx.export import export
+    from featx.serve.export import export
 
     print(export(pipeline, args.directory, head=args.head, finetuned=args.finetuned))
 

@@ -163,5 +163,5 @@ def loads_json(text: str | bytes):
 
 def utc_now(timespec: str = "seconds") -> str:
     """The timestamp every record and cache carries: UTC, ISO 8601, to the second (a record's: to
-    the microsecond, see `featx.recordschema.new_record`)."""
+    the microsecond, see `featx.runs.schema.new_record`)."""
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec=timespec)

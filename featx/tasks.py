@@ -1,7 +1,7 @@
 """Task types: one registry of what differs between binary, multiclass, multilabel and
 regression, so a stage asks the task instead of branching on its name. No torch.
 
-Scores (what a head or a fine-tuned model outputs, what `featx.metrics.evaluate` takes):
+Scores (what a head or a fine-tuned model outputs, what `featx.stats.metrics.evaluate` takes):
 binary (n,) P(positive); multiclass (n, K) class probabilities; multilabel (n, L) per-label
 probabilities; regression (n, T) values on the original target scale.
 """
@@ -64,7 +64,7 @@ class TaskType:
             return scores[:, 0] if scores.shape[1] == 1 else scores
         if self.thresholded:
             return [list(names[row >= threshold]) for row in scores]
-        return names[(scores >= 0.5).astype(int) if self.name == "binary" else scores.argmax(axis=1)]
+        return names[(scores >= 0.5).astype(int) if self.n_classes == 2 else scores.argmax(axis=1)]
 
     def valid_labels(self, labels: np.ndarray, n_labels: int) -> bool:
         """Whether stored labels can be this task's: class indices in range, 0/1 rows, finite targets."""
@@ -76,8 +76,8 @@ class TaskType:
 
     def score_dtype(self):
         """Stored predictions: float64, the values the metrics were computed from (probabilities
-        in float32 halved the file, but an AUC or a paired bootstrap recomputed from them moved
-        in the fourth decimal, and two nearly equal probabilities became a tie)."""
+        in float32 would halve the file, but an AUC or a paired bootstrap recomputed from them
+        moves in the fourth decimal, and two nearly equal probabilities become a tie)."""
         return np.float64
 
 

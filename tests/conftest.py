@@ -1,10 +1,14 @@
-"""Shared fixtures: a tiny BERT written to disk the way a real checkpoint is, small datasets."""
+"""Shared fixtures: a tiny BERT written to disk the way a real checkpoint is, small datasets, a
+finished project to damage, a read-only folder, Python's own Ctrl-C handler."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
 import random
+import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +19,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest
 
-from featx.configfile import pipeline_from_dict
+from featx.config.load import pipeline_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,8 +106,8 @@ def write_synthetic_cache(folder: Path, task: str, features: dict, labels: dict,
     (split -> (n, len(layers), hidden)), for testing heads without a backbone."""
     import numpy as np
 
-    from featx.cacheschema import CacheSpec, cache_path
-    from featx.cachewriter import CacheWriter
+    from featx.cache.schema import CacheSpec, cache_path
+    from featx.cache.writer import CacheWriter
     from featx.data import Split, dataset_fingerprint
 
     hidden = next(iter(features.values())).shape[-1]
@@ -163,7 +167,7 @@ def assert_same_vectors(a: Path, b: Path, same_key: bool = True) -> None:
     vectors (to 1e-5)."""
     import numpy as np
 
-    from featx.cache import Cache
+    from featx.cache.reader import Cache
 
     with Cache(a) as x, Cache(b) as y:
         assert (x.key == y.key) == same_key
@@ -174,3 +178,55 @@ def assert_same_vectors(a: Path, b: Path, same_key: bool = True) -> None:
             for pooling in y.poolings:
                 np.testing.assert_allclose(x.features(split, pooling, "all"), y.features(split, pooling, "all"),
                                            atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# A finished project to damage, a read-only folder, Ctrl-C
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory):
+    """A finished project: cache, probe records and heads, a fine-tune (built once, and never
+    changed: a test damages a copy, `project`; tests/finished_project.py)."""
+    from tests.finished_project import build
+
+    return build(tmp_path_factory.mktemp("finished-project"))
+
+
+@pytest.fixture
+def project(built, tmp_path):
+    """A copy of the finished project's data directory, for one test to damage."""
+    from tests.finished_project import make
+
+    shutil.copytree(built / "data", tmp_path / "data", symlinks=True)
+    return make(built, tmp_path / "data")
+
+
+@contextlib.contextmanager
+def read_only(folder: Path):
+    """`folder` on a read-only filesystem (tmpfs mounted ro) where the machine allows it; else
+    chmod for a non-root user; else skip."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(folder)],
+                      capture_output=True).returncode == 0:
+        try:
+            yield folder
+        finally:
+            subprocess.run(["umount", str(folder)], capture_output=True)
+    elif os.geteuid() != 0:
+        folder.chmod(0o555)
+        try:
+            yield folder
+        finally:
+            folder.chmod(0o755)
+    else:
+        pytest.skip("cannot make a read-only directory here")
+
+
+@pytest.fixture
+def ctrl_c():
+    """Python's own Ctrl-C handler, even where the test process was started with SIGINT ignored
+    (a background job of a non-interactive shell): these tests raise a real SIGINT."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)

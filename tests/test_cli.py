@@ -1,9 +1,12 @@
 """The command line: user errors are one message and exit status 2, never a traceback."""
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.conftest import (
     ROOT,
@@ -12,6 +15,8 @@ from tests.conftest import (
     write_pipeline_toml,
     write_rows,
 )
+from tests.finished_project import pipeline_toml
+from tests.generated import FIGURES, examples, write
 
 
 def assert_user_error(result, *fragments: str) -> None:
@@ -77,3 +82,36 @@ def test_version_keys_and_help_read_right():
     assert "best features, and the baselines." in " ".join(usage.split())
     assert main(["keys", "finetune"]) == 0
     assert main(["keys", "nope"]) == 2
+
+
+@examples(300, 40)
+@given(text=st.text(max_size=300))
+def test_pipeline_files_through_the_cli(tmp_path, text):
+    from featx.cli import main
+
+    path = write(tmp_path, "fuzz.toml", text.encode())
+    FIGURES["bad_inputs"]["pipeline files (CLI)"] += 1
+    try:
+        tomllib.loads(text)
+        valid_toml = True
+    except tomllib.TOMLDecodeError:
+        valid_toml = False
+    try:
+        code = main(["-q", "info", str(path)])
+    except SystemExit as exc:  # argparse
+        code = exc.code
+    except Exception as exc:  # noqa: BLE001
+        FIGURES["unhandled"].append(f"pipeline files (CLI): {type(exc).__name__}: {exc}"[:300])
+        raise
+    assert code == 2 or (valid_toml and code == 0)
+
+
+def test_overrides_after_a_flag(project, tmp_path, capsys):
+    from featx.cli import main
+
+    toml = pipeline_toml(tmp_path, project)
+    texts = write_rows(tmp_path / "in.csv", [{"id": "a", "text": "the cat sat"}])
+    assert main(["predict", str(toml), str(texts), "--finetuned", "--out", str(tmp_path / "o.csv"),
+                 "progress=false"]) == 0
+    assert main(["predict", str(toml), str(texts), "--head", "mean@2/logistic", "finetune.seed=0",
+                 "--out", str(tmp_path / "o.jsonl")]) == 0

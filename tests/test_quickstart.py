@@ -28,7 +28,7 @@ def quickstart() -> tuple[str, list[str]]:
 
 
 def test_readme_quickstart_runs_as_written(tmp_path):
-    from featx.config import DataConfig
+    from featx.config.pipeline import DataConfig
     from featx.data import load_dataset
 
     import tomllib

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import featx
-from featx.resolve import resolve
+from featx.backbone.resolve import resolve
 from tests.conftest import ROOT, run_featx
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"

@@ -1,18 +1,17 @@
-"""The fault-injection suite: its figures are collected here and printed at the end.
+"""The fault-injection suite: SIGKILL at random moments, a full disk, two writers on one cache.
 
-`make faults` runs the full suite (FEATX_FAULTS=full: 20 kills, more hypothesis examples);
-`make test` runs the quick subset (3 kills, fewer examples).
+`make faults` runs it in full (FEATX_FAULTS=full: 20 kills, five races of two writers);
+`make test` runs the quick subset (3 kills, one race). The figures these tests and the generated
+tests elsewhere count (tests/generated.py) are printed at the end of a run that includes this
+folder, and written to data/faults/summary.json.
 """
 from __future__ import annotations
 
 import json
-import os
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
-FULL = os.environ.get("FEATX_FAULTS") == "full"
-FIGURES: dict = {"kills": [], "bad_inputs": Counter(), "unhandled": [], "silent": [],
-                 "checks": defaultdict(int)}
+from tests.generated import FIGURES, FULL
 
 
 def pytest_terminal_summary(terminalreporter):

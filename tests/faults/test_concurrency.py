@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from featx.cache import Cache
+from featx.cache.reader import Cache
 from tests.conftest import (
     classification_rows,
     run_featx,

@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-import featx.cachewriter as cachewriter
-from featx.cache import Cache
-from featx.configfile import load_pipeline
+import featx.cache.writer as cachewriter
+from featx.cache.reader import Cache
+from featx.config.load import load_pipeline
 from featx.errors import FeatxError
-from featx.extract import extract
+from featx.cache.extract import extract
 from tests.conftest import (
     ROOT,
     classification_rows,

@@ -12,9 +12,9 @@ from pathlib import Path
 import h5py
 import pytest
 
-from featx.cache import Cache
-from featx.configfile import load_pipeline
-from featx.extract import extract
+from featx.cache.reader import Cache
+from featx.config.load import load_pipeline
+from featx.cache.extract import extract
 from tests.conftest import (
     assert_same_vectors,
     classification_rows,

@@ -1,0 +1,6 @@
+"""The HDF5 cache of frozen features: what a pipeline's cache is (`plan`), its schema and key
+(`schema`), writing it with a lock (`writer`), reading it (`reader`: `Cache`, torch-free), the
+extraction's forward loop (`extract`) and its torchrun shards (`distributed`).
+
+Imports: top, config, data, backbone. Only `extract` and `distributed` import torch.
+"""

@@ -1,0 +1,175 @@
+"""One column of a block, checked and converted as a whole: a pyarrow array (CSV, Parquet,
+Arrow) with vectorised kernels, a list of Python values (JSON, label-text, built-ins) row by row.
+Each `bad_*` finds the rows that break a rule (featx.data.rules names the first); `strings`,
+`ids`, `kept` and `numbers` give what the row store and the labels keep. No torch.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from featx.data import rules
+from featx.data.rules import WHITESPACE
+
+
+
+def is_string_array(values) -> bool:
+    import pyarrow as pa
+
+    return not isinstance(values, list) and (pa.types.is_string(values.type) or pa.types.is_large_string(values.type))
+
+
+def python(values) -> list:
+    if isinstance(values, list):
+        return values
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    return values.to_pylist()
+
+
+def filtered(values, mask: np.ndarray):
+    if isinstance(values, list):
+        return [v for v, keep in zip(values, mask) if keep]
+    import pyarrow as pa
+
+    return values.filter(pa.array(mask))
+
+
+def only(n: int, i: int) -> np.ndarray:
+    mask = np.zeros(n, bool)
+    mask[i] = True
+    return mask
+
+
+def blank(values) -> np.ndarray:
+    """Missing (null, NaN), empty or only whitespace: what data.drop_empty drops."""
+    if not is_string_array(values):
+        return np.array([rules.is_missing(v) for v in python(values)], bool)
+    import pyarrow.compute as pc
+
+    trimmed = pc.utf8_length(pc.utf8_trim(values.fill_null(""), WHITESPACE))
+    return np.asarray(pc.equal(trimmed, 0).to_numpy(zero_copy_only=False), bool) | \
+        np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool)
+
+
+def holds(values, needle: str) -> np.ndarray:
+    import pyarrow.compute as pc
+
+    return np.asarray(pc.match_substring(values, needle).fill_null(False).to_numpy(zero_copy_only=False), bool)
+
+
+def storable_mask(values: list) -> np.ndarray:
+    """Strings with a NUL byte or a lone surrogate (what HDF5 and UTF-8 cannot hold)."""
+    out = np.zeros(len(values), bool)
+    for i, v in enumerate(values):
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+                out[i] = "\x00" in v
+            except UnicodeEncodeError:
+                out[i] = True
+    return out
+
+
+def bad_texts(values) -> np.ndarray:
+    """Texts that are missing, not strings, or not storable."""
+    if is_string_array(values):
+        return holds(values, "\x00") | np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool)
+    raw = python(values)
+    out = np.array([not isinstance(v, str) or rules.is_missing(v) for v in raw], bool)
+    return out | storable_mask(raw)
+
+
+def bad_ids(values) -> np.ndarray:
+    """Ids that are missing or not storable (any other value is an id: str() of it)."""
+    if is_string_array(values):
+        return holds(values, "\x00") | blank(values)
+    raw = python(values)
+    return np.array([rules.is_missing(v) for v in raw], bool) | \
+        storable_mask([None if v is None else str(v) for v in raw])
+
+
+def bad_labels(values, empty_set: bool) -> np.ndarray:
+    if is_string_array(values):
+        bad = holds(values, "\x00") | np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool)
+        return bad if empty_set else bad | blank(values)
+    raw = python(values)
+    out = np.array([(rules.is_missing(v) and not (empty_set and isinstance(v, str))) for v in raw], bool)
+    items = [v if isinstance(v, list) else [v] for v in raw]
+    return out | np.array([storable_mask([x for x in i if isinstance(x, str)]).any() for i in items], bool)
+
+
+def bad_kept(values) -> np.ndarray:
+    if is_string_array(values):
+        return holds(values, "\x00")
+    return storable_mask([str(v) if v is not None else "" for v in python(values)])
+
+
+def bad_splits(values) -> np.ndarray:
+    raw = python(values)
+    return np.array([(str(v).strip().lower() if v is not None else "") not in rules.SPLIT_ALIASES for v in raw], bool)
+
+
+def strings(values):
+    import pyarrow as pa
+
+    if is_string_array(values):
+        return values
+    return pa.array(python(values), pa.string())
+
+
+def ids(values):
+    import pyarrow as pa
+
+    if is_string_array(values):
+        return values
+    return pa.array([str(v) for v in python(values)], pa.string())
+
+
+def kept(values):
+    """str() of each kept value, "" for a missing one (a Parquet or Arrow cell's NaN too)."""
+    import pyarrow as pa
+
+    if is_string_array(values):
+        return values.fill_null("")
+    arrow = not isinstance(values, list)
+    return pa.array(["" if v is None or arrow and isinstance(v, float) and v != v else str(v)
+                     for v in python(values)], pa.string())
+
+
+# What rules.as_number reads as a number, less what Python's float also takes ("1_0", "nan",
+# "inf", non-ASCII digits: those are read by Python, row by row). Anchored for pyarrow's RE2.
+NUMBER = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$"
+
+
+def numbers(values) -> np.ndarray:
+    """A label column as float64, as rules.as_number reads each value (NaN where it is no
+    number: named when the targets are checked)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if is_string_array(values):
+        trimmed = pc.utf8_trim(values.fill_null(""), WHITESPACE)
+        plain = pc.match_substring_regex(trimmed, NUMBER)
+        out = np.asarray(pc.cast(pc.if_else(plain, trimmed, "nan"), pa.float64()).to_numpy(zero_copy_only=False),
+                         np.float64).copy()
+        odd = np.flatnonzero(~np.asarray(plain.to_numpy(zero_copy_only=False), bool))
+        if len(odd):  # the few values Python's float reads otherwise
+            raw = values.take(pa.array(odd)).to_pylist()
+            out[odd] = [np.nan if v is None or (n := rules.as_number(v)) is None else n for v in raw]
+        return out
+    out = np.empty(len(values), np.float64)
+    for i, v in enumerate(python(values)):
+        if isinstance(v, list) and len(v) == 1:  # a list of one target is that target
+            v = v[0]
+        number = None if isinstance(v, (list, dict)) or v is None else rules.as_number(v)
+        out[i] = np.nan if number is None else number
+    return out
+
+
+def plain_zero_one(values) -> bool:
+    """Whether every value is a plain number equal to 0 or 1 (how several label columns are
+    told to be multilabel rather than targets)."""
+    raw = python(values) if not is_string_array(values) else values.unique().to_pylist()
+    return all(rules.as_number(v, plain=True) in (0.0, 1.0) for v in raw)

@@ -1,0 +1,89 @@
+"""A pipeline's reports side by side: each report's verdict.json (the verdict, its numbers and
+its configuration), and the pipeline's index.md of every configuration's report, read back from
+those files, with latest.json pointing at the one just written. Text only: `featx.report.write`
+writes it.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from featx.report.provenance import comma_list
+from featx.report.verdict import Verdict
+
+
+def index_texts(base: Path, described: dict, judged: "Verdict") -> tuple[str, str]:
+    """(index.md, latest.json) of a pipeline's reports: every configuration's report folder, the
+    newest first, and a stable pointer to the one just written (no link: a file)."""
+    from featx.files import loads_json
+
+    entries = {}
+    for path in sorted(base.glob("*/verdict.json")):
+        try:
+            found = loads_json(path.read_text())["configuration"]
+            entries[found["id"]] = found | {"headline": str(found.get("headline", ""))}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a report folder of an older featx, or a damaged one: left out of the index
+    entries[described["id"]] = described | {"headline": headline(judged.text)}
+    ordered = sorted(entries.values(), key=lambda entry: str(entry.get("written")), reverse=True)
+    lines = [f"# featx reports: {described['pipeline']}", "",
+             f"Latest: [{described['id']}]({described['id']}/report.md), written {described['written']} "
+             f"(`{described['command']}`).", "",
+             "| configuration | backbone | fingerprint | init | probe | fine-tune | written | verdict |",
+             "|---|---|---|---|---|---|---|---|"]
+    for entry in ordered:
+        backbone = entry.get("backbone") if isinstance(entry.get("backbone"), dict) else {}
+        probe = entry.get("probe") if isinstance(entry.get("probe"), dict) else {}
+        tuned = entry.get("finetune") if isinstance(entry.get("finetune"), dict) else {}
+        lines.append("| " + " | ".join(_index_cell(v) for v in (
+            f"[{entry['id']}]({entry['id']}/report.md)", backbone.get("name", "?"),
+            str(backbone.get("fingerprint", "?"))[:12],
+            backbone.get("init", "?"), f"{probe.get('protocol', '-')}, {probe.get('grid', '-')}" if probe else "-",
+            f"{tuned.get('head_input')}, lr {comma_list(tuned.get('learning_rates'), '?')}" if tuned else "-",
+            entry.get("written", "?"), entry.get("headline", ""))) + " |")
+    latest = {"id": described["id"], "report": f"{described['id']}/report.md",
+              "html": f"{described['id']}/report.html", "verdict": f"{described['id']}/verdict.json",
+              "written": described["written"], "command": described["command"]}
+    return "\n".join(lines) + "\n", json.dumps(latest, indent=1) + "\n"
+
+
+def _index_cell(value) -> str:
+    """A value as one cell of the index's markdown table."""
+    return str(value).replace("|", "/").replace("\n", " ")
+
+
+def headline(text: str) -> str:
+    """The verdict's first sentence, for the index."""
+    first = text.split(". ")[0]
+    return first if first.endswith(".") else first + "."
+
+
+def verdict_json(judged: "Verdict", described: dict) -> str:
+    """verdict.json: the verdict's text, its records and numbers, and the configuration (with the
+    headline the index shows)."""
+    document = {"text": judged.text, "frozen": _record_summary(judged.frozen), "tuned": _record_summary(judged.tuned),
+                "quality_ratio": judged.quality_ratio, "compute_ratio": judged.compute_ratio,
+                "comparison": judged.comparison, "lexical": judged.lexical,
+                "configuration": described | {"headline": headline(judged.text)}}
+    # An undefined metric is null: bare NaN tokens are not JSON, and a strict parser refuses them.
+    return json.dumps(_nan_free(document), indent=1, default=str, allow_nan=False) + "\n"
+
+
+def _record_summary(record) -> dict | None:
+    """The fields of a verdict's record that verdict.json keeps."""
+    if record is None:
+        return None
+    return {k: getattr(record, k) for k in (
+        "features", "head", "init", "primary_metric", "metrics", "metrics_ci", "n_eval", "converged")}
+
+
+def _nan_free(value):
+    """`value` with every NaN or infinite float (at any depth) made None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _nan_free(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_nan_free(v) for v in value]
+    return value

@@ -1,0 +1,336 @@
+"""What a predictor needs (`Manifest`), from a pipeline or from an export: `manifest_for` reads
+the pipeline's current cache and picks its record (the verdict's frozen configuration, a named
+head, or the best fine-tune); `read_manifest` reads an export's featx-predictor.json and trusts
+nothing in it. `checked_model` and `check_sha256` refuse files that are not the ones a manifest
+names. Running the model is featx.serve.predict's; writing an export is featx.serve.export's.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from featx.errors import FeatxError, shown
+from featx.runs.schema import Record
+
+log = logging.getLogger("featx")
+
+# The dtypes a model computes in (featx.backbone.batching.TORCH_DTYPES' names): what a manifest may name.
+RESOLVED_DTYPE_NAMES = ("float32", "bfloat16", "float16")
+
+MANIFEST = "featx-predictor.json"
+PARTIAL = ".featx-partial"  # the suffix of an export still being built (featx.serve.export)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a predictor needs, read from a pipeline's cache and records or from an export."""
+    kind: str
+    """"frozen" (a head on cached features) or "finetuned"."""
+    task: str
+    label_names: tuple[str, ...]
+    features: str
+    head: str
+    pooling: str
+    layers: tuple[int, ...]
+    model_path: str
+    model_fingerprint: str
+    init: str
+    init_seed: int | None
+    max_length: int
+    compute_dtype: str
+    store_dtype: str
+    text_pair: bool
+    threshold: float
+    combine: str = "joint"
+    """A text pair's features: joint, or `featx.heads.pairs` of its two texts encoded alone."""
+    prompt: str | None = None
+    """The prompt put before every text, as extraction did."""
+    attention: str = "auto"
+    """The attention implementation extraction asked for."""
+    head_file: str | None = None
+    """Frozen: the head file (arrays and JSON, `featx.heads.serialize`)."""
+    head_sha256: str | None = None
+    """The head file's sha256, as its record names it: another file is refused."""
+    head_binding: dict | None = None
+    """The record the head was fitted for (`featx.runs.records.head_binding`); the head's own manifest
+    must say the same."""
+    allow_pickle: bool = False
+    """Whether pickled .bin backbone weights may be loaded (the pipeline's model.allow_pickle;
+    never for an export, which carries safetensors only)."""
+    checkpoint: str | None = None
+    """Fine-tuned: the best weights (safetensors)."""
+    checkpoint_sha256: str | None = None
+    """Their sha256, as the fine-tune's record names it (checked before they are loaded)."""
+    head_input: str | None = None
+    target_scaler: dict | None = None
+    primary_metric: str | None = None
+    record_metrics: dict | None = None
+    """The record's test metrics, for the user's reference."""
+
+
+def read_manifest(folder: Path) -> Manifest:
+    """An export's manifest, its paths resolved against the folder (exports can move). An export
+    is a file someone handed over: its fields are checked, its paths must stay inside the
+    folder, and its backbone loads from safetensors only."""
+    from featx.files import loads_json
+
+    path = folder / MANIFEST
+    if folder.name.endswith(PARTIAL):
+        raise FeatxError(f"{folder} is a partial export (an export was interrupted there); export again")
+    if not path.is_file():
+        raise FeatxError(f"{folder} is not a featx export (no {MANIFEST}); give a pipeline file or "
+                         "a folder written by featx export")
+    try:
+        raw = loads_json(path.read_text())
+        if not isinstance(raw, dict):
+            raise TypeError("not a JSON object")
+        fields = {f.name for f in dataclasses.fields(Manifest)}
+        manifest = Manifest(**{k: v for k, v in raw.items() if k in fields})
+        _check_manifest(manifest)
+    except (ValueError, TypeError, OSError) as exc:
+        raise FeatxError(f"{path} is not a valid featx manifest ({str(exc)[:200]}); export again") from None
+    inside = folder.resolve()
+
+    def place(p):
+        if p is None:
+            return None
+        resolved = (folder / p).resolve()
+        if resolved != inside and inside not in resolved.parents:
+            raise FeatxError(f"{path} names {str(p)[:100]!r}, outside the export folder; export again")
+        return str(resolved)
+    return dataclasses.replace(manifest, model_path=place(manifest.model_path),
+                               head_file=place(manifest.head_file), checkpoint=place(manifest.checkpoint),
+                               label_names=tuple(manifest.label_names), layers=tuple(manifest.layers),
+                               allow_pickle=False)
+
+
+def _check_manifest(m: Manifest) -> None:
+    """The types every field must have (a TypeError names the first that does not)."""
+    from featx.config.pipeline import ATTENTIONS, HEAD_INPUT_NAMES, PAIR_FEATURES, POOLING_NAMES
+    from featx.tasks import TASKS as REGISTRY
+
+    def need(ok: bool, what: str):
+        if not ok:
+            raise TypeError(what)
+    need(m.kind in ("frozen", "finetuned"), "kind is neither frozen nor finetuned")
+    need(m.task in REGISTRY, f"task is not one of {', '.join(REGISTRY)}")
+    need(isinstance(m.label_names, list) and m.label_names and all(isinstance(n, str) for n in m.label_names),
+         "label_names is not a list of names")
+    need(isinstance(m.layers, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in m.layers),
+         "layers is not a list of indices")
+    # A fine-tune's pooling is its head input ("model": the architecture's own head, the default).
+    need(m.pooling in POOLING_NAMES + ("text",) + (HEAD_INPUT_NAMES if m.kind == "finetuned" else ()), "pooling is not a pooling")
+    for name in ("features", "head", "model_path", "model_fingerprint", "init", "compute_dtype", "store_dtype"):
+        need(isinstance(getattr(m, name), str), f"{name} is not a string")
+    need(m.store_dtype in ("float16", "float32"), "store_dtype is not float16 or float32")
+    need(m.compute_dtype in RESOLVED_DTYPE_NAMES, f"compute_dtype is not one of {', '.join(RESOLVED_DTYPE_NAMES)}")
+    need(len(set(m.label_names)) == len(m.label_names), "label_names names a label twice")
+    need(isinstance(m.max_length, int) and m.max_length >= 2, "max_length is not a length")
+    need(isinstance(m.threshold, (int, float)) and 0 <= m.threshold <= 1, "threshold is not in [0, 1]")
+    need(isinstance(m.text_pair, bool), "text_pair is not true or false")
+    if m.kind == "frozen":
+        need(isinstance(m.head_file, str) and isinstance(m.head_sha256, str), "a frozen export names no head and its sha256")
+    need(not str(m.head_file).endswith(".joblib"), "its head is a joblib pickle of an older featx, which "
+         "featx no longer loads (a pickle runs code)")
+    need(m.head_binding is None or isinstance(m.head_binding, dict), "head_binding is not an object")
+    need(m.checkpoint is None, "an export carries its weights as a Hugging Face folder, not a checkpoint")
+    need(m.target_scaler is None or _scaler_of(m), "target_scaler is not a mean and a positive std per target")
+    need(m.combine in PAIR_FEATURES, f"combine is not one of {', '.join(PAIR_FEATURES)}")
+    need(m.prompt is None or isinstance(m.prompt, str), "prompt is not a string")
+    need(m.attention in ATTENTIONS, f"attention is not one of {', '.join(ATTENTIONS)}")
+    need(m.head_input is None or m.head_input in HEAD_INPUT_NAMES, f"head_input is not one of {', '.join(HEAD_INPUT_NAMES)}")
+
+
+def _scaler_of(m: Manifest) -> bool:
+    """Whether the manifest's target_scaler is one a regression export keeps (featx/serve/export.py):
+    finite means and positive finite stds, one per target."""
+    import math
+
+    from featx.tasks import TASKS
+
+    scaler = m.target_scaler
+    if not TASKS[m.task].regression or not isinstance(scaler, dict) or set(scaler) != {"mean", "std"}:
+        return False
+    mean, std = scaler["mean"], scaler["std"]
+    numbers = lambda v: isinstance(v, list) and len(v) == len(m.label_names) and all(  # noqa: E731
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v)
+    return numbers(mean) and numbers(std) and all(x > 0 for x in std)
+
+
+def checked_model(m: Manifest):
+    """The backbone files, refused unless they are the ones the cache (or export) was built from."""
+    from featx.backbone import resolve as R
+
+    resolved = R.resolve(m.model_path)
+    found = R.fingerprint(resolved.path, allow_pickle=m.allow_pickle)
+    if found != m.model_fingerprint:
+        raise FeatxError(f"the model files at {resolved.path} (fingerprint {found[:16]}) are not the "
+                         f"ones this head was trained on (fingerprint {m.model_fingerprint[:16]}); "
+                         "restore them, or rerun extract and probe with the new files")
+    return resolved
+
+
+def check_sha256(path: Path, expected: str | None) -> None:
+    import hashlib
+
+    with open(path, "rb") as f:
+        found = hashlib.file_digest(f, "sha256").hexdigest()
+    if found != expected:
+        raise FeatxError(f"{path} is not the fine-tuned model its record names (its sha256 differs): it "
+                         "was replaced or changed since; rerun featx finetune")
+
+
+# ---------------------------------------------------------------------------------------------
+# Choosing the record to predict with
+
+
+def as_pipeline(pipeline):
+    """A pipeline given as a TOML path or a `Pipeline`, as a `Pipeline`."""
+    from featx.config.pipeline import Pipeline
+    from featx.config.load import load_pipeline
+
+    return pipeline if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
+
+
+def manifest_for(pipeline, head: str | None, finetuned: bool) -> Manifest:
+    """The chosen record of the pipeline's current cache, as a Manifest."""
+    from featx.cache.plan import cached_plan
+    from featx.runs.records import record_dir
+
+    if head is not None and finetuned:
+        raise FeatxError("give --head or --finetuned, not both")
+    # What the cache says of itself (its key, task, labels, model fingerprint, lengths, dtypes):
+    # nothing planned again; the predictor checks the model files against the fingerprint
+    # when it loads them (`checked_model`).
+    plan = cached_plan(pipeline)
+    meta = plan.meta
+    record = _current_record(pipeline, meta["key"], head, finetuned)
+    directory = record_dir(pipeline.runs_dir, record)
+    if record.stage == "probe":
+        _check_probe_finished(directory, pipeline, record, chosen_by_verdict=head is None)
+    common = dict(allow_pickle=pipeline.model.allow_pickle,
+                  task=meta["task"], label_names=tuple(meta["label_names"]), features=record.features,
+                  head=record.head, model_path=str(plan.model.path), model_fingerprint=plan.fingerprint,
+                  init=meta["init"], init_seed=meta.get("init_seed"), max_length=int(meta["max_length"]),
+                  compute_dtype=meta["compute_dtype"], store_dtype=meta["store_dtype"],
+                  text_pair=bool(meta.get("text_pair")), prompt=meta.get("prompt"),
+                  attention=meta.get("attention", "auto"),
+                  threshold=float(record.threshold or 0.5), primary_metric=record.primary_metric,
+                  record_metrics=record.metrics)
+    if record.stage == "finetune":
+        return _finetuned_manifest(pipeline, directory, record, common)
+    from featx.runs.headfiles import head_binding, head_entry
+
+    entry = head_entry(record, pipeline.source or "<pipeline>")
+    return Manifest(kind="frozen", pooling=record.pooling, layers=tuple(record.layers),
+                    combine=record.combine, head_file=str(directory / "heads" / entry["file"]),
+                    head_sha256=entry["sha256"], head_binding=head_binding(record, entry["seed"]), **common)
+
+
+def _current_record(pipeline, key: str, head: str | None, finetuned: bool) -> Record:
+    """The record to predict with, among the current configuration's records on the cache `key`."""
+    from featx.runs.records import current_records, pipeline_records, probe_config_hash, probe_dir
+
+    # The current configuration's records only, as the report takes them; the others (another
+    # probe or fine-tune configuration on this cache, or another cache) are named when nothing fits.
+    everything = pipeline_records(pipeline.runs_dir, pipeline.name)
+    records = current_records(pipeline, everything, key)
+    mine = {id(r) for r in records}
+    probes = probe_dir(pipeline.runs_dir, pipeline.name, key, probe_config_hash(pipeline.probe))
+    try:
+        return _choose(records, head, finetuned, pipeline, others=[r for r in everything if id(r) not in mine])
+    except FeatxError as exc:
+        from featx.runs.records import probe_interrupted
+
+        if not finetuned and probe_interrupted(probes, probe_config_hash(pipeline.probe)) is not None:
+            raise FeatxError(f"{exc}. The last probe of this configuration was interrupted before it "
+                             "wrote them: rerun it to finish") from None
+        raise
+
+
+def _finetuned_manifest(pipeline, directory: Path, record: Record, common: dict) -> Manifest:
+    """A fine-tune record's Manifest, once its weights are found where and as it names them."""
+    from featx.runs.records import checkpoint_path
+
+    checkpoint = checkpoint_path(directory, record)
+    source = pipeline.source or "<pipeline>"
+    # Weights named by a record are taken from this run's folder only, and only as written.
+    if not checkpoint.resolve().is_relative_to(directory.resolve()) or not checkpoint.is_file():
+        raise FeatxError(f"the fine-tuned weights {checkpoint} are gone (or not under {directory}); "
+                         f"rerun featx finetune {source}")
+    if not isinstance(record.checkpoint_sha256, str):
+        raise FeatxError(f"the fine-tune record of {checkpoint} names no sha256 of its weights (an "
+                         f"older featx wrote it); rerun featx finetune {source}")
+    # Predictions run in the dtype the record's own test scores were computed in (float32 on a
+    # CPU), not the cache's extraction dtype: in bf16 a regression's scores move by up to 0.27
+    # on a 100..400 scale, and a probability by 4e-4, from the record's.
+    evaluated = record.hyperparameters["eval_dtype"]
+    if evaluated in RESOLVED_DTYPE_NAMES:
+        common = common | {"compute_dtype": evaluated}
+    return Manifest(kind="finetuned", pooling=record.pooling, layers=tuple(record.layers),
+                    checkpoint=str(checkpoint), checkpoint_sha256=record.checkpoint_sha256,
+                    head_input=record.pooling, target_scaler=record.target_scaler, **common)
+
+
+def _choose(records: list[Record], head: str | None, finetuned: bool, pipeline,
+            others: tuple | list = ()) -> Record:
+    """The record to predict with; `others` are this pipeline's records of other configurations
+    (named when nothing of the current one fits, with the command that selects them)."""
+    from featx.runs.choice import best_frozen, best_tuned
+
+    source = pipeline.source or "<pipeline>"
+    if finetuned:
+        frozen = best_frozen(records, pipeline.runs_dir)
+        metric = frozen.primary_metric if frozen else None
+        tunes = [r for r in records if r.stage == "finetune"]
+        tuned = best_tuned(records, metric) if metric else (tunes[0] if tunes else None)
+        if tuned is None:
+            raise FeatxError(f"no fine-tune record of the current configuration for this cache"
+                             f"{_elsewhere(others, pipeline, 'finetune', ('INPUT', '--finetuned'))}: run "
+                             f"`featx finetune {source}` first")
+        return tuned
+    if head is None:
+        chosen = best_frozen(records, pipeline.runs_dir)
+        if chosen is None:
+            raise FeatxError(f"no probe record of the current configuration for this cache yet"
+                             f"{_elsewhere(others, pipeline, 'probe', ('INPUT',))}: run `featx probe {source}` "
+                             "first (the default head is the verdict's best frozen configuration)")
+        return chosen
+    features, sep, name = head.partition("/")
+    matches = [r for r in records if r.stage == "probe" and r.features == features and r.head == name]
+    if not sep or not matches:
+        available = sorted(f"{r.features}/{r.head}" for r in records if r.stage == "probe"
+                           and r.protocol["name"] != "mteb")
+        raise FeatxError(f"no probe record {shown(head)} for this cache; heads are named features/head, "
+                         f"and these exist: {', '.join(available) or 'none (run featx probe)'}"
+                         f"{_elsewhere(others, pipeline, 'probe', ('INPUT', '--head', head))}")
+    return max(matches, key=lambda r: r.created)
+
+
+def _elsewhere(others, pipeline, stage: str, args: tuple[str, ...]) -> str:
+    """The configurations of `stage` records of this pipeline other than the current one, each
+    with the command that predicts with it (featx.runs.records.elsewhere)."""
+    from featx.runs.records import elsewhere
+
+    lines = elsewhere([r for r in others if r.stage == stage], pipeline, "predict", args=args, limit=4)
+    return (f" (records of {len(lines)} other configuration(s) exist: " + "; ".join(lines) + ")") if lines else ""
+
+
+def _check_probe_finished(directory: Path, pipeline, record: Record, chosen_by_verdict: bool) -> None:
+    """An interrupted probe's best record is the best of the fits that finished, not the
+    verdict's choice: refused for the default head, said for a named one."""
+    from featx.runs.records import probe_config_hash, probe_interrupted
+
+    status = probe_interrupted(directory, probe_config_hash(pipeline.probe))
+    if status is None:
+        return
+    source = pipeline.source or "<pipeline>"
+    what = (f"the last probe of this configuration was interrupted ({status.get('planned')} fits "
+            f"planned, not all have records)")
+    if chosen_by_verdict:
+        raise FeatxError(f"{what}: the best of the fits that finished is not the verdict's "
+                         f"configuration. Rerun `featx probe {source}` to finish it, or name a head "
+                         f"with --head {record.features}/{record.head}")
+    log.warning("%s; predicting with %s/%s as asked", what, record.features, record.head)

@@ -1,0 +1,35 @@
+"""Ctrl-C inside scikit-learn's MLP interrupts the probe: no record of the interrupted fit, and
+the run is marked unfinished."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+
+import pytest
+
+from featx.probe.stage import run_probe
+from tests.finished_project import runs
+from tests.generated import FIGURES
+
+
+def test_ctrl_c_during_the_mlp_interrupts(project, monkeypatch, ctrl_c):
+    from sklearn.neural_network import MLPClassifier
+
+    real = MLPClassifier._backprop
+    calls = []
+
+    def interrupted(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            signal.raise_signal(signal.SIGINT)  # a real Ctrl-C, in the middle of scikit-learn's loop
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(MLPClassifier, "_backprop", interrupted)
+    mlp_record = runs(project) / "mean@2__mlp.json"
+    before = mlp_record.read_bytes()
+    other = dataclasses.replace(project, probe=dataclasses.replace(project.probe, metric="macro_f1"))
+    with pytest.raises(KeyboardInterrupt):
+        run_probe(other)
+    assert json.loads((runs(other) / "run.json").read_text())["finished"] is False
+    assert mlp_record.read_bytes() == before  # no record of the interrupted fit
+    FIGURES["checks"]["Ctrl-C in the MLP interrupts"] += 1
