@@ -14,7 +14,7 @@ SHARED = ROOT.parent / "shared" / "data"  # the real benchmark data, when this c
 
 def run_records(runs: Path) -> list:
     """Every record under a runs folder (runs/<pipeline>/<cache key>/...)."""
-    from featx.records import read_records
+    from featx.runs.records import read_records
 
     return [r for d in runs.glob("*/*") for r in read_records(d)]
 

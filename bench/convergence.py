@@ -14,7 +14,6 @@ second call reuses them.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from bench.common import ROOT, SHARED, machine, save, table
 
@@ -24,11 +23,11 @@ NEVER = 1000  # a patience past any cap: the run trains to it
 
 def compare(path: str) -> dict:
     """The default fine-tune of the pipeline at `path` and the one with twice its epochs."""
-    from featx import bootstrap
-    from featx.configfile import load_pipeline
-    from featx.extract import extract
-    from featx.finetune import run_finetune
-    from featx.records import read_predictions, record_dir
+    from featx.stats import bootstrap
+    from featx.config.load import load_pipeline
+    from featx.cache.extract import extract
+    from featx.finetune.stage import run_finetune
+    from featx.runs.records import read_predictions, record_dir
 
     pipeline = load_pipeline(ROOT / path, ["progress=false"])
     extract(pipeline)

@@ -3,15 +3,15 @@
 For each dataset (built-in TREC coarse and fine; STS-B pairs when ../shared/data is present),
 one cache per compute dtype (fp32, then bf16 autocast; every pooling and layer the pipeline
 names), each extraction timed in its own process, then the default probe on each. Compared on
-the test rows by the paired bootstrap (`featx.bootstrap.paired`, bf16 minus fp32, 95%):
+the test rows by the paired bootstrap (`featx.stats.bootstrap.paired`, bf16 minus fp32, 95%):
 
 - "same configuration": the fp32 run's frozen choice (features and head) against the record
   of the same features and head in the bf16 run: what bf16 vectors change for one head;
-- "frozen choice": each run's own frozen choice (`featx.choice.frozen_choice`): what the
+- "frozen choice": each run's own frozen choice (`featx.runs.choice.frozen_choice`): what the
   verdict's frozen side would report.
 
 `extract.dtype = "auto"` picks bf16 on a CPU with native bf16 only where every interval covers
-0 (docs/benchmarks.md). On a CPU without native bf16 the bf16 pass is emulated and slow; the
+0 (bench/HISTORY.md). On a CPU without native bf16 the bf16 pass is emulated and slow; the
 benchmark says so and still runs.
 
     python -m bench dtype
@@ -53,15 +53,15 @@ def _records(data_dir: Path) -> tuple[list, Path]:
 
 
 def _scores(runs: Path, record):
-    from featx.records import read_predictions, record_dir
+    from featx.runs.records import read_predictions, record_dir
 
     p = read_predictions(record_dir(runs, record), record)
     return p.labels, (p.scores, p.threshold)
 
 
 def one(name: str, pipeline_file: str) -> dict:
-    from featx import bootstrap
-    from featx.choice import frozen_choice
+    from featx.stats import bootstrap
+    from featx.runs.choice import frozen_choice
 
     runs, seconds = {}, {}
     for dtype in DTYPES:
@@ -90,7 +90,7 @@ def one(name: str, pipeline_file: str) -> dict:
 
 
 def run() -> dict:
-    from featx.backbone import cpu_has_bf16
+    from featx.backbone.load import cpu_has_bf16
 
     info = machine()
     print(f"machine: {info}")

@@ -43,7 +43,7 @@ THREADS = os.cpu_count() or 1
 
 def texts_file(folder: Path, repeat: int) -> Path:
     """Built-in TREC texts (all splits, `repeat` times over) as a JSONL featx can read."""
-    from featx.config import DataConfig
+    from featx.config.pipeline import DataConfig
     from featx.data import load_dataset
 
     data = load_dataset(DataConfig(builtin="trec"))
@@ -62,7 +62,7 @@ SST2_ROWS = 20_000
 def sst2_file(folder: Path) -> Path | None:
     """The first SST-2 train sentences (through the sst2 pipeline's own loader) for a longer
     run, or None when ../shared/data is absent."""
-    from featx.configfile import load_pipeline
+    from featx.config.load import load_pipeline
     from featx.data import load_dataset
 
     data_cfg = load_pipeline(SST2_PIPELINE).data
@@ -97,8 +97,8 @@ def _texts(path: Path) -> list[str]:
 
 def child_featx(path: Path, data_dir: Path, poolings: list[str], layers, dtype: str, store: str,
                 budget: int = 0) -> dict:
-    from featx.configfile import pipeline_from_dict
-    from featx.extract import extract
+    from featx.config.load import pipeline_from_dict
+    from featx.cache.extract import extract
 
     pipeline = pipeline_from_dict({
         "name": "bench", "data_dir": str(data_dir), "progress": False,
@@ -107,7 +107,7 @@ def child_featx(path: Path, data_dir: Path, poolings: list[str], layers, dtype: 
         "extract": {"poolings": poolings, "layers": layers, "dtype": dtype, "store_dtype": store,
                     "token_budget": budget}})
     result = extract(pipeline)
-    from featx.cache import Cache
+    from featx.cache.reader import Cache
     with Cache(result.path) as cache:
         lengths = cache.n_tokens("train")
     s = result.stats
@@ -119,7 +119,7 @@ def child_featx(path: Path, data_dir: Path, poolings: list[str], layers, dtype: 
 def child_st(path: Path) -> dict:
     from sentence_transformers import SentenceTransformer
 
-    from featx.resolve import resolve
+    from featx.backbone.resolve import resolve
 
     texts = _texts(path)
     model = SentenceTransformer(str(resolve(MODEL).path), device="cpu")
@@ -138,7 +138,7 @@ def child_naive(path: Path) -> dict:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from featx.resolve import resolve
+    from featx.backbone.resolve import resolve
 
     texts = _texts(path)[:NAIVE_TEXTS]
     where = resolve(MODEL).path
@@ -201,7 +201,7 @@ def run_child(name: str, path: Path, data_dir: Path) -> dict:
 
 def model_flops(lengths: np.ndarray) -> float:
     """FLOPs on real tokens: 2 x non-embedding parameters per token + attention per layer."""
-    from featx.resolve import hidden_size, model_config, num_layers, resolve
+    from featx.backbone.resolve import hidden_size, model_config, num_layers, resolve
 
     config = model_config(resolve(MODEL).path)
     hidden, layers = hidden_size(config), num_layers(config)
@@ -242,7 +242,7 @@ def figures(result: dict, peak: float) -> dict:
 def read_speed(cache_path: str) -> dict:
     """features() of one stored pooling for a whole split, from a warm page cache, in bytes
     read from the file per second (the float32 output is twice that when float16 is stored)."""
-    from featx.cache import Cache
+    from featx.cache.reader import Cache
 
     with Cache(cache_path) as cache:
         stored = cache.features("train", "mean", -1, dtype=None)  # warms the page cache
@@ -258,7 +258,7 @@ def read_speed(cache_path: str) -> dict:
 
 
 def cosines(path_a: str, path_b: str) -> np.ndarray:
-    from featx.cache import Cache
+    from featx.cache.reader import Cache
 
     with Cache(path_a) as a, Cache(path_b) as b:
         x, y = a.features("train", "mean", -1), b.features("train", "mean", -1)
@@ -294,7 +294,7 @@ def run() -> dict:
     st = rows["sentence-transformers"]
     printed = [[name, f["texts_per_s"], f["tokens_per_s"], f["padding_efficiency"], f["peak_rss_mb"],
                 f["mfu"], f["texts_per_s"] / st["texts_per_s"]] for name, f in rows.items()]
-    from featx.backbone import cpu_has_bf16
+    from featx.backbone.load import cpu_has_bf16
 
     native = cpu_has_bf16()
     print(f"{machine()['cpu']}, {THREADS} threads; matmul peak fp32 {peaks['float32'] / 1e9:.0f} "

@@ -9,7 +9,7 @@
 2. bf16 autocast against fp32 for featx's whole default fine-tune (the learning-rate search,
    trained to convergence) on TREC coarse and fine labels: test accuracy, the paired bootstrap
    interval of the difference, and the wall-time ratio. bf16 is the default only where this
-   holds (docs/benchmarks.md). Runs on CPUs with native bf16 (AVX-512 BF16, AMX) only.
+   holds (bench/HISTORY.md). Runs on CPUs with native bf16 (AVX-512 BF16, AMX) only.
 
 `FEATX_BENCH_ROUNDS` (default 1) sets the rounds of part 1; `FEATX_BENCH_ONLY=trainer` or
 `=bf16` runs one part.
@@ -39,8 +39,8 @@ def _env() -> dict:
 
 def featx_child(data_dir: Path, overrides: list[str]):
     """`featx finetune` in a child process; its record."""
-    from featx.configfile import load_pipeline
-    from featx.records import read_records, run_dir
+    from featx.config.load import load_pipeline
+    from featx.runs.records import read_records, run_dir
 
     common = [f"data_dir={data_dir}", "progress=false", *overrides]
     for stage in ("extract", "finetune"):
@@ -49,8 +49,8 @@ def featx_child(data_dir: Path, overrides: list[str]):
         if done.returncode:
             raise RuntimeError(f"featx {stage} {' '.join(common)} failed:\n{done.stderr[-3000:]}")
     pipeline = load_pipeline(ROOT / "pipelines/trec.toml", common)
-    from featx.plan import find_cache
-    from featx.cache import Cache
+    from featx.cache.plan import find_cache
+    from featx.cache.reader import Cache
 
     with Cache(find_cache(pipeline)) as cache:
         key = cache.key
@@ -74,9 +74,9 @@ def trainer_child(epochs: int, target: float, stop_after: int, bf16: bool) -> di
         TrainingArguments,
     )
 
-    from featx import backbone as B
-    from featx import resolve as R
-    from featx.configfile import load_pipeline
+    from featx.backbone import load as B
+    from featx.backbone import resolve as R
+    from featx.config.load import load_pipeline
     from featx.data import load_dataset
 
     pipeline = load_pipeline(ROOT / "pipelines/trec.toml")
@@ -183,8 +183,8 @@ def record_epochs(featx_dir: Path, default: int) -> int:
 
 
 def bf16_against_fp32(scratch: Path) -> list[dict]:
-    from featx import bootstrap
-    from featx.records import read_predictions, record_dir
+    from featx.stats import bootstrap
+    from featx.runs.records import read_predictions, record_dir
 
     out = []
     for labels, overrides in (("coarse", []), ("fine", ['data.label="fine"'])):
@@ -207,7 +207,7 @@ def bf16_against_fp32(scratch: Path) -> list[dict]:
 
 
 def run() -> dict:
-    from featx.backbone import cpu_has_bf16
+    from featx.backbone.load import cpu_has_bf16
 
     result = {"machine": machine() | {"native_bf16": cpu_has_bf16()}, "target": TARGET}
     with scratch_dir() as scratch:

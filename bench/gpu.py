@@ -28,9 +28,9 @@ def matmul_peak_cuda(n: int = 8192, seconds: float = 2.0) -> float:
 def run() -> dict:
     import torch
 
-    from featx.cache import Cache
-    from featx.configfile import pipeline_from_dict
-    from featx.extract import extract
+    from featx.cache.reader import Cache
+    from featx.config.load import pipeline_from_dict
+    from featx.cache.extract import extract
 
     if not torch.cuda.is_available():
         raise SystemExit("bench gpu needs a CUDA device")
@@ -54,7 +54,7 @@ def run() -> dict:
                          flops / s["seconds"] / peak, s["token_budget"]])
         from sentence_transformers import SentenceTransformer
 
-        from featx.resolve import resolve
+        from featx.backbone.resolve import resolve
         all_texts = [__import__("json").loads(line)["text"] for line in texts.read_text().splitlines()]
         model = SentenceTransformer(str(resolve(MODEL).path), device="cuda")
         model.encode(all_texts[:512])

@@ -15,5 +15,5 @@ assert torch.cuda.is_available(), "no CUDA device visible to torch " + torch.__v
 print("torch", torch.__version__, "on", torch.cuda.get_device_name(0),
       "bf16" if torch.cuda.is_bf16_supported() else "fp16 only")
 PY
-timeout 120 $PY -m pytest -m cuda tests/test_cuda.py -q -p no:cacheprovider
+timeout 120 $PY -m pytest -m cuda tests/cache/test_cuda.py -q -p no:cacheprovider
 timeout 170 $PY -m bench gpu

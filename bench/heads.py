@@ -3,10 +3,10 @@ previous solver, and every head's fit at a million rows against a tiny-BERT pass
 
 1. Accuracy and fit time, per dataset (built-in TREC coarse and fine; GoEmotions when
    ../shared/data is present), on one cache (mean of the last layer): each pair of heads runs
-   the probe's own selection and refit (`featx.job.probe_one`: the same grid, protocol and
+   the probe's own selection and refit (`featx.probe.job.probe_one`: the same grid, protocol and
    seed) on the same feature set, alternated over rounds (`FEATX_BENCH_ROUNDS`, default 1;
    first one, then the other, reversed every other round). The accuracy comparison is the
-   paired bootstrap (`featx.bootstrap.paired`) of the test primary metric, torch minus
+   paired bootstrap (`featx.stats.bootstrap.paired`) of the test primary metric, torch minus
    scikit-learn: "equal" when its 95% interval covers 0. TREC fine is also run under the cv
    protocol (5 folds, no dev split), the case of a held-out many-class set with only train
    and test.
@@ -49,8 +49,8 @@ def previous_tfidf():
     name in this process only: SAGA multinomial (ridge for regression), C in 1, 10, 100."""
     from sklearn.linear_model import LogisticRegression
 
-    from featx import heads as H
-    from featx.lexical import LexicalFeatures
+    from featx.heads import registry as H
+    from featx.heads.lexical import LexicalFeatures
     from featx.tasks import TASKS
 
     def build(task, seed, threads, C=1.0, alpha=1.0):
@@ -71,12 +71,12 @@ def previous_tfidf():
 
 
 def compare(name: str, pipeline_file: str, overrides: list[str], scratch: Path) -> list[dict]:
-    from featx import bootstrap
-    from featx.cache import Cache
-    from featx.configfile import load_pipeline
-    from featx.extract import extract
-    from featx.metrics import primary
-    from featx.job import TEXT, Features, probe_one
+    from featx.stats import bootstrap
+    from featx.cache.reader import Cache
+    from featx.config.load import load_pipeline
+    from featx.cache.extract import extract
+    from featx.stats.metrics import primary
+    from featx.probe.job import TEXT, Features, probe_one
 
     pipeline = load_pipeline(ROOT / pipeline_file, [f"data_dir={scratch / 'data'}", "progress=false",
                                                     'extract.poolings=["mean"]', 'extract.layers="last"',
@@ -141,7 +141,7 @@ def synthetic_features(rows: int, classes: int, seed: int = 0):
 def child_fit(head: str, rows: int, classes: int) -> dict:
     """One fit of `head` at the middle of its grid on all the cores (its standardisation
     included): the seconds, and the accuracy on another draw of the same classes."""
-    from featx import heads as H
+    from featx.heads import registry as H
 
     X, y = synthetic_features(rows, classes)
     grid = H.HEADS[head].grid("multiclass")

@@ -20,9 +20,9 @@ MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 def _setup():
     import torch
 
-    from featx import backbone as B
-    from featx import resolve as R
-    from featx.config import DataConfig
+    from featx.backbone import load as B
+    from featx.backbone import resolve as R
+    from featx.config.pipeline import DataConfig
     from featx.data import load_dataset
 
     resolved = R.resolve(MODEL)
@@ -33,7 +33,7 @@ def _setup():
 
 
 def _batches(tokenizer, texts, budget: int):
-    from featx.batching import tokenized_batches
+    from featx.backbone.batching import tokenized_batches
 
     return list(tokenized_batches(tokenizer, texts, None, np.arange(len(texts)), max_length=256,
                                   token_budget=budget, max_rows=4096))
@@ -43,7 +43,7 @@ def _forward_rate(model, batches, dtype: str, layers=None, repeats: int = 2) -> 
     """Best real tokens/s of the forward loop over `batches` (mean pooling of the last layer)."""
     import torch
 
-    from featx.extract import forward_pooled
+    from featx.cache.extract import forward_pooled
 
     layers = layers or {"mean": (6,)}
     real = sum(int(b.n_tokens.sum()) for b in batches)
@@ -59,18 +59,18 @@ def _forward_rate(model, batches, dtype: str, layers=None, repeats: int = 2) -> 
 @contextmanager
 def _inline_tokenizer():
     """Tokenise on the compute thread instead of ahead of it in a background thread."""
-    import featx.extract as E
+    import featx.cache.extract as E
 
-    saved = E._in_background
+    saved = E.in_background
 
-    def inline(iterable, maxsize=4):
+    def inline(iterable, maxsize=4, **_):
         for item in iterable:
             yield item, 0.0
-    E._in_background = inline
+    E.in_background = inline
     try:
         yield
     finally:
-        E._in_background = saved
+        E.in_background = saved
 
 
 @contextmanager
@@ -79,7 +79,7 @@ def _writer_thread():
     import queue
     import threading
 
-    import featx.cachewriter as C
+    import featx.cache.writer as C
 
     saved_write, saved_flush = C.CacheWriter.write, C.CacheWriter.flush
     items: queue.Queue = queue.Queue(maxsize=8)
@@ -108,8 +108,8 @@ def _writer_thread():
 
 
 def _extract_seconds(folder: Path, tag: str, all_layers: bool) -> float:
-    from featx.configfile import pipeline_from_dict
-    from featx.extract import extract
+    from featx.config.load import pipeline_from_dict
+    from featx.cache.extract import extract
 
     extract_cfg = ({"poolings": ["cls", "mean", "max", "pooler"], "layers": "all"} if all_layers
                    else {"poolings": ["mean"], "layers": "last"})

@@ -35,13 +35,13 @@ def _child(code: str) -> float:
 
 def _prepare(scratch: Path) -> dict:
     """A trained default pipeline (probe records, a short fine-tune, its export) and the texts."""
-    from featx.configfile import load_pipeline
+    from featx.config.load import load_pipeline
     from featx.data import load_dataset
-    from featx.export import export
-    from featx.extract import extract
-    from featx.finetune import run_finetune
-    from featx.manifest import manifest_for
-    from featx.probe import run_probe
+    from featx.serve.export import export
+    from featx.cache.extract import extract
+    from featx.finetune.stage import run_finetune
+    from featx.serve.manifest import manifest_for
+    from featx.probe.stage import run_probe
 
     overrides = [f"data_dir={scratch / 'trained'}", "progress=false", "finetune.max_epochs=1",
                  "finetune.learning_rates=[1e-4]"]
@@ -67,8 +67,8 @@ def run() -> dict:
         scratch = Path(scratch)
         setup = _prepare(scratch)
         predict = (
-            "import json, time; from featx.configfile import load_pipeline; "
-            "from featx.predict import predict_file\n"
+            "import json, time; from featx.config.load import load_pipeline; "
+            "from featx.serve.predict import predict_file\n"
             f"pipeline = load_pipeline('pipelines/trec.toml', {setup['overrides']!r})\n"
             "t = time.perf_counter()\n"
             f"predict_file(pipeline, {setup['texts']!r}, out={str(scratch / 'out.csv')!r})\n"
@@ -76,8 +76,8 @@ def run() -> dict:
         # The same texts through extraction with the head's one pooling and layer, into a fresh
         # cache each round (never a cache hit).
         extract = (
-            "import json, tempfile, time; from featx.configfile import pipeline_from_dict; "
-            "from featx.extract import extract\n"
+            "import json, tempfile, time; from featx.config.load import pipeline_from_dict; "
+            "from featx.cache.extract import extract\n"
             f"p = pipeline_from_dict({{'name': 'bench', 'data_dir': tempfile.mkdtemp(dir={str(scratch)!r}), "
             f"'progress': False, 'data': {{'path': {setup['texts']!r}, 'task': 'multiclass'}}, "
             f"'extract': {{'poolings': [{setup['pooling']!r}], 'layers': {setup['layers']!r}, "

@@ -110,7 +110,7 @@ def _probe_child(pipeline_file: str, overrides: list[str], cap: float, stage: st
 
 def _summary(runs: Path) -> tuple[float, dict, int]:
     """(best selection score of the backbone probes, fit seconds per head, records)."""
-    from featx.choice import selection_score
+    from featx.runs.choice import selection_score
 
     records = run_records(runs)
     probes = [r for r in records if r.stage == "probe" and not r.baseline]
@@ -128,7 +128,7 @@ def _slug(name: str) -> str:
 def _extract_child(pipeline_file, overrides: list[str], data_dir: Path) -> tuple[float, Path, dict]:
     """`featx extract` in a child process, as a user runs it: (its whole time, the cache, the
     cache's own extraction stats: the forward loop's seconds and the compute dtype)."""
-    from featx.cache import Cache
+    from featx.cache.reader import Cache
 
     seconds, _ = _probe_child(pipeline_file, [f"data_dir={data_dir}", "progress=false", *overrides],
                               cap=10 ** 6, stage="extract")
@@ -179,7 +179,7 @@ def one(name: str, pipeline_file, overrides: list[str], scratch: Path) -> dict:
 
 def _picks(runs: Path) -> dict:
     """The frozen side each rule picks from one probe run's records, with its test score."""
-    from featx.choice import frozen_choice
+    from featx.runs.choice import frozen_choice
 
     records = run_records(runs)
     choice = frozen_choice(records, runs)

@@ -52,7 +52,7 @@ np.save(sys.argv[3], model.encode(texts))
 
 def texts_files() -> dict[str, tuple[Path, int]]:
     """The JSONL files of distinct texts both contenders read: {set: (path, rows)}."""
-    from featx.config import DataConfig
+    from featx.config.pipeline import DataConfig
     from featx.data import load_dataset
 
     seen: dict[str, str] = {}
@@ -104,7 +104,7 @@ def run() -> dict:
 
 
 def compare(name: str, data: Path, rows: int) -> dict:
-    from featx.resolve import resolve
+    from featx.backbone.resolve import resolve
 
     model = str(resolve(MODEL).path)
     data_dir = FOLDER / "featx-data"

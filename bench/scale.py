@@ -13,6 +13,10 @@ of the smallest; the reader within 2x of pyarrow.csv.
     python -m bench scale                              # 2M and 10M rows
     FEATX_SCALE_ROWS=100000,500000 python -m bench scale   # a quick run
     FEATX_SCALE_READER=0 python -m bench scale         # extraction only
+    FEATX_SCALE_ROOTS=../before:. python -m bench scale  # two checkouts, alternated (before/after)
+
+With several checkouts (FEATX_SCALE_ROOTS), each size's extraction runs FEATX_SCALE_ROUNDS times
+(default 2) per checkout, alternating which goes first; each checkout gets its own table.
 """
 from __future__ import annotations
 
@@ -31,6 +35,8 @@ from bench.common import OUT, ROOT, extract_pipeline, machine, save, table
 
 SIZES = [int(s) for s in os.environ.get("FEATX_SCALE_ROWS", "2000000,10000000").split(",") if s.strip()]
 READER = os.environ.get("FEATX_SCALE_READER", "1") != "0"
+ROOTS = [Path(p).resolve() for p in os.environ.get("FEATX_SCALE_ROOTS", str(ROOT)).split(os.pathsep) if p]
+ROUNDS = int(os.environ.get("FEATX_SCALE_ROUNDS", "2" if len(ROOTS) > 1 else "1"))
 FOLDER = OUT / "scale"
 CLASSES = 50
 VOCABULARY = 2000
@@ -106,17 +112,17 @@ def pipeline_file(data: Path, model: Path, data_dir: Path) -> Path:
     return extract_pipeline(data_dir.with_suffix(".toml"), "scale", data, model.resolve(), data_dir)
 
 
-def run_child(command: list[str], log: Path) -> tuple[float, float, float, str]:
+def run_child(command: list[str], log: Path, root: Path = ROOT) -> tuple[float, float, float, str]:
     """(wall seconds, CPU seconds, peak RSS MB, stdout) of a child process (wait4: the child's
     own CPU time and RSS). On a shared machine the wall time is the machine's; the CPU time is
     closer to the process's own cost."""
     # The tokenizers library's own default (parallel): featx tokenises in a thread of its own and
     # never forks after it, so the Rust tokenizer may use every core while the model waits on it.
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    env = dict(os.environ, PYTHONPATH=str(root), HF_HUB_OFFLINE="1")
     env.pop("TOKENIZERS_PARALLELISM", None)
     with open(log, "w+") as out, open(log.with_suffix(".err"), "w+") as err:
         start = time.perf_counter()
-        process = subprocess.Popen(command, stdout=out, stderr=err, env=env, cwd=ROOT)
+        process = subprocess.Popen(command, stdout=out, stderr=err, env=env, cwd=root)
         _, status, usage = os.wait4(process.pid, 0)
         seconds = time.perf_counter() - start
         out.seek(0)
@@ -127,13 +133,15 @@ def run_child(command: list[str], log: Path) -> tuple[float, float, float, str]:
     return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, stdout
 
 
-def extract_run(n: int, data: Path, model: Path) -> dict:
+def extract_run(n: int, data: Path, model: Path, root: Path = ROOT) -> dict:
     data_dir = FOLDER / f"run-{n}"
     shutil.rmtree(data_dir, ignore_errors=True)
     load = os.getloadavg()[0]
     seconds, cpu, rss, stdout = run_child([sys.executable, "-m", "featx", "-q", "extract",
-                                      str(pipeline_file(data, model, data_dir))], FOLDER / f"extract-{n}.log")
-    from featx.cache import Cache
+                                           str(pipeline_file(data, model, data_dir).resolve())],
+                                          FOLDER / f"extract-{n}.log",
+                                          root)
+    from featx.cache.reader import Cache
 
     with Cache(Path(stdout.strip().splitlines()[-1])) as cache:
         stats = cache.meta["extract_stats"]
@@ -145,6 +153,12 @@ def extract_run(n: int, data: Path, model: Path) -> dict:
             "padding_efficiency": stats["padding_efficiency"], "token_budget": stats["token_budget"],
             "tokenizer_wait_s": stats["tokenizer_wait_s"], "load_1min_before": load,
             "load_1min_after": os.getloadavg()[0]}
+
+
+def _median(runs: list[dict]) -> dict:
+    """The run of the median rows/s (the lower middle of an even count)."""
+    ordered = sorted(runs, key=lambda r: r["rows_per_s"])
+    return ordered[(len(ordered) - 1) // 2]
 
 
 READER_ROUNDS = 3
@@ -172,7 +186,7 @@ def reader_run(n: int, data: Path) -> dict:
 def child(name: str, data: Path) -> dict:
     """One reader over `data`, timed inside its process (start-up and imports left out)."""
     if name == "featx":
-        from featx.config import DataConfig
+        from featx.config.pipeline import DataConfig
         from featx.data import load_dataset
 
         cfg = DataConfig(path=str(data), task="multiclass")
@@ -194,17 +208,26 @@ def run() -> dict:
     print(f"{facts['cpu']}, {facts['cores']} cores, flags: {' '.join(facts['flags']) or '-'}; "
           f"load average {facts['load']}")
     model = tiny_bert(FOLDER / "tiny-bert")
-    runs, readers = {}, {}
+    by_root: dict = {root: {} for root in ROOTS}
+    readers = {}
     for n in SIZES:
         data = rows_file(n)
-        runs[n] = extract_run(n, data, model)
+        for k in range(ROUNDS):  # each checkout in turn, the first one alternating
+            for root in (ROOTS if k % 2 == 0 else ROOTS[::-1]):
+                by_root[root].setdefault(n, []).append(extract_run(n, data, model, root))
         if READER:
             readers[n] = reader_run(n, data)
-    print(table([[f"{n:,}", r["rows_per_s"], r["loop_rows_per_s"], r["rows_per_cpu_s"], r["peak_rss_mb"],
-                  r["padding_efficiency"], f"{r['load_1min_before']:.1f}/{r['load_1min_after']:.1f}"]
-                 for n, r in runs.items()],
-                ["rows (tiny BERT, fp32, mean)", "rows/s (process)", "rows/s (loop)", "rows/CPU-s",
-                 "peak RSS MB", "pad eff", "load before/after"]))
+    for root, sizes in by_root.items():
+        print(f"{root} (median of {ROUNDS} run(s)):")
+        rows = []
+        for n, rs in sizes.items():
+            m = _median(rs)
+            rows.append([f"{n:,}", m["rows_per_s"], m["loop_rows_per_s"], m["rows_per_cpu_s"], m["peak_rss_mb"],
+                         m["padding_efficiency"],
+                         " ".join(f"{r['load_1min_before']:.1f}/{r['load_1min_after']:.1f}" for r in rs)])
+        print(table(rows, ["rows (tiny BERT, fp32, mean)", "rows/s (process)", "rows/s (loop)", "rows/CPU-s",
+                           "peak RSS MB", "pad eff", "load before/after"]))
+    runs = {n: _median(rs) for n, rs in by_root[ROOTS[-1]].items()}
     if readers:
         print(table([[f"{n:,}", r["featx"]["rows_per_s"], r["pyarrow"]["rows_per_s"], r["ratio"],
                       r["featx"]["peak_rss_mb"], r["pyarrow"]["peak_rss_mb"]] for n, r in readers.items()],
@@ -222,6 +245,7 @@ def run() -> dict:
     print(table([[label, value, "met" if met else "missed"] for label, value, met in targets],
                 ["target", "measured", "status"]))
     out = {"machine": facts, "extract": runs, "reader": readers, "rss_growth": growth,
+           "by_root": {str(root): sizes for root, sizes in by_root.items()},
            "targets": [{"target": t, "measured": v, "met": m} for t, v, m in targets]}
     print(f"written to {save('scale', out)}")
     return out

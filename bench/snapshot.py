@@ -6,7 +6,8 @@ included) on pipelines/trec.toml, in a fresh data folder (FEATX_SNAPSHOT_DATA, d
 data/snapshot), then writes what they made: per cache its key and a digest of every dataset
 (vectors, ids, texts, labels) and attribute that is not a time or a version; per record its
 fields less times, dates and versions; per report its text with times masked.
-`python -m bench.snapshot compare A.json B.json` lists every difference (exit 1 if any).
+`python -m bench.snapshot compare A.json B.json` lists every difference (exit 1 if any);
+`python -m bench.snapshot read DATA OUT.json` snapshots a data folder made earlier.
 """
 from __future__ import annotations
 
@@ -24,7 +25,11 @@ from bench.common import ROOT, SHARED
 # Record and cache fields that hold a time, a date, a version or a machine's facts.
 VOLATILE = re.compile(r"seconds|created|version|_at$|^device$|wall|elapsed|threads|machine|epoch_seconds|hostname|"
                       r"^git$|^python$|^torch$|^transformers$|^platform$|extracted|rows_per_second|throughput|"
-                      r"peak_rss|cpu")
+                      r"peak_rss|cpu|^completed$|^saved$|_per_s$|_wait_s$|"
+                      # Checksums over fields above: the attributes' crc32; a head file's sha256 (its
+                      # document holds its save time; the snapshot digests its arrays and document).
+                      # And the address of scikit-learn's stop-word list, which TfidfVectorizer keeps.
+                      r"^attrs_crc32$|^sha256$|^_stop_words_id$")
 # Times in a report's text ("11 s", "7.9 s", "319 s", "1.2 min").
 TIMES = re.compile(r"\d[\d,.]*\s*(s|min|h|ms)\b|\d{4}-\d\d-\d\dT[\d:.+Z-]+|\d{4}-\d\d-\d\d \d\d:\d\d(:\d\d)?")
 
@@ -63,6 +68,7 @@ def snapshot(data: Path) -> dict:
     global _PLACES
     _PLACES = ((str(data), "<data>"), (str(ROOT), "<root>"))  # a checkout elsewhere writes the same
     return {"caches": {p.name: _cache(p) for p in sorted((data / "cache").glob("*.h5"))},
+            "heads": {str(p.relative_to(data)): _head(p) for p in sorted((data / "runs").rglob("heads/*.safetensors"))},
             "records": {str(p.relative_to(data)): _record(p) for p in sorted((data / "runs").rglob("*.json"))
                         if "/lr-" not in str(p)},
             "reports": {str(p.relative_to(data)): _report(p) for p in sorted((data / "reports").rglob("*"))
@@ -120,6 +126,18 @@ def _strip(value):
     return _placed(value) if isinstance(value, str) else value
 
 
+def _head(path: Path) -> dict:
+    """A head file's arrays (digests) and its document less its volatile keys."""
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    tensors = load_file(path)
+    document = tensors.pop("__featx__", None)
+    out = {name: hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest()[:16] for name, v in tensors.items()}
+    out["document"] = _strip(json.loads(bytes(document).decode())) if document is not None else None
+    return out
+
+
 def _record(path: Path):
     try:
         return _strip(json.loads(path.read_text()))
@@ -128,7 +146,39 @@ def _record(path: Path):
 
 
 def _report(path: Path) -> str:
-    return TIMES.sub("<time>", _placed(path.read_text()))
+    text = _placed(path.read_text())
+    text = _mask_csv(text) if path.suffix == ".csv" else _mask_table(text)
+    return TIMES.sub("<time>", text)
+
+
+def _mask_table(text: str) -> str:
+    """A report's Markdown with its tables' time columns (headers ending in " s") masked."""
+    out, timed = [], set()
+    for line in text.splitlines():
+        cells = line.split("|")
+        if not line.startswith("|"):
+            timed = set()
+        elif not timed and any(c.strip().endswith(" s") for c in cells):
+            timed = {i for i, c in enumerate(cells) if c.strip().endswith(" s")}
+        elif not set(line) <= set("|-: "):
+            cells = ["<time>" if i in timed else c for i, c in enumerate(cells)]
+        out.append("|".join(cells))
+    return "\n".join(out)
+
+
+def _mask_csv(text: str) -> str:
+    """A results CSV with its volatile columns masked."""
+    import csv
+    import io
+
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows:
+        return text
+    timed = {i for i, name in enumerate(rows[0]) if VOLATILE.search(name)}
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows(
+        [rows[0]] + [["<time>" if i in timed else v for i, v in enumerate(row)] for row in rows[1:]])
+    return buffer.getvalue()
 
 
 def compare(a: Path, b: Path) -> int:
@@ -150,7 +200,7 @@ def _diff(x, y, where: str):
     elif isinstance(x, list) and isinstance(y, list) and len(x) == len(y):
         for i, (u, v) in enumerate(zip(x, y)):
             yield from _diff(u, v, f"{where}[{i}]")
-    elif x != y:
+    elif x != y and not (isinstance(x, float) and isinstance(y, float) and x != x and y != y):  # NaN: equal
         if isinstance(x, str) and isinstance(y, str) and "\n" in x:
             import difflib
 
@@ -164,6 +214,8 @@ if __name__ == "__main__":
     command, *rest = sys.argv[1:] or ["help"]
     if command == "capture" and rest:
         capture(Path(rest[0]), rest[1:])
+    elif command == "read" and len(rest) == 2:
+        Path(rest[1]).write_text(json.dumps(snapshot(Path(rest[0]).resolve()), indent=1, sort_keys=True) + "\n")
     elif command == "compare" and len(rest) == 2:
         sys.exit(compare(Path(rest[0]), Path(rest[1])))
     else:
