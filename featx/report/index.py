@@ -37,9 +37,9 @@ def index_texts(base: Path, described: dict, judged: "Verdict") -> tuple[str, st
         probe = entry.get("probe") if isinstance(entry.get("probe"), dict) else {}
         tuned = entry.get("finetune") if isinstance(entry.get("finetune"), dict) else {}
         lines.append("| " + " | ".join(_index_cell(v) for v in (
-            f"[{entry['id']}]({entry['id']}/report.md)", backbone.get("name", "?"),
-            str(backbone.get("fingerprint", "?"))[:12],
-            backbone.get("init", "?"), f"{probe.get('protocol', '-')}, {probe.get('grid', '-')}" if probe else "-",
+            f"[{entry['id']}]({entry['id']}/report.md)", backbone.get("name") or "?",
+            str(backbone.get("fingerprint") or "?")[:12],
+            backbone.get("init") or "?", f"{probe.get('protocol', '-')}, {probe.get('grid', '-')}" if probe else "-",
             f"{tuned.get('head_input')}, lr {comma_list(tuned.get('learning_rates'), '?')}" if tuned else "-",
             entry.get("written", "?"), entry.get("headline", ""))) + " |")
     latest = {"id": described["id"], "report": f"{described['id']}/report.md",

@@ -27,7 +27,7 @@ def selection_score(record: Record) -> float:
     if record.selection_score is not None:
         return float(record.selection_score)
     # A fine-tune's: the best candidate of its search, or of its curve (a skipped one has no score).
-    scores = [c["score"] for c in record.search] + [value for _, value in (record.curve or {"select": []})["select"]]
+    scores = [c["score"] for c in record.search if "score" in c] + [value for _, value in (record.curve or {"select": []})["select"]]
     scores = [s for s in scores if isinstance(s, (int, float)) and s == s]  # no None, no NaN
     return max(scores) if scores else float("-inf")
 

@@ -371,7 +371,7 @@ def elsewhere(others: list[Record], pipeline, stage: str, *, args: tuple[str, ..
     groups: dict[tuple, list[Record]] = {}
     for record in others:
         recorded = record.configuration
-        if isinstance(recorded, dict):
+        if any(isinstance(section, dict) for section in recorded.values()):
             overrides, unset = overrides_to(recorded, pipeline)
             key = tuple(sorted(overrides) + [f"unset {k}" for k in sorted(unset)])
         else:

@@ -115,6 +115,9 @@ def new_record(**fields) -> Record:
     """A record made now, by this featx (every section complete, as `parse_record` reads one)."""
     # To the microsecond: a saved head is tied to its record by it (featx.runs.headfiles), and a probe
     # killed and rerun within the same second must not bind the new head to the old record.
+    unknown = set(fields) - set(FIELDS) | {"featx_version", "created"} & set(fields)
+    if unknown:
+        raise TypeError(f"new_record takes the Record's fields but featx_version and created: {sorted(unknown)}")
     made = dict(fields, featx_version=__version__, created=utc_now("microseconds"))
     return Record(**{name: value for name, value in _migrated(made).items() if name in FIELDS})
 
@@ -172,18 +175,20 @@ def _migrated(raw: dict) -> dict:
     names = list(dict.fromkeys([*TASKS[raw["task"]].metrics, *raw["metrics"]])) if raw["task"] in TASKS \
         else list(raw["metrics"])
     nan = float("nan")
-    out["metrics"] = {k: nan if raw["metrics"].get(k) is None else raw["metrics"][k] for k in names}
-    out["metrics_std"] = {k: (raw.get("metrics_std") or {}).get(k, 0.0) for k in names}
-    out["metrics_ci"] = {k: (raw.get("metrics_ci") or {}).get(k) for k in names}
-    out["backbone"] = {k: (raw.get("backbone") or {}).get(k) for k in BACKBONE_KEYS} | (raw.get("backbone") or {})
-    out["extraction"] = {k: (raw.get("extraction") or {}).get(k) for k in EXTRACTION_KEYS} | (raw.get("extraction") or {})
-    out["configuration"] = dict.fromkeys(SECTIONS) | (raw.get("configuration") or {})
+    metrics = {k: nan if v is None else v for k, v in raw["metrics"].items()}
+    out["metrics"] = _completed(metrics, names, nan)
+    out["metrics_std"] = _completed(raw.get("metrics_std"), names, 0.0)
+    out["metrics_ci"] = _completed(raw.get("metrics_ci"), names, None)
+    out["backbone"] = _completed(raw.get("backbone"), BACKBONE_KEYS, None)
+    out["extraction"] = _completed(raw.get("extraction"), EXTRACTION_KEYS, None)
+    out["configuration"] = _completed(raw.get("configuration"), SECTIONS, None)
     finetune = raw.get("stage") == "finetune"
     keys = FINETUNE_ENTRY_KEYS if finetune else PROBE_ENTRY_KEYS
-    out["search"] = [dict.fromkeys(keys) | {"params": {}} | entry for entry in raw.get("search") or []]
+    out["search"] = [_completed(entry if "params" in entry else entry | {"params": {}}, keys, None)
+                     for entry in raw.get("search") or []]
     if finetune:
         settings = [f.name for f in dataclasses.fields(FinetuneConfig)] + list(RUN_KEYS)
-        hyper = dict.fromkeys(settings) | (raw.get("hyperparameters") or {})
+        hyper = _completed(raw.get("hyperparameters"), settings, None)
         hyper["learning_rates"] = hyper["learning_rates"] or [hyper["learning_rate"]]
         out["hyperparameters"] = hyper
     elif raw.get("selection_score") is None:  # an older probe: the best candidate of its search
@@ -191,6 +196,13 @@ def _migrated(raw: dict) -> dict:
         scores = [x for x in scores if isinstance(x, (int, float)) and x == x]  # no None, no NaN
         out["selection_score"] = max(scores) if scores else None
     return out
+
+
+def _completed(section: dict | None, keys, fill) -> dict:
+    """`section` (none: empty) with `fill` for each of `keys` it lacks, after its own keys in their
+    order: a record read and written again is the same file."""
+    section = section or {}
+    return section | {k: fill for k in keys if k not in section}
 
 
 def _problem(raw: dict) -> str | None:
@@ -206,6 +218,8 @@ def _problem(raw: dict) -> str | None:
             return f"{f.name!r} is not {_kind(hints[f.name])}"
     if raw["stage"] not in STAGES:
         return f"stage {raw['stage']!r} is neither probe nor finetune"
+    if not all(isinstance(entry, dict) and isinstance(entry.get("params", {}), dict) for entry in raw.get("search") or []):
+        return "its search holds an entry that is not an object with an object of params"
     protocol = raw["protocol"]
     if not all(isinstance(protocol[k], str) if k in protocol else False for k in ("name", "select_on", "report_on")):
         return "its protocol lacks name, select_on or report_on"

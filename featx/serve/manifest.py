@@ -54,7 +54,7 @@ class Manifest:
     head_sha256: str | None = None
     """The head file's sha256, as its record names it: another file is refused."""
     head_binding: dict | None = None
-    """The record the head was fitted for (`featx.runs.records.head_binding`); the head's own manifest
+    """The record the head was fitted for (`featx.runs.headfiles.head_binding`); the head's own manifest
     must say the same."""
     allow_pickle: bool = False
     """Whether pickled .bin backbone weights may be loaded (the pipeline's model.allow_pickle;

@@ -64,6 +64,26 @@ def test_an_older_record_reads_with_the_defaults_of_what_it_lacks(tmp_path):
     assert set(record.metrics_ci) == set(record.metrics) and not any(record.metrics_ci.values())
 
 
+def test_a_record_read_and_written_again_is_the_same_file(tmp_path):
+    """Reading fills what readers take; a record of this featx has it all, so nothing is added
+    and no key moves."""
+    for record in (fake("probe", "multilabel", "mean@6", "logistic", 0.7),
+                   fake("finetune", "multilabel", "finetune:mean", "linear", 0.8, converged=True)):
+        text = json.dumps(record_json(record))
+        path = write_json(tmp_path / "r.json", json.loads(text))
+        assert json.dumps(record_json(read_record(path))) == text
+
+
+def test_an_older_probe_with_no_scored_candidate_ranks_last():
+    from featx.runs.choice import selection_score
+    from featx.runs.schema import parse_record
+
+    raw = record_json(fake("probe", "binary", "mean@6", "logistic", 0.7))
+    raw.pop("selection_score")
+    raw["search"] = [{"params": {"C": 1}, "score": float("nan"), "threshold": 0.5}, {"params": {"C": 10}, "skipped": True}]
+    assert selection_score(parse_record(raw, "old.json")) == float("-inf")
+
+
 @pytest.mark.parametrize("damage, said", [
     ({"head": None}, "'head' is missing"),
     ({"metrics": "0.9"}, "'metrics' is not an object"),
@@ -74,6 +94,8 @@ def test_an_older_record_reads_with_the_defaults_of_what_it_lacks(tmp_path):
     ({"stage": "train"}, "stage 'train' is neither probe nor finetune"),
     ({"protocol": {"name": "dev"}}, "its protocol lacks"),
     ({"primary_metric": "f2"}, "its metrics lack the primary metric 'f2'"),
+    ({"search": [None]}, "its search holds an entry that is not an object"),
+    ({"search": [{"params": "C=1"}]}, "its search holds an entry that is not an object with an object of params"),
 ])
 def test_a_damaged_record_is_an_error_naming_the_file_and_the_fix(tmp_path, damage, said):
     raw = record_json(fake("probe", "binary", "mean@6", "logistic", 0.7))
@@ -107,3 +129,14 @@ def test_current_records_are_the_configuration_s_on_its_cache():
     records = [mine, elsewhere, other]
     assert current_records(pipeline, records) == [mine, elsewhere]
     assert current_records(pipeline, records, KEY) == [mine] == current_records(pipeline, records, KEY[:16])
+
+
+def test_records_that_do_not_show_their_settings_are_said_to_be_so():
+    from featx.config.load import pipeline_from_dict
+    from featx.runs.records import elsewhere
+    from featx.runs.schema import parse_record
+
+    pipeline = pipeline_from_dict({"name": "fx", "data": {"builtin": "trec"}})
+    raw = record_json(fake("probe", "multiclass", "mean@3", "logistic", 0.6)) | {"configuration": None}
+    [line] = elsewhere([parse_record(raw, "old.json")], pipeline, "report")
+    assert "1 probe record(s) whose settings their records do not show" in line
