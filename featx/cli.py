@@ -27,8 +27,8 @@ def cmd_extract(pipeline: Pipeline) -> None:
 
 
 def cmd_probe(pipeline: Pipeline) -> None:
-    """Train the probe grid on the cache: the logistic head on every pooling and layer (the
-    layer sweep), the other heads on its best features, and the baselines."""
+    """Train the probe grid on the cache: the first head (ridge by default) on every pooling and
+    layer (the layer sweep), the other heads on its best features, and the baselines."""
     from featx.probe.stage import format_table, run_probe
 
     print(format_table(run_probe(pipeline), pipeline.runs_dir))

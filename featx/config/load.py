@@ -57,8 +57,11 @@ def keys_reference(section: str | None = None) -> str:
             default = (f.default if f.default is not dataclasses.MISSING else
                        "(required)" if f.default_factory is dataclasses.MISSING else f.default_factory())
             shown = "(required)" if default == "(required)" else "unset" if default is None else _toml_value(default)
-            kind = str(hints[f.name]).replace("typing.", "").replace("NoneType", "None").replace(" | ", " or ")
-            lines.append(f"| `{f.name}` | `{kind}` | `{shown}` | {docs.get(f.name, '').replace('|', '/')} |")
+            shown = "the file's name" if f.name == "name" and cls is Pipeline else f"`{shown}`"  # load_pipeline
+            kind = getattr(hints[f.name], "__name__", None) if isinstance(hints[f.name], type) else None
+            kind = kind or str(hints[f.name]).replace("typing.", "").replace("NoneType", "None").replace(" | ", " or ")
+            meaning = docs.get(f.name, "").replace("|", "\\|")  # a Markdown table cell: `|` escaped
+            lines.append(f"| `{f.name}` | `{kind}` | {shown} | {meaning} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -132,9 +132,9 @@ class ProbeConfig:
     sweep_head: str = "ridge"
     """The head the sweep fits on each of those layers."""
     grid: str = "staged"
-    """staged: the logistic head on every feature set (poolings x layers, and the layer sweep),
-    then the other heads on the feature set it scored best (selection score); full: every head
-    on every feature set (costs heads x feature sets fits)."""
+    """staged: the first of `heads` (ridge by default) on every feature set (poolings x layers,
+    and the layer sweep), then the other heads on the feature set it scored best (selection
+    score); full: every head on every feature set (costs heads x feature sets fits)."""
     protocol: str = "auto"
     """auto: choose on dev and report on test when both exist; otherwise cross-validate on train
     (cv), or hold out part of train when it has more than cv_max_rows rows (holdout), and report
