@@ -10,6 +10,8 @@ import numpy as np
 from featx.data import rules
 from featx.data.rules import WHITESPACE
 
+_WHITESPACE_LEADS = np.zeros(256, bool)  # the first UTF-8 byte of each whitespace character
+_WHITESPACE_LEADS[[ch.encode("utf-8")[0] for ch in WHITESPACE]] = True
 
 
 def is_string_array(values) -> bool:
@@ -46,17 +48,40 @@ def blank(values) -> np.ndarray:
     """Missing (null, NaN), empty or only whitespace: what data.drop_empty drops."""
     if not is_string_array(values):
         return np.array([rules.is_missing(v) for v in python(values)], bool)
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    trimmed = pc.utf8_length(pc.utf8_trim(values.fill_null(""), WHITESPACE))
-    return np.asarray(pc.equal(trimmed, 0).to_numpy(zero_copy_only=False), bool) | \
-        np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool)
+    out = np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool).copy()
+    _, offsets_buffer, data_buffer = values.buffers()
+    if offsets_buffer is None:
+        return np.ones(len(values), bool)  # no offsets: every value is null (or there are none)
+    # Only an empty value or one whose first byte starts a whitespace character can be blank:
+    # those few are trimmed, read from the offsets and data buffers without a copy.
+    width = np.int64 if pa.types.is_large_string(values.type) else np.int32
+    offsets = np.frombuffer(offsets_buffer, width)[values.offset:values.offset + len(values) + 1]
+    starts, lengths = offsets[:-1], np.diff(offsets)
+    maybe = lengths == 0
+    if data_buffer is not None and not maybe.all():
+        data = np.frombuffer(data_buffer, np.uint8)
+        filled = ~maybe
+        maybe[filled] = _WHITESPACE_LEADS[data[starts[filled]]]
+    maybe &= ~out
+    if maybe.any():
+        where = np.flatnonzero(maybe)
+        trimmed = pc.utf8_length(pc.utf8_trim(values.take(pa.array(where)), WHITESPACE))
+        out[where] = np.asarray(pc.equal(trimmed, 0).to_numpy(zero_copy_only=False), bool)
+    return out
 
 
-def holds(values, needle: str) -> np.ndarray:
+def holds_nul(values) -> np.ndarray:
+    """Strings with a NUL byte. The data buffer is scanned once (a slice's buffer may hold its
+    neighbours' bytes too); the rows are matched one by one only when it holds a zero byte."""
     import pyarrow.compute as pc
 
-    return np.asarray(pc.match_substring(values, needle).fill_null(False).to_numpy(zero_copy_only=False), bool)
+    data = values.buffers()[2]
+    if data is None or not data.size or np.frombuffer(data, np.uint8).min() > 0:
+        return np.zeros(len(values), bool)
+    return np.asarray(pc.match_substring(values, "\x00").fill_null(False).to_numpy(zero_copy_only=False), bool)
 
 
 def storable_mask(values: list) -> np.ndarray:
@@ -75,7 +100,7 @@ def storable_mask(values: list) -> np.ndarray:
 def bad_texts(values) -> np.ndarray:
     """Texts that are missing, not strings, or not storable."""
     if is_string_array(values):
-        return holds(values, "\x00") | np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool)
+        return holds_nul(values) | np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool)
     raw = python(values)
     out = np.array([not isinstance(v, str) or rules.is_missing(v) for v in raw], bool)
     return out | storable_mask(raw)
@@ -84,7 +109,7 @@ def bad_texts(values) -> np.ndarray:
 def bad_ids(values) -> np.ndarray:
     """Ids that are missing or not storable (any other value is an id: str() of it)."""
     if is_string_array(values):
-        return holds(values, "\x00") | blank(values)
+        return holds_nul(values) | blank(values)
     raw = python(values)
     return np.array([rules.is_missing(v) for v in raw], bool) | \
         storable_mask([None if v is None else str(v) for v in raw])
@@ -92,7 +117,7 @@ def bad_ids(values) -> np.ndarray:
 
 def bad_labels(values, empty_set: bool) -> np.ndarray:
     if is_string_array(values):
-        bad = holds(values, "\x00") | np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool)
+        bad = holds_nul(values) | np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool)
         return bad if empty_set else bad | blank(values)
     raw = python(values)
     out = np.array([(rules.is_missing(v) and not (empty_set and isinstance(v, str))) for v in raw], bool)
@@ -102,7 +127,7 @@ def bad_labels(values, empty_set: bool) -> np.ndarray:
 
 def bad_kept(values) -> np.ndarray:
     if is_string_array(values):
-        return holds(values, "\x00")
+        return holds_nul(values)
     return storable_mask([str(v) if v is not None else "" for v in python(values)])
 
 
