@@ -52,17 +52,14 @@ def blank(values) -> np.ndarray:
     import pyarrow.compute as pc
 
     out = np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool).copy()
-    _, offsets_buffer, data_buffer = values.buffers()
-    if offsets_buffer is None:
+    offsets, data = _string_buffers(values)
+    if offsets is None:
         return np.ones(len(values), bool)  # no offsets: every value is null (or there are none)
     # Only an empty value or one whose first byte starts a whitespace character can be blank:
     # those few are trimmed, read from the offsets and data buffers without a copy.
-    width = np.int64 if pa.types.is_large_string(values.type) else np.int32
-    offsets = np.frombuffer(offsets_buffer, width)[values.offset:values.offset + len(values) + 1]
     starts, lengths = offsets[:-1], np.diff(offsets)
     maybe = lengths == 0
-    if data_buffer is not None and not maybe.all():
-        data = np.frombuffer(data_buffer, np.uint8)
+    if data is not None and not maybe.all():
         filled = ~maybe
         maybe[filled] = _WHITESPACE_LEADS[data[starts[filled]]]
     maybe &= ~out
@@ -74,14 +71,27 @@ def blank(values) -> np.ndarray:
 
 
 def holds_nul(values) -> np.ndarray:
-    """Strings with a NUL byte. The data buffer is scanned once (a slice's buffer may hold its
-    neighbours' bytes too); the rows are matched one by one only when it holds a zero byte."""
+    """Strings with a NUL byte. The array's bytes are scanned once; the rows are matched one by
+    one only when they hold a zero byte."""
     import pyarrow.compute as pc
 
-    data = values.buffers()[2]
-    if data is None or not data.size or np.frombuffer(data, np.uint8).min() > 0:
+    offsets, data = _string_buffers(values)
+    if data is None or len(offsets) < 2 or offsets[0] == offsets[-1] or data[offsets[0]:offsets[-1]].min() > 0:
         return np.zeros(len(values), bool)
     return np.asarray(pc.match_substring(values, "\x00").fill_null(False).to_numpy(zero_copy_only=False), bool)
+
+
+def _string_buffers(values) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(the array's len + 1 offsets, its parent's data bytes) as numpy views, no copy; None for
+    a buffer the array does not have."""
+    import pyarrow as pa
+
+    _, offsets, data = values.buffers()
+    if offsets is None:
+        return None, None
+    width = np.int64 if pa.types.is_large_string(values.type) else np.int32
+    offsets = np.frombuffer(offsets, width)[values.offset:values.offset + len(values) + 1]
+    return offsets, None if data is None else np.frombuffer(data, np.uint8)
 
 
 def storable_mask(values: list) -> np.ndarray:
