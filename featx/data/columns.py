@@ -1,15 +1,19 @@
 """One column of a block, checked and converted as a whole: a pyarrow array (CSV, Parquet,
 Arrow) with vectorised kernels, a list of Python values (JSON, label-text, built-ins) row by row.
 Each `bad_*` finds the rows that break a rule (featx.data.rules names the first); `strings`,
-`ids`, `kept` and `numbers` give what the row store and the labels keep. No torch.
+`ids`, `kept` and `numbers` give what the row store and the labels keep; `json_pieces` a
+column's JSON for the fingerprint, from Arrow buffers where it can. No torch.
 """
 from __future__ import annotations
+
+import json
 
 import numpy as np
 
 from featx.data import rules
 from featx.data.rules import WHITESPACE
 
+JSON_BLOCK = 1 << 16  # values json.dumps encodes at a time (`json_pieces`)
 _WHITESPACE_LEADS = np.zeros(256, bool)  # the first UTF-8 byte of each whitespace character
 _WHITESPACE_LEADS[[ch.encode("utf-8")[0] for ch in WHITESPACE]] = True
 
@@ -52,7 +56,7 @@ def blank(values) -> np.ndarray:
     import pyarrow.compute as pc
 
     out = np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool).copy()
-    offsets, data = _string_buffers(values)
+    offsets, data = string_buffers(values)
     if offsets is None:
         return np.ones(len(values), bool)  # no offsets: every value is null (or there are none)
     # Only an empty value or one whose first byte starts a whitespace character can be blank:
@@ -75,13 +79,13 @@ def holds_nul(values) -> np.ndarray:
     one only when they hold a zero byte."""
     import pyarrow.compute as pc
 
-    offsets, data = _string_buffers(values)
+    offsets, data = string_buffers(values)
     if data is None or len(offsets) < 2 or offsets[0] == offsets[-1] or data[offsets[0]:offsets[-1]].min() > 0:
         return np.zeros(len(values), bool)
     return np.asarray(pc.match_substring(values, "\x00").fill_null(False).to_numpy(zero_copy_only=False), bool)
 
 
-def _string_buffers(values) -> tuple[np.ndarray | None, np.ndarray | None]:
+def string_buffers(values) -> tuple[np.ndarray | None, np.ndarray | None]:
     """(the array's len + 1 offsets, its parent's data bytes) as numpy views, no copy; None for
     a buffer the array does not have."""
     import pyarrow as pa
@@ -208,3 +212,39 @@ def plain_zero_one(values) -> bool:
     told to be multilabel rather than targets)."""
     raw = python(values) if not is_string_array(values) else values.unique().to_pylist()
     return all(rules.as_number(v, plain=True) in (0.0, 1.0) for v in raw)
+
+
+def json_pieces(values):
+    """The UTF-8 of `json.dumps(list(values), ensure_ascii=False)`, a block of values at a time.
+    Values that come as Arrow arrays (the row store's columns, numbered ids) are encoded from
+    their buffers unless a block holds a character JSON escapes."""
+    if not len(values):
+        yield b"[]"
+        return
+    blocks = values.arrow_blocks() if hasattr(values, "arrow_blocks") else (
+        values[start:start + JSON_BLOCK] for start in range(0, len(values), JSON_BLOCK))
+    first = True
+    for block in blocks:
+        inner = _json_strings(block) if hasattr(block, "buffers") else None
+        if inner is None:
+            block = block.to_pylist() if hasattr(block, "to_pylist") else list(block)
+            inner = json.dumps(block, ensure_ascii=False)[1:-1].encode("utf-8")
+        yield (b"[" if first else b", ") + inner
+        first = False
+    yield b"]"
+
+
+def _json_strings(values) -> bytes | None:
+    """`json.dumps(values.to_pylist(), ensure_ascii=False)[1:-1]` as UTF-8, from an Arrow string
+    array's buffers: each value quoted, joined by ", "; None when a value is null or holds a
+    character JSON escapes (the caller encodes that block value by value)."""
+    if not len(values) or not is_string_array(values) or values.null_count:
+        return None
+    offsets, data = string_buffers(values)
+    data = np.zeros(0, np.uint8) if data is None else data[offsets[0]:offsets[-1]]
+    # What JSON escapes in a string: control characters, the quote and the backslash.
+    if (data < 0x20).any() or (data == 0x22).any() or (data == 0x5C).any():
+        return None
+    cuts = np.repeat(offsets[1:-1].astype(np.int64) - offsets[0], 4)
+    quotes = np.tile(np.frombuffer(b'", "', np.uint8), len(values) - 1)
+    return b'"' + np.insert(data, cuts, quotes).tobytes() + b'"'

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from featx.data import files as files_
+from featx.data.columns import JSON_BLOCK, json_pieces
 from featx.data import formats, rules
 from featx.data.lines import InMemory
 from featx.data import labels as L
@@ -31,7 +32,6 @@ from featx.errors import FeatxError, shown
 from featx.tasks import TASKS
 
 log = logging.getLogger("featx")
-JSON_BLOCK = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -87,17 +87,6 @@ class Split:
         return h.hexdigest()
 
 
-def json_pieces(values):
-    """The UTF-8 of `json.dumps(list(values), ensure_ascii=False)`, a block of values at a time."""
-    if not len(values):
-        yield b"[]"
-        return
-    for start in range(0, len(values), JSON_BLOCK):
-        inner = json.dumps(list(values[start:start + JSON_BLOCK]), ensure_ascii=False)[1:-1]
-        yield (", " if start else "[").encode() + inner.encode("utf-8")
-    yield b"]"
-
-
 class Numbered(Sequence):
     """Ids made of a prefix and row numbers ("train-0", "row-17")."""
 
@@ -111,6 +100,15 @@ class Numbered(Sequence):
         if isinstance(key, slice):
             return [f"{self.prefix}{n}" for n in self.numbers[key].tolist()]
         return f"{self.prefix}{int(self.numbers[key])}"
+
+    def arrow_blocks(self):
+        """The ids as Arrow string arrays of at most JSON_BLOCK each (see `Column.arrow_blocks`)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        for start in range(0, len(self), JSON_BLOCK):
+            numbers = pc.cast(pa.array(self.numbers[start:start + JSON_BLOCK]), pa.string())
+            yield pc.binary_join_element_wise(self.prefix, numbers, "")
 
     def subset(self, rows) -> "Numbered":
         return Numbered(self.prefix, self.numbers[rows])

@@ -127,6 +127,25 @@ class RowStore:
             out[start:start + len(values)] = np.fromiter(map(hash, values), np.int64, count=len(values))
         return out
 
+    def arrow(self, name: str, positions: np.ndarray):
+        """The values at `positions` (any order) as one Arrow array, nothing decoded to Python."""
+        import pyarrow as pa
+
+        positions = np.asarray(positions, dtype=np.int64)
+        order = np.argsort(positions, kind="stable")
+        batches = np.searchsorted(self._starts, positions[order], side="right") - 1
+        with self._lock:
+            parts = [self._reader.get_batch(int(b)).column(name).take(
+                pa.array(positions[order[batches == b]] - self._starts[b])) for b in np.unique(batches)]
+        if not parts:
+            return pa.array([], pa.string())
+        joined = pa.concat_arrays(parts)
+        if (np.diff(order) == 1).all():  # already in order (a split's rows usually are)
+            return joined
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(len(order))
+        return joined.take(pa.array(inverse))
+
     def column(self, name: str, positions: np.ndarray | None = None) -> "Column":
         return Column(self, name, np.arange(len(self)) if positions is None else positions)
 
@@ -182,6 +201,12 @@ class Column(Sequence):
     def take(self, rows) -> list:
         """The values at `rows` (positions within the column, any order)."""
         return self.store.take(self.name, self.positions[np.asarray(rows, dtype=np.int64)])
+
+    def arrow_blocks(self):
+        """The values as Arrow arrays of at most BATCH_ROWS each, in order (for whole-column
+        passes that need no Python string: the fingerprint)."""
+        for start in range(0, len(self), BATCH_ROWS):
+            yield self.store.arrow(self.name, self.positions[start:start + BATCH_ROWS])
 
     def subset(self, rows) -> "Column":
         """The column at `rows` only (nothing read)."""

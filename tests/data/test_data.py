@@ -109,6 +109,45 @@ def test_blank_and_nul_rows_from_the_buffers_are_the_kernels():
                 assert np.array_equal(columns.holds_nul(array), nul)
 
 
+def test_the_fingerprint_json_from_arrow_buffers_is_json_dumps(monkeypatch):
+    # A store column's and numbered ids' JSON comes from their buffers: the bytes json.dumps
+    # gives, whatever the values, batches, row order or characters JSON escapes.
+    import random
+
+    import pyarrow as pa
+
+    from featx.data import store as store_
+    from featx.data.columns import json_pieces
+    from featx.data.dataset import Numbered
+    from featx.data.store import RowStore
+
+    monkeypatch.setattr(store_, "BATCH_ROWS", 50)  # several stored batches, read across
+
+    def dumped(values) -> bytes:
+        return json.dumps(list(values), ensure_ascii=False).encode("utf-8")
+
+    pieces = ["a", "é", "—", "😀", " ", '"', "\\", "\n", "\x1f", "\x7f", "\u2028", ""]
+    rng = random.Random(1)
+    for _ in range(60):
+        values = ["".join(rng.choice(pieces[:8] if rng.random() < 0.7 else pieces)
+                          for _ in range(rng.randint(0, 5))) for _ in range(rng.randint(0, 300))]
+        store = RowStore()
+        for start in range(0, len(values), 37):
+            store.append({"text": pa.array(values[start:start + 37], pa.string())})
+        store.finish()
+        rows = np.array(sorted(rng.sample(range(len(values)), len(values) // 2)), np.int64)
+        shuffled = rows.copy()
+        rng.shuffle(shuffled)
+        for picked in (np.arange(len(values)), rows, shuffled):
+            column = store.column("text", picked)
+            assert b"".join(json_pieces(column)) == dumped(values[i] for i in picked)
+        store.discard()
+    numbers = np.array([0, 7, -3, 10**12, 42], np.int64)
+    assert b"".join(json_pieces(Numbered('r"-', numbers))) == dumped(f'r"-{n}' for n in numbers)
+    assert b"".join(json_pieces(Numbered("row-", numbers))) == dumped(f"row-{n}" for n in numbers)
+    assert b"".join(json_pieces(Numbered("row-", numbers[:0]))) == b"[]"
+
+
 # ---------------------------------------------------------------------------------------------
 # File formats and task types
 
