@@ -16,6 +16,7 @@ import errno
 import json
 import os
 import secrets
+import stat
 from pathlib import Path
 from typing import Callable
 
@@ -92,14 +93,94 @@ def _touch_new(path: Path, remove: bool = False) -> None:
 
 
 def open_nofollow(path: Path, flags: int, mode: int = 0o666) -> int:
-    """`os.open` that refuses a symbolic link at `path` (O_NOFOLLOW), with the error naming it."""
+    """`os.open` of a file featx made: a symbolic link at `path` is refused (O_NOFOLLOW), and so
+    is anything but a regular file with one name (a hard link to a file elsewhere would be
+    written through; a FIFO or a device would block or write outside the folder). O_NONBLOCK
+    keeps the open itself from waiting on a FIFO; the error names the path."""
     refuse_link(path)
     try:
-        return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), mode)
+        fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # it became a link after the check
             refuse_link(path)
         raise
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        raise FeatxError(f"{path} is {_kind(info)}, not a file featx made; featx writes only its own "
+                         f"files (a link or a special file there could make it write elsewhere): remove "
+                         f"it (rm {str(path)!r}) and rerun")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def own_file(path: Path) -> None:
+    """Refuse `path` unless it is a regular file with one name and no link (`open_nofollow`'s
+    check), before a library that opens files by name (h5py) is handed it."""
+    os.close(open_nofollow(path, os.O_RDONLY))
+
+
+def _kind(info: os.stat_result) -> str:
+    """What a non-regular file is, in words (or a regular one with other names)."""
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(info.st_mode):
+            return name
+    if info.st_nlink != 1:
+        return f"a file with {info.st_nlink} names (a hard link)"
+    return "not a regular file"
+
+
+READ_LIMIT = 64 << 20  # the largest JSON or text file featx reads back whole (records, manifests)
+
+
+def regular_file(path: Path, what: str = "a file featx reads") -> os.stat_result:
+    """Refuse `path` unless it is a regular file (a link to one is fine: the Hugging Face cache is
+    made of them), checked before it is opened: opening a FIFO for reading waits forever for a
+    writer, a device never ends. The error names the path and what was expected."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise FeatxError(f"{path} is missing ({what})") from None
+    except OSError as exc:
+        raise FeatxError(f"{path} cannot be read ({exc.strerror}); {what}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise FeatxError(f"{path} is {_kind(info)} where {what} should be a regular file; replace it "
+                         "with the file (or remove the folder it is in) and rerun")
+    return info
+
+
+def read_bytes(path: Path, what: str = "a file featx reads", limit: int = READ_LIMIT) -> bytes:
+    """A regular file's bytes, at most `limit` of them (more is not a file featx wrote): checked
+    before it is opened and again on the open descriptor (a FIFO swapped in between is caught)."""
+    regular_file(path, what)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise FeatxError(f"{path} cannot be read ({exc.strerror}); {what}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise FeatxError(f"{path} is {_kind(info)} where {what} should be a regular file; replace "
+                             "it and rerun")
+        if info.st_size > limit:
+            raise FeatxError(f"{path} holds {info.st_size:,} bytes, more than {what} ever does "
+                             f"({limit:,}); it was not written by featx: replace it and rerun")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(limit + 1)[:limit]
+    finally:
+        os.close(fd)
+
+
+def read_text(path: Path, what: str = "a file featx reads", limit: int = READ_LIMIT) -> str:
+    """`read_bytes` decoded as UTF-8; undecodable bytes are one FeatxError naming the file."""
+    try:
+        return read_bytes(path, what, limit).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FeatxError(f"{path} is not UTF-8 text (byte {exc.start:,}); {what} was damaged or "
+                         "replaced: restore it and rerun") from None
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:

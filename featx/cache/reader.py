@@ -17,6 +17,7 @@ from featx.cache.schema import (SINGLES, attrs_crc32, check_compatible, check_me
                                decode_attr, partial_path)
 from featx.config.pipeline import resolve_layers
 from featx.errors import FeatxError
+from featx.files import regular_file
 from featx.tasks import TASKS
 
 
@@ -39,6 +40,8 @@ class Cache:
         if self.path.is_dir():
             raise FeatxError(f"{self.path} is a directory; give the cache file in it (a "
                              "<key>.h5 under data/cache) or featx.open_cache(pipeline=...)")
+        if self.path.exists() and not self.path.is_file():  # a FIFO would block h5py's open
+            regular_file(self.path, "the cache")
         if not self.path.is_file():
             partial = partial_path(self.path)
             hint = (" (an unfinished .partial exists: rerun featx extract to finish it)"

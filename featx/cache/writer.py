@@ -34,7 +34,7 @@ from featx.cache.schema import (SINGLES, CacheSpec, attrs_crc32, check_compatibl
                                datasets, decode_attr, partial_path)
 from featx.data import Split
 from featx.errors import FeatxError
-from featx.files import open_nofollow, refuse_link, utc_now
+from featx.files import open_nofollow, own_file, refuse_link, utc_now
 
 FINALIZE_HEADROOM = 1 << 20  # bytes free that finalizing a cache may need, with margin
 
@@ -127,6 +127,7 @@ class CacheWriter:
         refuse_link(path, "where featx writes the cache")
         refuse_link(partial, "where featx writes the cache")
         if partial.exists():
+            own_file(partial)  # h5py opens it by name: a hard link or a FIFO there is refused first
             try:
                 file = h5py.File(partial, "r+")
             except OSError as exc:
@@ -387,6 +388,7 @@ def partial_finished(path: Path, splits: list[str]) -> bool:
     partial = partial_path(path)
     if not partial.exists():
         return False
+    own_file(partial)
     try:
         with h5py.File(partial, "r") as f:
             return all(bool(f[s]["done"][...].all()) for s in splits)
