@@ -11,6 +11,7 @@ and a batch is gathered from them with numpy, no Python loop per row.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -106,6 +107,7 @@ class Encoder:
 
         # A private copy: truncation/padding settings must not leak into the caller's tokenizer.
         self.backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+        self.source = getattr(tokenizer, "name_or_path", "") or "the model's"
         self.backend.no_padding()
         self.backend.enable_truncation(max_length=max_length, strategy="longest_first")
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -120,11 +122,27 @@ class Encoder:
         specials = set(tokenizer.all_special_ids)
         # sentence-transformers' prompt length: the prompt's tokens with the special ones before
         # them, not the closing one (what a Pooling module with include_prompt = false leaves out).
-        ids = self.backend.encode(self.prompt).ids if self.prompt else []
+        with self.failures():
+            ids = self.backend.encode(self.prompt).ids if self.prompt else []
+            # Whether a single text's tokens can have a type other than 0 (no featx architecture's
+            # template gives one; checked, not assumed): if not, single texts skip the type ids.
+            self.single_types = self.with_types and any(self.backend.encode("a").type_ids)
         self.prompt_length = len(ids) - (1 if ids and ids[-1] in specials else 0) if self.prompt else 0
-        # Whether a single text's tokens can have a type other than 0 (no featx architecture's
-        # template gives one; checked, not assumed): if not, single texts skip the type ids.
-        self.single_types = self.with_types and any(self.backend.encode("a").type_ids)
+
+    @contextlib.contextmanager
+    def failures(self):
+        """A panic inside the Rust tokenizer (pyo3's PanicException, a BaseException: a regex of
+        the tokenizer.json that its engine gives up on, a rule that cannot apply) as one
+        FeatxError that names the tokenizer."""
+        try:
+            yield
+        except BaseException as exc:
+            if type(exc).__name__ != "PanicException":
+                raise
+            reason = (str(exc).splitlines() or ["?"])[0][:200]
+            raise FeatxError(f"the tokenizer in {self.source} failed inside its Rust library ({reason}): "
+                             "its tokenizer.json holds a rule it cannot apply to these texts (most often "
+                             "a pre-tokenizer regex that backtracks); fix or replace the tokenizer files") from None
 
     def check(self, pairs: bool) -> None:
         """The tokenizer cannot truncate below its special tokens: it would silently keep the
@@ -140,7 +158,8 @@ class Encoder:
         self.check(pairs is not None)
         p = self.prompt  # before the text, as sentence-transformers' encode(prompt=...) puts it
         inputs = [(p + texts[i], pairs[i]) for i in rows] if pairs else [p + texts[i] for i in rows]
-        return self.backend.encode_batch(inputs)
+        with self.failures():
+            return self.backend.encode_batch(inputs)
 
     def tokenize(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, workers: int = 1) -> Tokens:
         """Every text (with its pair) tokenised into flat arrays, in the given order; `workers`
@@ -167,7 +186,8 @@ class Encoder:
         p = self.prompt  # before the text, as sentence-transformers' encode(prompt=...) puts it
         firsts = [p + t for t in texts] if p else list(texts)
         # encode_batch_fast: the same ids as encode_batch, without the character offsets
-        encodings = self.backend.encode_batch_fast(list(zip(firsts, pairs)) if pairs is not None else firsts)
+        with self.failures():
+            encodings = self.backend.encode_batch_fast(list(zip(firsts, pairs)) if pairs is not None else firsts)
         ids = [e.ids for e in encodings]
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
         total = int(lengths.sum())

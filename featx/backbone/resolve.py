@@ -55,14 +55,27 @@ class Resolved:
 
 
 def resolve(name: str, revision: str | None = None) -> Resolved:
-    """Find the model's files: local directory, HF cache, packaged copy, then the hub."""
+    """Find the model's files: local directory, HF cache, packaged copy, then the hub. The folder
+    found holds only regular files and folders (`check_folder`)."""
+    found = _find(name, revision)
+    if found.source != "local":  # a local folder is checked before its config is looked for
+        check_folder(found.path)
+    return found
+
+
+def _find(name: str, revision: str | None) -> Resolved:
     tried = []
     local = Path(name).expanduser()
     if local.is_dir():
+        check_folder(local)
         if not (local / "config.json").is_file():
             raise FeatxError(f"model directory {str(local)!r} has no config.json; point model.name "
                              "at a folder written by save_pretrained")
+        _no_revision(name, revision, "a local folder")
         return Resolved(name, local.resolve(), "local")
+    if local.exists():
+        raise FeatxError(f"model.name {name!r} is a file, not a model folder; point model.name at the "
+                         "folder that holds its config.json (written by save_pretrained)")
     tried.append("not a local directory")
     if _looks_like_path(name):
         raise FeatxError(f"model directory {name!r} not found")
@@ -83,6 +96,7 @@ def resolve(name: str, revision: str | None = None) -> Resolved:
         if spec is not None and spec.submodule_search_locations:
             path = Path(list(spec.submodule_search_locations)[0]) / folder
             if (path / "config.json").is_file():
+                _no_revision(name, revision, f"the copy packaged in {dist}")
                 return Resolved(name, path, f"package:{dist}")
         tried.append(f"packaged copy not installed (pip install {dist})")
     else:
@@ -101,6 +115,35 @@ def resolve(name: str, revision: str | None = None) -> Resolved:
         except Exception as exc:  # noqa: BLE001 - network, auth, missing repo: all end here
             tried.append(f"hub download failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
     raise FeatxError(f"model {name!r} not found: " + "; ".join(tried))
+
+
+def _no_revision(name: str, revision: str | None, where: str) -> None:
+    """A revision names a commit of the hub's repository; files found elsewhere have none to
+    check, so a revision there would key a cache to files it does not describe."""
+    if revision is not None:
+        raise FeatxError(f"model.revision = {revision!r} applies to models from the hub, but {name!r} "
+                         f"is {where}: its files are the ones used whatever the revision. Remove "
+                         "model.revision, or download that revision into a folder and name the folder")
+
+
+FOLDER_DEPTH = 3  # a sentence-transformers folder nests its modules' configs one or two deep
+
+
+def check_folder(path: Path, what: str = "the model folder") -> None:
+    """Refuse a folder holding anything but regular files and folders (links to them are fine:
+    the Hugging Face cache is made of them): transformers opens files by name, and a FIFO there
+    blocks the open forever, a device never ends. The error names the entry."""
+    from featx.files import regular_file
+
+    stack = [(path, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        for entry in sorted(folder.iterdir()):
+            if entry.is_dir():
+                if depth + 1 < FOLDER_DEPTH:
+                    stack.append((entry, depth + 1))
+            elif entry.exists():  # a broken link is an error only if a file it names is needed
+                regular_file(entry, f"a file of {what} {str(path)!r}")
 
 
 def _looks_like_path(name: str) -> bool:

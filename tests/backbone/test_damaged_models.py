@@ -74,3 +74,48 @@ def test_tokenizer_larger_than_the_embedding_table(tmp_path, make_pipeline, csv_
     with pytest.raises(FeatxError):  # weights of another shape, or a tokenizer past the table
         extract(pipeline)
     assert not list(pipeline.cache_dir.glob("*.partial"))
+
+
+def test_a_model_name_that_is_a_file_is_said_to_be_a_file(tmp_path, make_pipeline, csv_dataset, tiny_bert):
+    pipeline = make_pipeline({"path": str(csv_dataset)}, model={"name": str(tiny_bert / "config.json")})
+    refused("is a file, not a model folder", extract, pipeline)
+
+
+def test_a_revision_of_files_found_outside_the_hub_is_refused(make_pipeline, csv_dataset):
+    # A local folder (or the packaged copy) has no revision to check: the key would name files
+    # the revision does not describe.
+    pipeline = make_pipeline({"path": str(csv_dataset)}, model={"revision": "nonexistent"})
+    refused("applies to models from the hub", extract, pipeline)
+
+
+@pytest.mark.parametrize("name", ["special_tokens_map.json", "config.json", "1_Pooling/config.json", "extra.bin"])
+def test_a_special_file_in_the_model_folder_is_refused_before_anything_opens_it(tmp_path, make_pipeline,
+                                                                                 csv_dataset, name):
+    import os
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(build_tiny_bert(tmp_path / "bert"), model)
+    fifo = model / name
+    fifo.parent.mkdir(exist_ok=True)
+    fifo.unlink(missing_ok=True)
+    os.mkfifo(fifo)  # opening it for reading would wait forever for a writer
+    pipeline = make_pipeline({"path": str(csv_dataset)}, model={"name": str(model)})
+    with pytest.raises(FeatxError, match="FIFO") as caught:
+        extract(pipeline)
+    assert str(fifo) in str(caught.value)
+
+
+def test_a_tokenizer_whose_rust_library_panics_is_one_clear_error(tmp_path, make_pipeline):
+    # A pre-tokenizer regex that backtracks: the Rust regex engine gives up and the tokenizer
+    # panics (pyo3's PanicException, not an Exception).
+    model = build_tiny_bert(tmp_path / "bert")
+    tokenizer = json.loads((model / "tokenizer.json").read_text())
+    tokenizer["pre_tokenizer"] = {"type": "Split", "pattern": {"Regex": "(\\w|\\w\\w)+$"},
+                                  "behavior": "Isolated", "invert": False}
+    (model / "tokenizer.json").write_text(json.dumps(tokenizer))
+    settings = json.loads((model / "tokenizer_config.json").read_text())
+    (model / "tokenizer_config.json").write_text(json.dumps(settings | {"tokenizer_class": "PreTrainedTokenizerFast"}))
+    rows = classification_rows(20) + [{"id": "long", "text": "a" * 60 + "!", "label": "animal"}]
+    pipeline = make_pipeline({"path": str(write_rows(tmp_path / "d.csv", rows))}, model={"name": str(model)})
+    refused("failed inside its Rust library", extract, pipeline)
