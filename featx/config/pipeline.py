@@ -178,6 +178,16 @@ class DataConfig:
         if self.label is not None and any(not str(c).strip() for c in
                                           ([self.label] if isinstance(self.label, str) else self.label)):
             raise FeatxError("data.label holds an empty column name; give the label column's name")
+        if self.builtin is None:
+            labels = [self.label or "label"] if isinstance(self.label or "label", str) else list(self.label)
+            roles = [("text", self.text or "text"), ("text_pair", self.text_pair), ("id", self.id),
+                     ("split_column", self.split_column)] + [("label", c) for c in labels]
+            named = [(role, column) for role, column in roles if column is not None]
+            for i, (role, column) in enumerate(named):
+                other = next((r for r, c in named[:i] if c == column), None)
+                if other is not None:  # one column in two roles: labels that are the texts, a pair of a text with itself
+                    raise FeatxError(f"data.{other} and data.{role} both name column {shown(column)}; each "
+                                     "role needs its own column (unset the one that is not meant)")
 
     def _check_labels(self) -> None:
         """How labels are read fits the label columns and the task: the separator, the regex and
@@ -254,6 +264,9 @@ class Pipeline:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.name):
             raise FeatxError(f"pipeline name {shown(self.name)} must be letters, digits, '.', '_' or "
                              "'-' (it names files under the data directory)")
+        if not str(self.data_dir).strip():  # "" would be the current folder, unsaid
+            raise FeatxError("data_dir is empty; give the folder for caches, runs and reports (\"data\" "
+                             "by default), or leave it unset")
 
     @property
     def root(self) -> Path:

@@ -115,6 +115,19 @@ def check_file(path: Path) -> None:
         hint = "" if path.parent.is_dir() else f" (the folder {str(path.parent)!r} does not exist either)"
         raise FeatxError(f"data file {str(path)!r} not found{hint}; check the path in the pipeline "
                          "(relative paths start at the directory featx runs from)")
+    with open(path, "rb") as f:
+        head = f.read(8)
+    packed = next((name for magic, name in COMPRESSED.items() if head.startswith(magic)), None)
+    if packed is not None:
+        raise FeatxError(f"data file {str(path)!r} is {packed}-compressed; featx reads plain CSV, TSV, "
+                         "JSONL and label-text files (and Parquet, compressed inside): decompress it "
+                         "first (for example `gunzip -k`, `unzstd`, `unxz`) and point the pipeline at "
+                         "the result")
+
+
+# The first bytes of the compressed files a data file may arrive as.
+COMPRESSED = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd",
+              b"PK\x03\x04": "zip"}
 
 
 def encoding_of(path: Path, encoding: str) -> tuple[str, int]:

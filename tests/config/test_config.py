@@ -46,6 +46,13 @@ def test_overrides_parse_toml_values_and_bare_words():
     ({"data": {"builtin": "trec"}, "name": "../escape"}, "pipeline name"),
     ({"data": {"builtin": "trec", "label_regex": "[A-Z]+"}}, "exactly one group"),
     ({"data": {"builtin": "trec"}, "probe": {"heads": []}}, "probe.heads is empty; choose at least one of: lightgbm"),
+    # One column in two roles, an empty data directory: each refused with the reason.
+    ({"data": {"path": "x.csv", "label": "text"}}, "data.text and data.label both name column 'text'"),
+    ({"data": {"path": "x.csv", "text_pair": "text"}}, "data.text and data.text_pair both name column 'text'"),
+    ({"data": {"path": "x.csv", "text": "body", "label": ["a", "body"]}}, "both name column 'body'"),
+    ({"data": {"path": "x.csv", "id": "label"}}, "data.id and data.label both name column 'label'"),
+    ({"data": {"builtin": "trec"}, "data_dir": ""}, "data_dir is empty"),
+    ({"data": {"builtin": "trec"}, "data_dir": "  "}, "data_dir is empty"),
 ])
 def test_config_errors(raw, expected):
     with pytest.raises(FeatxError) as info:

@@ -81,3 +81,25 @@ def test_data_path_and_pipeline_file_that_are_folders(tmp_path, monkeypatch):
 @pytest.mark.parametrize("special", ["/dev/null", "/dev/zero"])
 def test_a_data_path_that_is_a_device(special):
     refused("not a regular file", load, Path(special))
+
+
+@pytest.mark.parametrize("packer", ["gzip", "bz2", "lzma", "zip"])
+def test_a_compressed_data_file_is_named_compressed(tmp_path, packer):
+    import bz2
+    import gzip
+    import io
+    import lzma
+    import zipfile
+
+    raw = csv_text().encode()
+    if packer == "zip":
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w") as z:
+            z.writestr("rows.csv", raw)
+        packed = buffer.getvalue()
+    else:
+        packed = {"gzip": gzip, "bz2": bz2, "lzma": lzma}[packer].compress(raw)
+    path = tmp_path / "rows.csv.gz"
+    path.write_bytes(packed)
+    refused("-compressed; featx reads plain", load, path)
+    refused("-compressed; featx reads plain", load, path, format="jsonl")
