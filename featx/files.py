@@ -11,8 +11,10 @@ replaces a link itself, never the file it points to.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
+import fcntl
 import json
 import os
 import secrets
@@ -118,6 +120,31 @@ def own_file(path: Path) -> None:
     """Refuse `path` unless it is a regular file with one name and no link (`open_nofollow`'s
     check), before a library that opens files by name (h5py) is handed it."""
     os.close(open_nofollow(path, os.O_RDONLY))
+
+
+@contextlib.contextmanager
+def exclusive(lock_path: Path, what: str, fix: str):
+    """Hold an exclusive lock on `lock_path` while `what` ("writing the cache x.h5") is done; a
+    second process gets one error naming the holder's pid and `fix`.
+
+    flock is released by the kernel when the process dies, so a SIGKILLed run never leaves a
+    stale lock. The lock file stays (removing it would race with a process about to lock it),
+    and is opened as featx's own file only (`open_nofollow`: no link, no FIFO)."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = open_nofollow(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            raise FeatxError(f"another featx process ({holder}) is {what}; {fix}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the flock
 
 
 def _kind(info: os.stat_result) -> str:

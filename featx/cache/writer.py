@@ -16,7 +16,6 @@ complete cache.
 """
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import json
@@ -34,7 +33,7 @@ from featx.cache.schema import (SINGLES, CacheSpec, attrs_crc32, check_compatibl
                                datasets, decode_attr, partial_path)
 from featx.data import Split
 from featx.errors import FeatxError
-from featx.files import open_nofollow, own_file, refuse_link, utc_now
+from featx.files import exclusive, open_nofollow, own_file, refuse_link, utc_now
 
 FINALIZE_HEADROOM = 1 << 20  # bytes free that finalizing a cache may need, with margin
 
@@ -59,31 +58,10 @@ def being_written(path: Path) -> bool:
         os.close(fd)
 
 
-@contextlib.contextmanager
 def writer_lock(path: Path):
-    """Hold an exclusive lock for writing the cache at `path`; a second writer gets a clear error.
-
-    flock is released by the kernel when the process dies, so a SIGKILLed run never leaves a
-    stale lock. The lock file stays (removing it would race with a process about to lock it).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = path.with_name(f".{path.name}.lock")
-    fd = open_nofollow(lock_path, os.O_RDWR | os.O_CREAT, 0o644)  # a planted link is never written through
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
-            raise FeatxError(
-                f"another featx process ({holder}) is writing the cache {path.name}; wait for it to "
-                "finish (its rows are kept), or stop it and rerun to resume") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode(), 0)
-        yield
-    finally:
-        os.close(fd)  # releases the flock
+    """Hold the exclusive lock for writing the cache at `path` (`featx.files.exclusive`)."""
+    return exclusive(path.with_name(f".{path.name}.lock"), f"writing the cache {path.name}",
+                     "wait for it to finish (its rows are kept), or stop it and rerun to resume")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from featx.backbone.batching import TORCH_DTYPES, Encoder, default_token_budget
 from featx.config.pipeline import FinetuneConfig, Pipeline
 from featx.data import Dataset, Split
 from featx.errors import FeatxError
-from featx.files import writable_dir
+from featx.files import exclusive, writable_dir
 from featx.finetune.modeling import (MODEL_HEAD, Encoded, ModelSpec, encode_rows, load_classifier, output_layer,
                                      probe_head, reference_class_name, truncation)
 from featx.heads.targets import TargetScaler
@@ -94,8 +95,18 @@ def run_finetune(pipeline: Pipeline) -> Record:
     checkpoint; return the record. A run a cap stopped while it was still improving continues
     from its last epoch when run again with a larger cap."""
     run = prepare(pipeline)
-    if run.previous is not None and not _continues(run.previous, run.max_epochs, run.max_seconds):
-        return _reused(run)
+    # One process trains a run's folder at a time: a second would read and replace the first's
+    # checkpoints. Under the lock, the first's record (if it finished meanwhile) is reused.
+    with exclusive(run.directory / ".finetune.lock", f"fine-tuning this configuration in {run.directory}",
+                   "wait for it to finish (a rerun then reuses its result), or stop it and rerun to resume"):
+        run = dataclasses.replace(run, previous=_previous(run.done, run.run_hash))
+        if run.previous is not None and not _continues(run.previous, run.max_epochs, run.max_seconds):
+            return _reused(run)
+        return _train(run)
+
+
+def _train(run: Prepared) -> Record:
+    """The run trained, evaluated and written: its record."""
     start = time.perf_counter()
     setup = setup_training(run)
     _announce(setup, run)

@@ -56,3 +56,20 @@ def test_fine_tune_without_a_selection_split(tmp_path, make_pipeline):
                              finetune={"max_epochs": 1, "learning_rates": [1e-4], "validation_fraction": 0.01})
     extract(pipeline)
     refused("selection split is empty", run_finetune, pipeline)
+
+
+def test_a_second_fine_tune_of_one_configuration_at_once_is_refused_with_the_first_named(tmp_path, make_pipeline):
+    # The lock a running fine-tune holds (flock: another open file conflicts, in this process
+    # too); the second run is refused before it trains or touches the first's checkpoints.
+    from featx.files import exclusive
+    from featx.finetune.stage import prepare
+
+    data = write_rows(tmp_path / "d.csv", classification_rows(40))
+    pipeline = make_pipeline({"path": str(data)}, extract={"poolings": ["mean"]},
+                             finetune={"learning_rates": [1e-4], "max_epochs": 1, "head_input": "mean"})
+    extract(pipeline)
+    folder = prepare(pipeline).directory
+    with exclusive(folder / ".finetune.lock", "fine-tuning", "wait"):
+        refused(r"another featx process \(pid \d+ .*\) is fine-tuning this configuration", run_finetune, pipeline)
+        assert not [p for p in folder.iterdir() if p.name != ".finetune.lock"]  # nothing trained, nothing written
+    assert run_finetune(pipeline).epochs == 1  # once the first is done, the run goes ahead
