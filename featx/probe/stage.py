@@ -286,8 +286,24 @@ class _Workers:
             # Thread caps for the libraries that read them at import, as joblib sets them.
             caps = {name: os.environ.get(name, str(self.threads)) for name in THREAD_VARIABLES}
             self._pool = get_reusable_executor(max_workers=self.workers, env=caps | malloc_keeps_memory(),
-                                               timeout=300)
+                                               timeout=300, initializer=die_with_parent, initargs=(os.getpid(),))
         return self._pool
+
+
+def die_with_parent(parent: int) -> None:
+    """In a worker process: exit as soon as the process that started it is gone. A probe killed
+    with SIGKILL cannot stop its workers, and loky keeps an idle worker for minutes, holding the
+    probe's stdout (`featx probe ... | tee log` would not end). A daemon thread watches the
+    parent's pid (the kernel's parent-death signal follows the thread that forked, which in a
+    pool need not live as long as the pool)."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="featx-parent-watch", daemon=True).start()
 
 
 def malloc_keeps_memory() -> dict[str, str]:
