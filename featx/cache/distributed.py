@@ -32,7 +32,7 @@ from featx.cache.schema import SINGLES, attrs_crc32, crc32, datasets, decode_att
 from featx.cache.writer import CacheWriter, writer_lock
 from featx.config.pipeline import Pipeline
 from featx.errors import FeatxError
-from featx.files import refuse_link
+from featx.files import own_file, refuse_link
 from featx.version import __version__
 
 log = logging.getLogger("featx")
@@ -192,6 +192,7 @@ def _finished_shard(shard: Path) -> dict:
         return FeatxError(f"{shard}: this shard, finished by an earlier run, is damaged ({why}): delete "
                           "it and rerun; only its rank's rows are computed again")
 
+    own_file(shard)  # h5py opens it by name: a hard link or a FIFO is refused first
     try:
         with h5py.File(shard, "r") as f:
             meta = {k: decode_attr(v) for k, v in f.attrs.items()}

@@ -178,11 +178,11 @@ def last_cache_key(pipeline: Pipeline) -> str | None:
     """The key (16 hex digits) of the cache this pipeline's extraction wrote last, whether or not
     its data and model files are still what they were (the report names records by it when the
     pipeline as it is now has no cache); None when there is no pointer."""
-    from featx.files import loads_json
+    from featx.files import loads_json, read_text
 
     try:
-        name = loads_json(_pointer(pipeline).read_text())["cache"]
-    except (OSError, ValueError, KeyError, TypeError):
+        name = loads_json(read_text(_pointer(pipeline), "the cache pointer", limit=1 << 20))["cache"]
+    except (OSError, ValueError, KeyError, TypeError, FeatxError):
         return None
     return name.removesuffix(".h5") if isinstance(name, str) and re.fullmatch(r"[0-9a-f]{16}\.h5", name) else None
 
@@ -191,11 +191,11 @@ def find_cache(pipeline: Pipeline) -> Path:
     """The complete cache of this pipeline, for the stages after extract: from the pointer
     extract left when neither the configuration nor any data or model file changed since (no
     dataset read, no weights hashed), else planned again."""
-    from featx.files import loads_json
+    from featx.files import loads_json, read_text
 
     record, files_same = None, False
     try:
-        record = loads_json(_pointer(pipeline).read_text())
+        record = loads_json(read_text(_pointer(pipeline), "the cache pointer", limit=1 << 20))
         path = pipeline.cache_dir / record["cache"]
         now = _state(pipeline, record["data_files"], record["model_files"])
         files_same = (re.fullmatch(r"[0-9a-f]{16}\.h5", record["cache"]) is not None and path.is_file()

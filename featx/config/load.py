@@ -18,6 +18,7 @@ from pathlib import Path
 
 from featx.config.pipeline import SECTIONS, Pipeline
 from featx.errors import FeatxError, check_choice, shown
+from featx.files import read_bytes
 
 
 def field_docs(cls) -> dict[str, str]:
@@ -82,11 +83,11 @@ def load_pipeline(path: str | Path, overrides: typing.Sequence[str] = ()) -> Pip
     if path.is_dir():
         raise FeatxError(f"{str(path)!r} is a folder, not a pipeline file; give a .toml file such as "
                          f"{_pipelines_hint()}")
-    if not path.is_file():
+    if not path.exists():
         raise FeatxError(f"pipeline file {str(path)!r} not found; {_pipelines_hint()}")
     try:
         # utf-8-sig: an editor's byte-order mark is not part of the first key (data files strip it too)
-        raw = _toml(path.read_text(encoding="utf-8-sig"))
+        raw = _toml(read_bytes(path, "a pipeline file", limit=1 << 20).decode("utf-8-sig"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError, ValueError) as exc:
         raise FeatxError(f"pipeline file {str(path)!r} is not valid TOML: {str(exc)[:300]}") from None
     raw.setdefault("name", path.stem)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from featx.errors import FeatxError
-from featx.files import atomic_write, loads_json
+from featx.files import atomic_write, loads_json, read_text, regular_file
 from featx.runs.records import write_json
 
 BEST_SCORES = "best-scores.safetensors"  # the best epoch's selection scores, beside best.safetensors
@@ -123,6 +123,7 @@ def save_training_state(path: Path, optimizer) -> None:
 def load_training_state(path: Path, optimizer) -> None:
     from safetensors import SafetensorError, safe_open
 
+    regular_file(path, "the training state featx wrote")  # opened by name
     try:
         with safe_open(str(path), "pt") as f:
             meta = loads_json(f.metadata()["featx"])
@@ -171,8 +172,8 @@ def load_state(setup, candidate: Candidate) -> Candidate:
 def json_or_none(path: Path):
     """A state or record file featx wrote, or None when it is unreadable (then it is redone)."""
     try:
-        return loads_json(path.read_text())
-    except (OSError, ValueError):
+        return loads_json(read_text(path, "a state file featx wrote"))
+    except (FeatxError, ValueError):
         return None
 
 
@@ -191,6 +192,7 @@ def read_scores(setup, candidate: Candidate, name: str) -> np.ndarray:
     from safetensors.numpy import load_file
 
     path = setup.directory / candidate.name / name
+    regular_file(path, "the selection scores featx wrote")  # opened by name
     try:
         scores = load_file(str(path))["scores"]
     except (SafetensorError, OSError, KeyError) as exc:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from featx.config.load import command
-from featx.files import atomic_write, refuse_link
+from featx.files import atomic_write, refuse_link, regular_file
 from featx.finetune.modeling import predict_logits, scores_from_logits
 from featx.finetune.search import rank
 from featx.finetune.training import Candidate, Setup
@@ -114,7 +114,9 @@ def _report_scores(setup: Setup, chosen: Candidate) -> tuple[np.ndarray, float]:
     from safetensors.torch import load_model
 
     model = setup.make_model()
-    load_model(model, setup.directory / chosen.name / "best.safetensors", device=str(setup.device))
+    best = setup.directory / chosen.name / "best.safetensors"
+    regular_file(best, "the best epoch's weights featx wrote")  # safetensors opens it by name
+    load_model(model, best, device=str(setup.device))
     t = time.perf_counter()
     logits = predict_logits(model, setup.encoder, setup.report, device=setup.device, dtype=setup.eval_dtype,
                             token_budget=setup.budget_tokens)  # (n_report, outputs)
@@ -141,6 +143,7 @@ def _continued(previous: Record | None, setup: Setup) -> list:
 def _sha256(path: Path) -> str:
     import hashlib
 
+    regular_file(path, "the best epoch's weights featx wrote")
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
 

@@ -24,7 +24,7 @@ from featx.stats import metrics as M
 from featx.backbone.batching import Encoder
 from featx.config.pipeline import MAX_LR, WARN_LR, FinetuneConfig
 from featx.errors import FeatxError
-from featx.files import atomic_write
+from featx.files import atomic_write, regular_file
 from featx.finetune.modeling import Encoded, loss, predict_logits, scores_from_logits, targets, to_device
 from featx.heads.targets import TargetScaler
 from featx.tasks import TASKS
@@ -247,6 +247,7 @@ def _start(setup: Setup, candidate: Candidate):
     optimizer = _optimizer(model, setup.cfg, candidate.learning_rate, setup.device)
     scaler_fp16 = torch.amp.GradScaler(setup.device.type, enabled=setup.dtype == torch.float16)
     if candidate.epoch:  # resume: weights, optimizer and RNG as the last epoch left them
+        regular_file(folder / candidate.weights_file, "a checkpoint featx wrote")  # opened by name
         load_model(model, folder / candidate.weights_file, device=str(setup.device))
         load_training_state(folder / candidate.optimizer_file, optimizer)
         log.info("continuing %s after epoch %d (from its checkpoint)", candidate.name, candidate.epoch)
