@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from featx.config.pipeline import Pipeline
 from featx.config.load import load_pipeline
 from featx.errors import FeatxError
+from featx.serve.manifest import refuse_export
 
 
 def cmd_extract(pipeline: Pipeline) -> None:
@@ -103,19 +105,31 @@ def cmd_info(pipeline: Pipeline) -> None:
 
 def cmd_predict(pipeline: Pipeline, args) -> None:
     """Predict new texts with the verdict's frozen configuration (or --head, --finetuned)."""
-    from featx.stats.bootstrap import MIN_ROWS
     from featx.serve.predict import predict_file
 
-    result = predict_file(pipeline, args.input, head=args.head, finetuned=args.finetuned, out=args.out)
+    result = predict_file(pipeline, args.input, head=args.head, finetuned=args.finetuned, out=args.out,
+                          format=args.format)
+    # Predictions on stdout are a table a program reads: what featx says goes to stderr then.
+    said = sys.stderr if result["out"] == "-" else sys.stdout
     if result["metrics"]:
-        print(f"scored against the input's labels ({result['rows']} rows, 95% bootstrap intervals):")
+        print(f"scored against the input's labels ({result['rows']} rows, 95% bootstrap intervals):", file=said)
         for name, entry in result["metrics"].items():
-            low, high = entry["ci"] or (float("nan"), float("nan"))
-            interval = (f"[{low:.4f}, {high:.4f}]" if low == low and high == high else
-                        f"(no interval: {result['rows']} rows are too few)" if result["rows"] < MIN_ROWS
-                        else "(no interval: undefined on most resamples)")
-            print(f"  {name}: {entry['value']:.4f} {interval}")
-    print(result["out"])
+            print(f"  {name}: {_metric_line(entry, result['rows'])}", file=said)
+    if result["out"] != "-":
+        print(result["out"])
+
+
+def _metric_line(entry: dict, rows: int) -> str:
+    """A metric's value and interval; an undefined one says so and why (never a 0 or NaN)."""
+    from featx.stats.bootstrap import MIN_ROWS
+
+    if entry["value"] is None:
+        return f"undefined ({entry['undefined']})"
+    low, high = entry["ci"] or (float("nan"), float("nan"))
+    interval = (f"[{low:.4f}, {high:.4f}]" if low == low and high == high else
+                f"(no interval: {rows} rows are too few)" if rows < MIN_ROWS
+                else "(no interval: undefined on most resamples)")
+    return f"{entry['value']:.4f} {interval}"
 
 
 def cmd_keys(section: str | None = None) -> int:
@@ -145,20 +159,29 @@ def _summary(doc: str) -> str:
     return text.split(". ")[0].rstrip(".") + "."
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _global_flags(parser: argparse.ArgumentParser, default) -> None:
+    """--version, -q and -v, on the top-level parser (default False) and on every command's
+    (default SUPPRESS: a flag given before the command is kept, one given after it is added)."""
     from featx.version import __version__
 
+    parser.add_argument("--version", action="version", version=f"featx {__version__}")
+    parser.add_argument("-q", "--quiet", action="store_true", default=default,
+                        help="no progress bars (the one-line summaries stay)")
+    parser.add_argument("-v", "--verbose", action="store_true", default=default, help="debug messages too")
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="featx", description="Frozen encoder features vs fine-tuning, measured.")
-    parser.add_argument("--version", action="version", version=f"featx {__version__}")
-    parser.add_argument("-q", "--quiet", action="store_true",
-                        help="no progress bars (the one-line summaries stay)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug messages too")
+    _global_flags(parser, False)
+    flags = argparse.ArgumentParser(add_help=False)
+    _global_flags(flags, argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    keys = commands.add_parser("keys", help=_summary(cmd_keys.__doc__), description=cmd_keys.__doc__)
+    keys = commands.add_parser("keys", help=_summary(cmd_keys.__doc__), description=cmd_keys.__doc__,
+                               parents=[flags])
     keys.add_argument("section", nargs="?", help="data, model, extract, probe, finetune or pipeline")
     for name, fn in (COMMANDS | USE).items():
-        sub = commands.add_parser(name, help=_summary(fn.__doc__), description=fn.__doc__)
+        sub = commands.add_parser(name, help=_summary(fn.__doc__), description=fn.__doc__, parents=[flags])
         sub.add_argument("pipeline", help="pipeline TOML file, e.g. pipelines/trec.toml")
         if name == "predict":
             sub.add_argument("input", help="file of texts (CSV, TSV, JSONL, Parquet; labels optional), "
@@ -171,8 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
                                "(default: the verdict's best frozen configuration)")
             which.add_argument("--finetuned", action="store_true", help="the best fine-tuned model")
         if name == "predict":
-            sub.add_argument("--out", help="output file (.csv, .jsonl or .parquet; default "
-                             "data/predictions/<pipeline>.csv)")
+            from featx.serve.output import FORMAT_NAMES
+
+            sub.add_argument("--out", help="output file (.csv, .tsv, .jsonl or .parquet), or - for stdout "
+                             "(default data/predictions/<pipeline>.csv)")
+            sub.add_argument("--format", choices=FORMAT_NAMES, help="the output's format (default: by the "
+                             "--out suffix; csv on stdout)")
         sub.add_argument("overrides", nargs="*", metavar="section.key=value",
                          help="override pipeline values, e.g. data.max_rows=500")
     return parser
@@ -194,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "keys":
             return cmd_keys(args.section)
         overrides = list(args.overrides) + (["progress=false"] if args.quiet else [])
+        refuse_export(Path(args.pipeline), f"featx {args.command}")
         pipeline = load_pipeline(args.pipeline, overrides)
         if args.command in USE:
             USE[args.command](pipeline, args)

@@ -115,3 +115,59 @@ def test_overrides_after_a_flag(project, tmp_path, capsys):
                  "progress=false"]) == 0
     assert main(["predict", str(toml), str(texts), "--head", "mean@2/logistic", "finetune.seed=0",
                  "--out", str(tmp_path / "o.jsonl")]) == 0
+
+
+def test_global_flags_follow_the_command_too():
+    from featx.cli import COMMANDS, USE, build_parser
+
+    parser = build_parser()
+    for command in ["keys", *COMMANDS, *USE]:
+        args = ["keys"] if command == "keys" else [command, "p.toml"] + (["in.csv"] if command == "predict" else
+                                                                          ["out"] if command == "export" else [])
+        for flags, quiet, verbose in (([], False, False), (["-q"], True, False), (["-v", "--quiet"], True, True)):
+            for where in (flags + args, args + flags, args[:1] + flags + args[1:]):
+                parsed = parser.parse_args(where)
+                assert (parsed.quiet, parsed.verbose) == (quiet, verbose), where
+        before = parser.parse_args(["-q", *args, "-v"])  # one before, one after: both kept
+        assert before.quiet and before.verbose, command
+
+
+def test_report_takes_q_after_the_pipeline(project, tmp_path, capsys):
+    from featx.cli import main
+
+    toml = pipeline_toml(tmp_path, project)
+    assert main(["report", str(toml), "-q"]) == 0
+    assert main(["verify", str(toml), "-v", "-q"]) == 0
+    assert "datasets" in capsys.readouterr().out
+
+
+def test_predictions_on_stdout_are_the_table_alone(project, tmp_path, capsys):
+    import csv
+    import io
+
+    from featx.cli import main
+
+    toml = pipeline_toml(tmp_path, project)
+    labelled = write_rows(tmp_path / "in.csv", [{"id": "a", "text": "the cat sat", "label": "animal"},
+                                                {"id": "b", "text": "the pond", "label": "place"}])
+    assert main(["predict", str(toml), str(labelled), "--head", "mean@2/logistic", "--out", "-"]) == 0
+    captured = capsys.readouterr()
+    rows = list(csv.DictReader(io.StringIO(captured.out)))
+    assert [r["id"] for r in rows] == ["a", "b"] and "accuracy" in captured.err  # the scores on stderr
+    assert main(["predict", str(toml), str(labelled), "--out", "-", "--format", "jsonl", "-q"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    for out in ("/dev/stdout", str(tmp_path)):
+        assert main(["predict", str(toml), str(labelled), "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert "use --out -" in err and "is a folder" in err and "Traceback" not in err
+
+
+def test_an_export_folder_where_a_pipeline_goes_is_named(project, tmp_path, capsys):
+    from featx.cli import main
+    from featx.serve.export import export
+
+    folder = export(project, tmp_path / "exported", head="mean@2/logistic")
+    for command in (["predict", str(folder), "-"], ["extract", str(folder)], ["export", str(folder), "again"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert "written by featx export, not a pipeline file" in err and "featx.load_predictor(" in err, err

@@ -18,7 +18,8 @@ import shutil
 from pathlib import Path
 
 from featx.errors import FeatxError
-from featx.serve.manifest import MANIFEST, PARTIAL, Manifest, as_pipeline, check_sha256, checked_model, manifest_for
+from featx.serve.manifest import (MANIFEST, PARTIAL, Manifest, as_pipeline, check_sha256, checked_model,
+                                  config_labels, manifest_for)
 from featx.tasks import TASKS
 
 log = logging.getLogger("featx")
@@ -35,9 +36,9 @@ def export(pipeline, out_dir: str | Path, *, head: str | None = None, finetuned:
     when complete (a leftover partial folder is named so, and the next export replaces it). It
     carries only what featx itself loads safely: safetensors weights, the head as arrays and
     JSON, checked against its record before it is copied."""
-    pipeline = as_pipeline(pipeline)
+    pipeline = as_pipeline(pipeline, "featx export")
     manifest = manifest_for(pipeline, head, finetuned)
-    out = _export_target(Path(out_dir))
+    out = _export_target(Path(out_dir), pipeline, manifest)
     head_bytes = None
     if manifest.kind == "frozen":
         from featx.runs.headfiles import read_head
@@ -72,11 +73,14 @@ def export(pipeline, out_dir: str | Path, *, head: str | None = None, finetuned:
     return out
 
 
-def _export_target(out: Path) -> Path:
-    """The export folder, refused before any work when it cannot be one: a file, a link, a
-    folder with files in it, or a place that cannot be written."""
+def _export_target(out: Path, pipeline, manifest: Manifest) -> Path:
+    """The export folder, refused before any work when it cannot be one: one of the pipeline's
+    inputs or inside one (the model folder, the data directory), a file, a link, a folder with
+    files in it, or a place that cannot be written."""
     from featx.files import refuse_link, writable_dir
+    from featx.serve.output import pipeline_inputs, refuse_inputs
 
+    refuse_inputs(out, pipeline_inputs(pipeline, manifest), "the export folder")
     refuse_link(out, "where featx would export")
     if out.exists():
         if not out.is_dir():
@@ -179,10 +183,9 @@ def _classifier_config(m: Manifest, model_path):
                          f"{config.model_type}'s standard sequence classifier has a head of its own. "
                          "Fine-tune with finetune.head_input = \"model\" to export it, or use "
                          "featx.load_predictor on the pipeline")
-    names = list(m.label_names)
-    config.num_labels = ML.n_outputs(m.task, len(names))
+    config.num_labels = ML.n_outputs(m.task, len(m.label_names))
     config.problem_type = TASKS[m.task].problem_type
-    labels = ["0", "1"] if config.num_labels == 2 and len(names) != 2 else names
+    labels = config_labels(m.task, m.label_names)  # what a reader checks them against (exported.py)
     config.id2label = {i: str(name) for i, name in enumerate(labels)}
     config.label2id = {str(name): i for i, name in enumerate(labels)}
     return config

@@ -1,13 +1,13 @@
 """What a predictor needs (`Manifest`), from a pipeline or from an export: `manifest_for` reads
 the pipeline's current cache and picks its record (the verdict's frozen configuration, a named
-head, or the best fine-tune); `read_manifest` reads an export's featx-predictor.json and trusts
-nothing in it. `checked_model` and `check_sha256` refuse files that are not the ones a manifest
-names. Running the model is featx.serve.predict's; writing an export is featx.serve.export's.
+head, or the best fine-tune). `checked_model` and `check_sha256` refuse files that are not the
+ones a manifest names. Reading an export's manifest back is featx.serve.exported's; running the
+model featx.serve.predict's; writing an export featx.serve.export's.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,93 +70,13 @@ class Manifest:
     """The record's test metrics, for the user's reference."""
 
 
-def read_manifest(folder: Path) -> Manifest:
-    """An export's manifest, its paths resolved against the folder (exports can move). An export
-    is a file someone handed over: its fields are checked, its paths must stay inside the
-    folder, and its backbone loads from safetensors only."""
-    from featx.files import loads_json
-
-    path = folder / MANIFEST
-    if folder.name.endswith(PARTIAL):
-        raise FeatxError(f"{folder} is a partial export (an export was interrupted there); export again")
-    if not path.is_file():
-        raise FeatxError(f"{folder} is not a featx export (no {MANIFEST}); give a pipeline file or "
-                         "a folder written by featx export")
-    try:
-        raw = loads_json(path.read_text())
-        if not isinstance(raw, dict):
-            raise TypeError("not a JSON object")
-        fields = {f.name for f in dataclasses.fields(Manifest)}
-        manifest = Manifest(**{k: v for k, v in raw.items() if k in fields})
-        _check_manifest(manifest)
-    except (ValueError, TypeError, OSError) as exc:
-        raise FeatxError(f"{path} is not a valid featx manifest ({str(exc)[:200]}); export again") from None
-    inside = folder.resolve()
-
-    def place(p):
-        if p is None:
-            return None
-        resolved = (folder / p).resolve()
-        if resolved != inside and inside not in resolved.parents:
-            raise FeatxError(f"{path} names {str(p)[:100]!r}, outside the export folder; export again")
-        return str(resolved)
-    return dataclasses.replace(manifest, model_path=place(manifest.model_path),
-                               head_file=place(manifest.head_file), checkpoint=place(manifest.checkpoint),
-                               label_names=tuple(manifest.label_names), layers=tuple(manifest.layers),
-                               allow_pickle=False)
-
-
-def _check_manifest(m: Manifest) -> None:
-    """The types every field must have (a TypeError names the first that does not)."""
-    from featx.config.pipeline import ATTENTIONS, HEAD_INPUT_NAMES, PAIR_FEATURES, POOLING_NAMES
-    from featx.tasks import TASKS as REGISTRY
-
-    def need(ok: bool, what: str):
-        if not ok:
-            raise TypeError(what)
-    need(m.kind in ("frozen", "finetuned"), "kind is neither frozen nor finetuned")
-    need(m.task in REGISTRY, f"task is not one of {', '.join(REGISTRY)}")
-    need(isinstance(m.label_names, list) and m.label_names and all(isinstance(n, str) for n in m.label_names),
-         "label_names is not a list of names")
-    need(isinstance(m.layers, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in m.layers),
-         "layers is not a list of indices")
-    # A fine-tune's pooling is its head input ("model": the architecture's own head, the default).
-    need(m.pooling in POOLING_NAMES + ("text",) + (HEAD_INPUT_NAMES if m.kind == "finetuned" else ()), "pooling is not a pooling")
-    for name in ("features", "head", "model_path", "model_fingerprint", "init", "compute_dtype", "store_dtype"):
-        need(isinstance(getattr(m, name), str), f"{name} is not a string")
-    need(m.store_dtype in ("float16", "float32"), "store_dtype is not float16 or float32")
-    need(m.compute_dtype in RESOLVED_DTYPE_NAMES, f"compute_dtype is not one of {', '.join(RESOLVED_DTYPE_NAMES)}")
-    need(len(set(m.label_names)) == len(m.label_names), "label_names names a label twice")
-    need(isinstance(m.max_length, int) and m.max_length >= 2, "max_length is not a length")
-    need(isinstance(m.threshold, (int, float)) and 0 <= m.threshold <= 1, "threshold is not in [0, 1]")
-    need(isinstance(m.text_pair, bool), "text_pair is not true or false")
-    if m.kind == "frozen":
-        need(isinstance(m.head_file, str) and isinstance(m.head_sha256, str), "a frozen export names no head and its sha256")
-    need(not str(m.head_file).endswith(".joblib"), "its head is a joblib pickle of an older featx, which "
-         "featx no longer loads (a pickle runs code)")
-    need(m.head_binding is None or isinstance(m.head_binding, dict), "head_binding is not an object")
-    need(m.checkpoint is None, "an export carries its weights as a Hugging Face folder, not a checkpoint")
-    need(m.target_scaler is None or _scaler_of(m), "target_scaler is not a mean and a positive std per target")
-    need(m.combine in PAIR_FEATURES, f"combine is not one of {', '.join(PAIR_FEATURES)}")
-    need(m.prompt is None or isinstance(m.prompt, str), "prompt is not a string")
-    need(m.attention in ATTENTIONS, f"attention is not one of {', '.join(ATTENTIONS)}")
-    need(m.head_input is None or m.head_input in HEAD_INPUT_NAMES, f"head_input is not one of {', '.join(HEAD_INPUT_NAMES)}")
-
-
-def _scaler_of(m: Manifest) -> bool:
-    """Whether the manifest's target_scaler is one a regression export keeps (featx/serve/export.py):
-    finite means and positive finite stds, one per target."""
-    import math
-
+def config_labels(task: str, label_names) -> list[str]:
+    """The labels an exported fine-tune's config.json names (id2label, in output order): the
+    label names, one per output (binary: its two classes)."""
     from featx.tasks import TASKS
 
-    scaler = m.target_scaler
-    if not TASKS[m.task].regression or not isinstance(scaler, dict) or set(scaler) != {"mean", "std"}:
-        return False
-    mean, std = scaler["mean"], scaler["std"]
-    numbers = lambda v: isinstance(v, list) and len(v) == len(m.label_names) and all(  # noqa: E731
-        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v)
-    return numbers(mean) and numbers(std) and all(x > 0 for x in std)
+    names = [str(name) for name in label_names]
+    return ["0", "1"] if TASKS[task].n_outputs(len(names)) == 2 and len(names) != 2 else names
 
 
 def checked_model(m: Manifest):
@@ -173,8 +93,13 @@ def checked_model(m: Manifest):
 
 
 def check_sha256(path: Path, expected: str | None) -> None:
+    """`path` is the file its record names: a regular file (checked before it is opened: a FIFO
+    would block the read forever) whose sha256 is `expected`."""
     import hashlib
 
+    from featx.files import regular_file
+
+    regular_file(path, "the fine-tuned weights")
     with open(path, "rb") as f:
         found = hashlib.file_digest(f, "sha256").hexdigest()
     if found != expected:
@@ -186,12 +111,24 @@ def check_sha256(path: Path, expected: str | None) -> None:
 # Choosing the record to predict with
 
 
-def as_pipeline(pipeline):
-    """A pipeline given as a TOML path or a `Pipeline`, as a `Pipeline`."""
+def as_pipeline(pipeline, command: str):
+    """A pipeline given as a TOML path or a `Pipeline`, as a `Pipeline`; an export folder is
+    refused with how to open one (`command` names what was asked of it)."""
     from featx.config.pipeline import Pipeline
     from featx.config.load import load_pipeline
 
+    if not isinstance(pipeline, Pipeline):
+        refuse_export(Path(pipeline), command)
     return pipeline if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
+
+
+def refuse_export(path: Path, command: str) -> None:
+    """An export folder where a pipeline file is expected is named as one: `command` reads a
+    pipeline's cache and records, which an export does not carry."""
+    if path.is_dir() and (os.path.lexists(path / MANIFEST) or path.name.endswith(PARTIAL)):
+        raise FeatxError(f"{str(path)!r} is a folder written by featx export, not a pipeline file: {command} "
+                         "takes the pipeline file the export was made from. An export predicts in Python: "
+                         f"featx.load_predictor({str(path)!r}).predict(texts)")
 
 
 def manifest_for(pipeline, head: str | None, finetuned: bool) -> Manifest:
@@ -257,9 +194,12 @@ def _finetuned_manifest(pipeline, directory: Path, record: Record, common: dict)
     checkpoint = checkpoint_path(directory, record)
     source = pipeline.source or "<pipeline>"
     # Weights named by a record are taken from this run's folder only, and only as written.
-    if not checkpoint.resolve().is_relative_to(directory.resolve()) or not checkpoint.is_file():
+    if not checkpoint.resolve().is_relative_to(directory.resolve()) or not os.path.exists(checkpoint):
         raise FeatxError(f"the fine-tuned weights {checkpoint} are gone (or not under {directory}); "
                          f"rerun featx finetune {source}")
+    if not checkpoint.is_file():  # a FIFO or a device: reading it would block or never end
+        raise FeatxError(f"the fine-tuned weights {checkpoint} are not a regular file; remove it and rerun "
+                         f"featx finetune {source}")
     if not isinstance(record.checkpoint_sha256, str):
         raise FeatxError(f"the fine-tune record of {checkpoint} names no sha256 of its weights (an "
                          f"older featx wrote it); rerun featx finetune {source}")

@@ -4,17 +4,21 @@ the exact backbone the cache was built from.
     featx predict pipelines/trec.toml new.csv              # the verdict's frozen configuration
     featx predict pipelines/trec.toml new.csv --head mean@5/logistic
     featx predict pipelines/trec.toml new.csv --finetuned
+    featx predict pipelines/trec.toml - --out - < lines.txt   # stdin to stdout
 
 A frozen prediction recomputes only the pooling and layers its head reads, with the
 extractor's own batching, rounds them to the cache's stored dtype (so the head sees what it
 was fitted on), and applies the head: rebuilt from arrays and JSON (never unpickled), and only
-when it is the head its record names (sha256, and the record it was fitted for). Which record
-and files a predictor uses is featx.serve.manifest's; `embed` is featx.serve.embedding's, exports featx.serve.export's.
+when it is the head its record names (sha256, and the record it was fitted for), and reads the
+features and scores the labels its manifest names. Which record and files a predictor uses is
+featx.serve.manifest's; where predictions go, featx.serve.output's; `embed` is
+featx.serve.embedding's; exports featx.serve.export's, and reading one back featx.serve.exported's.
 """
 from __future__ import annotations
 
-import json
+import io
 import logging
+import sys
 import time
 from pathlib import Path
 
@@ -23,7 +27,7 @@ import numpy as np
 from featx.stats import metrics as M
 from featx.serve.embedding import Backbone, texts_and_pairs
 from featx.errors import FeatxError, shown
-from featx.serve.manifest import Manifest, as_pipeline, check_sha256, checked_model, manifest_for, read_manifest
+from featx.serve.manifest import Manifest, as_pipeline, check_sha256, checked_model, manifest_for
 from featx.tasks import TASKS
 
 log = logging.getLogger("featx")
@@ -133,12 +137,7 @@ class Predictor:
             _check_frozen_manifest(m)
             head = load_head(m.head_file, sha256=m.head_sha256, binding=m.head_binding,
                              **({"source": self.source} if self.source else {}))
-            classes = getattr(head[-1] if hasattr(head, "steps") else head, "classes_", None)
-            if TASKS[m.task].classes and classes is not None and (
-                    len(classes) and (np.min(classes) < 0 or np.max(classes) >= len(m.label_names))):
-                raise FeatxError(f"the head predicts {len(classes)} classes up to index {int(np.max(classes))}, "
-                                 f"but the manifest names {len(m.label_names)} labels: the manifest was edited "
-                                 "or belongs to another head; export again")
+            _check_head_shape(head, m)
             self._head = head
         return self._head
 
@@ -183,8 +182,7 @@ class Predictor:
             from safetensors.torch import load_model
 
             resolved = checked_model(m)
-            if m.checkpoint is None:  # an exported Hugging Face folder: its own class, trained head included
-                _check_trained_head(resolved.path)
+            if m.checkpoint is None:  # an exported Hugging Face folder, checked when it was read (exported.py)
                 spec = ML.ModelSpec(resolved, m.task, len(m.label_names), ML.MODEL_HEAD)
             else:
                 spec = ML.ModelSpec(resolved, m.task, len(m.label_names), m.head_input, init=m.init,
@@ -209,32 +207,6 @@ class Predictor:
         return ML.scores_from_logits(m.task, logits, scaler)
 
 
-def _check_trained_head(folder) -> None:
-    """An exported fine-tune's weights hold its classification head: without it (a frozen
-    export's folder called "finetuned") the class would start a new, random head and predict
-    noise without a word."""
-    from safetensors import safe_open
-
-    folder = Path(folder)
-    config = folder / "config.json"
-    try:
-        architectures = json.loads(config.read_text()).get("architectures") or []
-    except (OSError, ValueError):
-        architectures = []
-    keys = []
-    for file in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(file), "pt") as weights:
-            keys += list(weights.keys())
-    if not any(a.endswith("ForSequenceClassification") for a in architectures) or not any(
-            # the heads' names across architectures: BERT's classifier, GPT-2's score, BART's
-            # classification_head, XLNet's logits_proj
-            any(name in k for name in ("classifier", "score", "classification_head", "logits_proj")) for k in keys):
-        raise FeatxError(f"{folder} holds no trained sequence-classification head (config.json's "
-                         f"architectures: {architectures or 'none'}): it is not a fine-tuned export, and "
-                         "its head would be new and random. Export the fine-tune again (featx export "
-                         "... --finetuned)")
-
-
 def _check_frozen_manifest(m: Manifest) -> None:
     """A frozen configuration's manifest must agree with the head file it names: the binding the
     head was saved with names its features, head and task, and the manifest's pooling, layers
@@ -256,6 +228,48 @@ def _check_frozen_manifest(m: Manifest) -> None:
     if differ:
         raise FeatxError(f"the manifest disagrees with its head: {'; '.join(differ)}. It was edited or "
                          "belongs to another export; export again")
+
+
+def _check_head_shape(head, m: Manifest) -> None:
+    """The head reads as many features as the manifest's pooling, layers and pair combination
+    make, and scores the labels the manifest names (a class index within them; one column per
+    label or target): a head and a manifest of two configurations would crash on the first
+    text, or put scores under the wrong names."""
+    from featx.heads import registry as H
+
+    edited = "the manifest was edited or belongs to another head; export again"
+    classes = getattr(head[-1] if hasattr(head, "steps") else head, "classes_", None)
+    if TASKS[m.task].classes and classes is not None and (
+            len(classes) and (np.min(classes) < 0 or np.max(classes) >= len(m.label_names))):
+        raise FeatxError(f"the head predicts {len(classes)} classes up to index {int(np.max(classes))}, "
+                         f"but the manifest names {len(m.label_names)} labels: {edited}")
+    width = getattr(head, "n_features_in_", None)
+    if m.pooling == "text" or not isinstance(width, (int, np.integer)):
+        return  # a baseline on the texts, or a head that does not say what it reads
+    expected = _feature_width(m)
+    if expected is not None and expected != width:
+        raise FeatxError(f"the head reads {width} features, and the manifest's {m.features} (pooling "
+                         f"{m.pooling!r}, layers {list(m.layers)}, combine {m.combine!r}) makes {expected}: {edited}")
+    if not TASKS[m.task].classes:
+        columns = H.predict_scores(head, np.zeros((1, width), np.float32), m.task, len(m.label_names)).shape[1]
+        if columns != len(m.label_names):
+            raise FeatxError(f"the head scores {columns} labels or targets, and the manifest names "
+                             f"{len(m.label_names)} ({', '.join(m.label_names)}): {edited}")
+
+
+def _feature_width(m: Manifest) -> int | None:
+    """The width of the features the manifest's configuration makes; None where it depends on
+    more than the backbone's hidden size (a sentence-transformers model's own modules)."""
+    from featx.backbone import resolve as R
+    from featx.heads.pairs import combine
+    from featx.serve.exported import config_json
+
+    if m.pooling == "sentence":
+        return None
+    one = len(m.layers) * R.hidden_size(config_json(Path(m.model_path)))  # each text's (L * H)
+    if m.combine == "joint":
+        return one
+    return combine(m.combine, np.zeros((1, one), np.float32), np.zeros((1, one), np.float32)).shape[1]
 
 
 def _runnable_dtype(compute_dtype: str, device: str) -> str:
@@ -283,8 +297,16 @@ def load_predictor(pipeline, head: str | None = None, *, finetuned: bool = False
         raise FeatxError(f"finetuned must be True or False, got {shown(finetuned)}")
     path = Path(pipeline) if isinstance(pipeline, (str, Path)) else None
     if path is not None and path.is_dir():  # a folder never allows a model's own code to run
-        return Predictor(read_manifest(path), device=device)
-    pipeline = as_pipeline(pipeline)
+        from featx.serve.exported import read_export
+
+        if head is not None or finetuned:
+            raise FeatxError(f"{path} is an export, which holds one configuration: head and finetuned "
+                             "choose among a pipeline's records; load the folder without them")
+        predictor = Predictor(read_export(path), device=device)
+        if predictor.manifest.kind == "frozen":
+            predictor._load_head()  # the head against the manifest, now rather than at the first text
+        return predictor
+    pipeline = as_pipeline(pipeline, "load_predictor")
     return Predictor(manifest_for(pipeline, head, finetuned), device=device,
                      trust_remote_code=pipeline.model.trust_remote_code, source=pipeline.source)
 
@@ -293,25 +315,26 @@ def load_predictor(pipeline, head: str | None = None, *, finetuned: bool = False
 # featx predict
 
 
-OUTPUT_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl",
-                  ".parquet": "parquet", ".pq": "parquet"}
-
-
 def predict_file(pipeline, source: str, *, head: str | None = None, finetuned: bool = False,
-                 out: str | Path | None = None) -> dict:
+                 out: str | Path | None = None, format: str | None = None) -> dict:
     """Predict every row of `source` (any format featx reads; "-" for stdin), write the
-    predictions (CSV, or TSV / JSONL / Parquet by suffix) in input order; score them when the
-    input has labels. Returns {"out": path, "rows": n, "truncated": k, "metrics": {...} or None}."""
+    predictions in input order to `out` ("-" for stdout) as CSV, or TSV / JSONL / Parquet by
+    `format` or the suffix; score them when the input has labels. Returns {"out": the path or
+    "-", "rows": n, "truncated": k, "metrics": {name: {value, ci, undefined}} or None}."""
     from featx.data import read_inputs
+    from featx.serve.output import check_output, write_table
 
-    pipeline = as_pipeline(pipeline)
-    out = Path(out) if out else pipeline.root / "predictions" / f"{pipeline.name}.csv"
-    _check_output(out, pipeline, source)  # before any work: an unwritable --out must not cost the embedding
+    pipeline = as_pipeline(pipeline, "featx predict")
     manifest = manifest_for(pipeline, head, finetuned)
+    # Before any row is embedded: an output that cannot be written, or would replace an input.
+    output = check_output(out or pipeline.root / "predictions" / f"{pipeline.name}.csv", format, pipeline,
+                          source, manifest)
     predictor = Predictor(manifest, device=pipeline.extract.device,
                           trust_remote_code=pipeline.model.trust_remote_code, source=pipeline.source)
     if manifest.kind == "frozen":
         predictor._load_head()  # a head that is not its record's is refused before any row is read
+    if source == "-":
+        _universal_newlines(sys.stdin)
     inputs = read_inputs(pipeline.data, source, task=manifest.task, label_names=manifest.label_names,
                          pairs=manifest.text_pair)
     start = time.perf_counter()
@@ -320,51 +343,40 @@ def predict_file(pipeline, source: str, *, head: str | None = None, finetuned: b
     if predictor.truncated_:
         log.warning("%d of %d texts were truncated at max_length=%d (as in extraction)",
                     predictor.truncated_, len(inputs.texts), manifest.max_length)
-    table = _table(inputs, predictor, scores)
-    _write(out, table, label_sep=pipeline.data.label_sep or ",")
-    metrics = None
-    if inputs.labels is not None:
-        from featx.stats import bootstrap
-
-        metrics = M.evaluate(manifest.task, inputs.labels, scores, manifest.threshold)
-        metrics_ci = bootstrap.intervals(manifest.task, inputs.labels, scores[None], manifest.threshold)
-        metrics = {k: {"value": v, "ci": metrics_ci.get(k)} for k, v in metrics.items()}
+    write_table(output, _table(inputs, predictor, scores), label_sep=pipeline.data.label_sep or ",")
+    metrics = None if inputs.labels is None else _scored(manifest, inputs.labels, scores)
     log.info("predicted %d rows with %s/%s (%s) in %.1f s (%.0f texts/s); wrote %s", len(inputs.texts),
-             manifest.features, manifest.head, manifest.kind, seconds, len(inputs.texts) / max(seconds, 1e-9), out)
-    return {"out": out, "rows": len(inputs.texts), "truncated": predictor.truncated_,
+             manifest.features, manifest.head, manifest.kind, seconds, len(inputs.texts) / max(seconds, 1e-9), output)
+    return {"out": output.path or "-", "rows": len(inputs.texts), "truncated": predictor.truncated_,
             "metrics": metrics, "predictor": repr(predictor), "seconds": seconds}
 
 
-def _check_output(out: Path, pipeline, source: str) -> None:
-    """The output's format from its suffix (an unknown one is refused, not written as CSV under
-    another name), and its folder writable: both before a row is embedded. Never the input
-    itself, nor a file of featx's own (a record, a cache): writing there would lose data."""
-    from featx.files import refuse_link, writable_dir
+def _universal_newlines(stream) -> None:
+    """Lines of stdin end at \n, \r\n or \r (Python's universal newlines): a file saved on
+    Windows must not leave a \r at the end of every text. A stream already read from (or one
+    that cannot be reconfigured) is left as it is."""
+    try:
+        stream.reconfigure(newline=None)
+    except (AttributeError, io.UnsupportedOperation):
+        pass
 
-    target = out.resolve()
-    if source != "-" and Path(source).resolve() == target:
-        raise FeatxError(f"--out {str(out)!r} is the input file: the predictions would replace the rows "
-                         "they were made from; choose another file")
-    for own in (pipeline.cache_dir, pipeline.runs_dir, pipeline.reports_dir):
-        if own.resolve() in target.parents:
-            raise FeatxError(f"--out {str(out)!r} is inside {own}, where featx keeps its own files; "
-                             "choose another place (the default is the data directory's predictions/)")
 
-    if out.is_dir():
-        raise FeatxError(f"--out {str(out)!r} is a folder; give a file name (e.g. {str(out / 'predictions.csv')!r})")
-    if out.suffix.lower() not in OUTPUT_FORMATS:
-        raise FeatxError(f"--out {str(out)!r}: featx writes predictions as "
-                         f"{', '.join(sorted(OUTPUT_FORMATS))}, chosen by the suffix; "
-                         f"{out.suffix or 'no suffix'} is none of them")
-    if out.suffix.lower() in (".parquet", ".pq"):
-        try:
-            import pandas  # noqa: F401
-            import pyarrow  # noqa: F401
-        except ImportError:
-            raise FeatxError("Parquet output needs pandas and pyarrow; write .csv or .jsonl") from None
-    refuse_link(out, "where featx would write the predictions")
-    root = pipeline.root if out.parent.resolve() == (pipeline.root / "predictions").resolve() else None
-    writable_dir(out.parent, "the output folder", root=root)
+def _scored(m: Manifest, labels: np.ndarray, scores: np.ndarray) -> dict[str, dict]:
+    """Every metric of the task on the input's labels, with its 95% bootstrap interval; a metric
+    undefined on these rows (one class, a constant target: scikit-learn's convention gives 0 or
+    NaN) has no value, and `undefined` says why."""
+    import math
+
+    from featx.stats import bootstrap
+
+    values = M.evaluate(m.task, labels, scores, m.threshold)
+    intervals = bootstrap.intervals(m.task, labels, scores[None], m.threshold)
+    scored = {}
+    for name, value in values.items():
+        reason = M.undefined(m.task, name, labels, list(m.label_names))
+        why = f"the input {reason}" if reason else None if math.isfinite(value) else "not a number on these rows"
+        scored[name] = {"value": None if why else value, "ci": None if why else intervals.get(name), "undefined": why}
+    return scored
 
 
 def _table(inputs, predictor: Predictor, scores: np.ndarray) -> dict[str, list]:
@@ -389,34 +401,3 @@ def _table(inputs, predictor: Predictor, scores: np.ndarray) -> dict[str, list]:
         table["label"] = (task.decode(inputs.labels.astype(float), names) if task.thresholded
                           else [names[i] for i in inputs.labels])
     return table
-
-
-def _write(path: Path, table: dict[str, list], label_sep: str = ",") -> None:
-    """JSONL and Parquet keep a multilabel row's labels as a list; CSV and TSV join them with
-    the pipeline's data.label_sep (default ","), the form featx reads them back in."""
-    import csv
-
-    from featx.files import atomic_write
-
-    kind = OUTPUT_FORMATS[path.suffix.lower()]
-    columns = list(table)
-    n = len(table["id"])
-
-    def jsonl(tmp: Path) -> None:
-        with open(tmp, "w", encoding="utf-8") as f:
-            for i in range(n):
-                f.write(json.dumps({c: table[c][i] for c in columns}, ensure_ascii=False) + "\n")
-
-    def parquet(tmp: Path) -> None:
-        import pandas as pd
-
-        pd.DataFrame(table).to_parquet(tmp, index=False)
-
-    def delimited(tmp: Path) -> None:
-        joined = lambda cell: label_sep.join(cell) if isinstance(cell, list) else cell  # noqa: E731
-        with open(tmp, "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f, delimiter="\t" if kind == "tsv" else ",")
-            writer.writerow(columns)
-            writer.writerows([joined(cell) for cell in row] for row in zip(*(table[c] for c in columns)))
-
-    atomic_write(path, {"jsonl": jsonl, "parquet": parquet, "csv": delimited, "tsv": delimited}[kind])

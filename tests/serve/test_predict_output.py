@@ -50,9 +50,9 @@ def test_predictions_never_overwrite_the_input_or_featx_files(project, tmp_path)
     data = tmp_path / "in.csv"
     shutil.copy(project.data.path, data)
     before = data.read_bytes()
-    refused("is the input file", predict_file, project, str(data), out=data)
+    refused("is predict's input file", predict_file, project, str(data), out=data)
     record, _ = probe_record(project)
-    refused("where featx keeps its own files", predict_file, project, str(data), out=record)
+    refused("is inside the data directory, where featx keeps its cache", predict_file, project, str(data), out=record)
     assert data.read_bytes() == before and json.loads(record.read_text())["stage"] == "probe"
 
 

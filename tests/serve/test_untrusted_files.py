@@ -23,8 +23,7 @@ def test_a_pickled_head_in_an_export_runs_no_code(project, tmp_path):
     (folder / manifest["head_file"]).write_bytes(payload)  # whoever crafts the folder writes the hash too
     (folder / (manifest["head_file"] + ".sha256")).write_text(json.dumps({"sha256": sha(payload)}))
     (folder / "featx-predictor.json").write_text(json.dumps(manifest | {"head_sha256": sha(payload)}))
-    predictor = load_predictor(folder)
-    refused("is a pickle", predictor.predict, ["the cat sat"])
+    refused("is a pickle", load_predictor, folder)  # the head is loaded with the predictor
     joblib_named = manifest | {"head_file": "head.joblib", "head_sha256": sha(payload)}
     (folder / "head.joblib").write_bytes(payload)
     (folder / "featx-predictor.json").write_text(json.dumps(joblib_named))
