@@ -109,7 +109,7 @@ def open_nofollow(path: Path, flags: int, mode: int = 0o666) -> int:
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
         os.close(fd)
-        raise FeatxError(f"{path} is {_kind(info)}, not a file featx made; featx writes only its own "
+        raise FeatxError(f"{path} is {kind_of(info)}, not a file featx made; featx writes only its own "
                          f"files (a link or a special file there could make it write elsewhere): remove "
                          f"it (rm {str(path)!r}) and rerun")
     os.set_blocking(fd, True)
@@ -147,7 +147,7 @@ def exclusive(lock_path: Path, what: str, fix: str):
         os.close(fd)  # releases the flock
 
 
-def _kind(info: os.stat_result) -> str:
+def kind_of(info: os.stat_result) -> str:
     """What a non-regular file is, in words (or a regular one with other names)."""
     for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
                        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
@@ -173,7 +173,7 @@ def regular_file(path: Path, what: str = "a file featx reads") -> os.stat_result
     except OSError as exc:
         raise FeatxError(f"{path} cannot be read ({exc.strerror}); {what}") from None
     if not stat.S_ISREG(info.st_mode):
-        raise FeatxError(f"{path} is {_kind(info)} where {what} should be a regular file; replace it "
+        raise FeatxError(f"{path} is {kind_of(info)} where {what} should be a regular file; replace it "
                          "with the file (or remove the folder it is in) and rerun")
     return info
 
@@ -189,7 +189,7 @@ def read_bytes(path: Path, what: str = "a file featx reads", limit: int = READ_L
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise FeatxError(f"{path} is {_kind(info)} where {what} should be a regular file; replace "
+            raise FeatxError(f"{path} is {kind_of(info)} where {what} should be a regular file; replace "
                              "it and rerun")
         if info.st_size > limit:
             raise FeatxError(f"{path} holds {info.st_size:,} bytes, more than {what} ever does "

@@ -13,6 +13,7 @@ import filecmp
 import hashlib
 import json
 import logging
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -392,7 +393,8 @@ def read_inputs(cfg, path: str, *, task: str, label_names, pairs: bool) -> Input
         if pairs:
             raise FeatxError("this pipeline classifies text pairs; stdin gives single texts: pass "
                              "a file with both columns")
-        texts = [line.rstrip("\n") for line in sys.stdin if line.strip()]
+        # Lines end at \n, \r\n or \r, whatever the stream's own newline setting.
+        texts = [t for t in re.split(r"\r\n|\r|\n", sys.stdin.read()) if t.strip()]
         src = InMemory(Path("<stdin>"), ["text"], [{"text": t} for t in texts], list(range(1, len(texts) + 1)))
         cfg = dataclasses.replace(cfg, text="text", text_pair=None, id=None)
     else:

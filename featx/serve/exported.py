@@ -45,7 +45,7 @@ def check_files(folder: Path) -> None:
     """Every entry below `folder` is a regular file (or a link to one) or a folder (not a link
     to one, which would take the reader elsewhere), and there are at most MAX_ENTRIES."""
     from featx.files import READ_LIMIT
-    from featx.serve.output import kind_of
+    from featx.files import kind_of
 
     count = 0
     for root, folders, files in os.walk(folder):  # a link to a folder is listed, never entered

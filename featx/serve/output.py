@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from featx.errors import FeatxError, check_choice
+from featx.files import kind_of
 
 OUTPUT_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl",
                   ".parquet": "parquet", ".pq": "parquet"}
@@ -88,15 +89,6 @@ def _refuse_special(out: Path) -> None:
         kind = "a name of a process's stream" if stream else kind_of(info)
         raise FeatxError(f"--out {str(out)!r} is {kind}, not a regular file: featx writes predictions "
                          "to a file (whole, then renamed into place); to write them to stdout, use --out -")
-
-
-def kind_of(info: os.stat_result) -> str:
-    """What a file that is neither a regular file nor a folder is, in words."""
-    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(info.st_mode):
-            return name
-    return "a special file"
 
 
 # ---------------------------------------------------------------------------------------------
