@@ -2,5 +2,5 @@
 (`schema`), writing it with a lock (`writer`), reading it (`reader`: `Cache`, torch-free), the
 extraction's forward loop (`extract`) and its torchrun shards (`distributed`).
 
-Imports: top, config, data, backbone. Only `extract` and `distributed` import torch.
+Imports: top, config, data, backbone, stats. Only `extract` and `distributed` import torch.
 """

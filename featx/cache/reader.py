@@ -17,6 +17,7 @@ from featx.cache.schema import (SINGLES, attrs_crc32, check_compatible, check_me
                                decode_attr, partial_path)
 from featx.config.pipeline import resolve_layers
 from featx.errors import FeatxError
+from featx.stats.duplicates import row_groups
 from featx.files import regular_file
 from featx.tasks import TASKS
 
@@ -163,6 +164,12 @@ class Cache:
 
     def text_pairs(self, split: str) -> np.ndarray | None:
         return self._verify(split, "text_pair").asstr()[...] if "text_pair" in self._group(split) else None
+
+    def row_groups(self, split: str) -> np.ndarray:
+        """(n,) int64: each row's group, numbered in the order the groups first appear; the rows of
+        a group repeat one text (and pair) as the tokenizer sees it
+        (`featx.stats.duplicates.text_key`), and the bootstrap draws them as one row."""
+        return row_groups(self.texts(split), self.text_pairs(split))
 
     def labels(self, split: str) -> np.ndarray:
         labels = self._verify(split, "labels")[...]

@@ -38,6 +38,7 @@ import numpy as np
 from featx.data import Split
 from featx.errors import FeatxError
 from featx.files import loads_json, utc_now
+from featx.stats.duplicates import SAME_TEXT, text_key
 from featx.tasks import TASKS
 from featx.version import __version__
 
@@ -251,14 +252,20 @@ def _split_datasets(group: h5py.Group, split: Split, spec: CacheSpec, hidden: in
 
 def _record_in_train(file: h5py.File, held: dict[str, np.ndarray], in_train: np.ndarray) -> None:
     """The `in_train` attribute: per held split, how many of its rows have a text (or pair) whose
-    hash `in_train` holds, that is one train holds too; a warning names them when there are any."""
+    hash `in_train` holds, that is one train holds too; a warning names them when there are any,
+    and another the rows of a held split that repeat another of its rows."""
     shared = {split: int(np.isin(h, in_train).sum()) for split, h in held.items()}
     file.attrs["in_train"] = encode_attr(shared)
+    log = logging.getLogger("featx")
     if any(shared.values()):
-        logging.getLogger("featx").warning(
-            "%s have a text train holds too (the same text up to case and surrounding spaces): "
-            "scores there reward memorising train; the report says so", " and ".join(
-                f"{k:,} of the {len(held[s]):,} {s} rows" for s, k in shared.items() if k))
+        log.warning("%s have a text train holds too (%s): scores there reward memorising train; the "
+                    "report says so", " and ".join(f"{k:,} of the {len(held[s]):,} {s} rows"
+                                                   for s, k in shared.items() if k), SAME_TEXT)
+    repeated = {split: len(h) - len(np.unique(h)) for split, h in held.items()}
+    if any(repeated.values()):
+        log.warning("%s repeat another row of their split (%s): the report's intervals resample the "
+                    "distinct rows", " and ".join(f"{k:,} of the {len(held[s]):,} {s} rows"
+                                                  for s, k in repeated.items() if k), SAME_TEXT)
 
 
 def _create_singles(file: h5py.File, singles: Split, spec: CacheSpec, hidden: int, dcpl, *,
@@ -284,7 +291,7 @@ def _strings(group: h5py.Group, name: str, values) -> None:
 
 def _texts(group: h5py.Group, split: Split, hashed=None) -> None:
     """A split's `text` (and `text_pair`) datasets, as `_strings` writes them; `hashed(keys)`
-    gets each block's rows as int64 hashes of their text (and pair), stripped and lowercased
+    gets each block's rows as int64 hashes of their text (and pair) as `text_key` gives it
     (this process's hashes: compared within it)."""
     columns = {"text": split.texts} | ({"text_pair": split.text_pairs} if split.text_pairs is not None else {})
     _string_columns(group, columns, hashed)
@@ -302,7 +309,7 @@ def _string_columns(group: h5py.Group, columns: dict, hashed=None) -> None:
             sets[name][start:start + len(block)] = np.array(block, dtype=object)
             crcs[name] = strings_crc32(block, crcs[name], first=start == 0)
             if hashed is not None:  # a pair's two hashes as one (int64 products wrap, as a hash may)
-                h = np.fromiter((hash(v.strip().lower()) for v in block), dtype=np.int64, count=len(block))
+                h = np.fromiter((hash(text_key(v)) for v in block), dtype=np.int64, count=len(block))
                 keys = h if keys is None else keys * np.int64(1_000_003) ^ h
         if hashed is not None:
             hashed(keys)

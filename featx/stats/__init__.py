@@ -1,5 +1,7 @@
 """Numbers the verdict rests on: metrics per task (`metrics`), bootstrap intervals and paired
-comparisons (`bootstrap`), iterative stratification of multilabel rows (`stratify`).
+comparisons (`bootstrap`), the rows that count as one observation (`duplicates`: texts compared
+as a tokenizer sees them, repeated rows grouped), iterative stratification of multilabel rows
+(`stratify`).
 
 Imports: featx's top modules only. No torch.
 """
