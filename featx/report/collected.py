@@ -2,8 +2,9 @@
 
 `collect` gathers the configuration's records on its cache and on its random-init control's
 cache, the notes on what is incomplete or uncertain, the pipeline's other configurations with
-records, and the frozen choice, into a `Collected`. It writes no sentence of the verdict
-(`featx.report.verdict`) and no file (`featx.report.write`).
+records, the reported rows that repeat another (the records' intervals then computed again over
+the distinct rows: `featx.report.repeats`), and the frozen choice, into a `Collected`. It writes
+no sentence of the verdict (`featx.report.verdict`) and no file (`featx.report.write`).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from featx.config.load import command, make_command
 from featx.errors import FeatxError
 from featx.runs.schema import Record
 from featx.runs.records import current_records, pipeline_records
+from featx.report.repeats import Repeats, count_repeats, distinct_intervals, missing_note
 
 
 @dataclass
@@ -40,6 +42,9 @@ class Collected:
     caution: str | None = None
     """Why every number may describe other data (the pipeline as it is now has no cache): the
     verdict leads with it."""
+    repeats: "Repeats | None" = None
+    """Which reported rows repeat another (`featx.report.repeats`): the records' intervals are
+    over the distinct rows, and so are the comparisons'."""
 
 
 def collect(runs_dir: str | Path, pipeline: str, current: "Pipeline | None" = None) -> Collected:
@@ -64,7 +69,8 @@ def collect(runs_dir: str | Path, pipeline: str, current: "Pipeline | None" = No
                          "the fine-tune, first")
     if current is None:
         main, control = _newest(everything)
-        return Collected(pipeline, main, control, notes=[], choice=frozen_choice(main, runs_dir))
+        return Collected(pipeline, main, control, notes=[], choice=frozen_choice(main, runs_dir),
+                         repeats=count_repeats(None, main))
     main, control, notes, caution = _current(runs_dir, everything, current)
     shown = {id(r) for r in main + control}
     others = elsewhere([r for r in everything if id(r) not in shown], current, "report")
@@ -79,7 +85,12 @@ def collect(runs_dir: str | Path, pipeline: str, current: "Pipeline | None" = No
     if legacy:
         said = legacy.strip(" ()")
         notes.append(said[0].upper() + said[1:] + ".")
-    return Collected(pipeline, main, control, notes, others, current, frozen_choice(main, runs_dir), caution)
+    repeats = count_repeats(current, main)
+    main, without = distinct_intervals(main, repeats, runs_dir)
+    control, also_without = distinct_intervals(control, repeats, runs_dir)
+    notes += missing_note(without + also_without, repeats)
+    return Collected(pipeline, main, control, notes, others, current, frozen_choice(main, runs_dir), caution,
+                     repeats)
 
 
 def _brief(pipeline: "Pipeline") -> str:

@@ -74,8 +74,9 @@ def _squared_floor(collected: Collected, record: Record, majority: list[Record],
 
 
 def paired_bootstrap(collected: Collected, a: Record, b: Record, metric: str, runs_dir) -> dict | None:
-    """featx.stats.bootstrap.paired on the two records' stored predictions; None when either is
-    missing or they are not predictions of the same rows."""
+    """featx.stats.bootstrap.paired on the two records' stored predictions, resampling the
+    distinct rows when some repeat another (`collected.repeats`); None when either is missing or
+    they are not predictions of the same rows."""
     from featx.stats import bootstrap
     from featx.runs.records import read_predictions, record_dir
 
@@ -88,8 +89,12 @@ def paired_bootstrap(collected: Collected, a: Record, b: Record, metric: str, ru
         return None
     if not (np.array_equal(pa.ids, pb.ids) and np.array_equal(pa.labels, pb.labels)):
         return None
+    repeats = collected.repeats
+    groups = repeats.groups_of(pa.ids) if repeats is not None else None
+    if groups is None and repeats is not None and repeats.repeated:
+        return None  # not the rows whose repeats were counted: resampled as rows, copies would count
     result = bootstrap.paired(a.task, metric, pa.labels, (pa.scores, pa.threshold),
-                              (pb.scores, pb.threshold))
+                              (pb.scores, pb.threshold), groups=groups)
     return result | {"split": a.protocol["report_on"]}
 
 

@@ -197,8 +197,10 @@ def _plot_cost(collected: Collected):
     labelled."""
     import matplotlib.pyplot as plt
 
+    # An undefined score (NaN) has no place on the axis: with none defined, no plot (a log axis
+    # of no point cannot be drawn).
     records = [r for r in collected.main + collected.control if r.protocol["name"] != "mteb"
-               and _cost_seconds(r) is not None]
+               and _cost_seconds(r) is not None and math.isfinite(r.metrics[r.primary_metric])]
     if not records:
         return None
     primary = records[0].primary_metric

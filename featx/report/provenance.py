@@ -8,6 +8,7 @@ import dataclasses
 
 from featx.config.load import command, make_command
 from featx.report.collected import Collected
+from featx.report.repeats import repeats_setting
 from featx.runs.schema import SECTIONS
 
 
@@ -53,7 +54,7 @@ def configuration_of(collected: Collected) -> dict:
 def configuration_lines(collected: Collected, described: dict) -> list[str]:
     """The report's "Configuration" list: the backbone and every setting the numbers rest on
     (`described`: `configuration_of`'s)."""
-    lines = [_backbone_line(described["backbone"]), _extraction_line(described),
+    lines = [_backbone_line(described["backbone"]), _extraction_line(described, collected.repeats),
              _probe_line(described), _finetune_line(described),
              f"This configuration: `{described['id']}`; this report: `{described['command']}` "
              f"(`{described['make']}`); every stage takes the same overrides."]
@@ -73,7 +74,9 @@ def _backbone_line(backbone: dict) -> str:
             + f"; from {backbone['source'] or 'its folder'}).")
 
 
-def _extraction_line(described: dict) -> str:
+def _extraction_line(described: dict, repeats) -> str:
+    """The extraction's settings, the rows it dropped or found in train too, and the reported
+    rows that repeat another (`repeats`: `featx.report.repeats.Repeats`)."""
     extraction, extract = described["extraction"], described["extract"]
     layers = extraction["layers"] or {}
     stored = "; ".join(f"{p} {_span(v)}" for p, v in layers.items()) if isinstance(layers, dict) else ""
@@ -90,7 +93,7 @@ def _extraction_line(described: dict) -> str:
             + "; rows whose text train holds too: "
             + ("not counted (a cache of an older featx)" if not isinstance(in_train, dict)
                else ", ".join(f"{s} {n}" for s, n in in_train.items()) if any(in_train.values()) else "none")
-            + f"; cache key `{described['cache_key'][:16]}`.")
+            + repeats_setting(repeats) + f"; cache key `{described['cache_key'][:16]}`.")
 
 
 def _probe_line(described: dict) -> str:

@@ -86,8 +86,12 @@ def _num(value, digits: int = 4) -> str:
 
 
 def _metric(value) -> str:
-    """A metric cell: as `metric_text` prints it (4 decimals, or 4 significant digits far from 1)."""
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else metric_text(value)
+    """A metric cell: as `metric_text` prints it (4 decimals, or 4 significant digits far from 1);
+    "undefined" where the rows cannot define it (NaN: one class, a constant), "-" where it is not
+    recorded."""
+    if value is None:
+        return "-"
+    return "undefined" if isinstance(value, float) and math.isnan(value) else metric_text(value)
 
 
 def markdown_text(collected: Collected, judged: Verdict, *, header: list[str], cells: list[list[str]],

@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from featx.stats.bootstrap import MIN_ROWS
+from featx.stats.duplicates import SAME_TEXT
 from featx.runs.choice import best_tuned, selection_score
 from featx.config.pipeline import Pipeline
 from featx.config.load import command
 from featx.runs.schema import Record, metric_text
 from featx.report.collected import Collected
 from featx.report.comparisons import floor_not_cleared, metric_value, paired_bootstrap
+from featx.report.repeats import repeats_sentence
 
 GOOD_ENOUGH, CLOSE = 0.98, 0.90
 
@@ -63,7 +65,8 @@ def _verdict(collected: Collected, runs_dir, pipeline: "Pipeline | None") -> Ver
     described = _frozen_text(choice)
     f = metric_value(frozen, primary)
     lexical, lexical_text = _lexical(collected, frozen, primary, runs_dir)
-    after = _caveats(collected, frozen, primary, runs_dir) + lexical_text  # what every reading ends with
+    # What every reading ends with: the rows that repeat another, the caveats, the lexical baseline.
+    after = repeats_sentence(collected.repeats) + _caveats(collected, frozen, primary, runs_dir) + lexical_text
     tuned = best_tuned(collected.main, primary)
     if tuned is None:
         return Verdict(f"{described} reach {primary} = {_with_ci(frozen, primary)} on "
@@ -191,7 +194,7 @@ def _unfinished(described: str, frozen: Record, tuned: Record, *, primary: str, 
         return text + ("; no interval: the records' predictions are missing or not on the same rows. "
                        "Whether fine-tuning pays is not settled until it converges.")
     low, high = comparison["difference_ci"]
-    text += (f" (paired bootstrap over the same {comparison['n']:,} {comparison['split']} rows: difference "
+    text += (f" (paired bootstrap over the same {_rows(comparison)}: difference "
              f"{comparison['difference']:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}]).")
     if low > 0:
         return text + (" Frozen features lead the unfinished fine-tune, which does not show that "
@@ -246,15 +249,15 @@ def _learned_nothing(described: str, frozen: Record, tuned: Record, floor: dict,
 
 def _overlap_note(frozen: Record) -> str:
     """A sentence when rows of the split the verdict reports on have a text train holds too
-    (the same text up to case and surrounding spaces; the pair, for pairs): every score there
-    rewards memorising, TF-IDF's most of all."""
+    (the same text as the tokenizer sees it, `featx.stats.duplicates.text_key`; the pair, for
+    pairs): every score there rewards memorising, TF-IDF's most of all."""
     split = frozen.protocol["report_on"]
     in_train = frozen.extraction["in_train"] or {}
     shared = in_train[split] if split in in_train else 0
     if not shared or not frozen.n_eval:
         return ""
     return (f" {shared:,} of the {frozen.n_eval:,} {split} rows ({shared / frozen.n_eval:.0%}) have a text "
-            "that train holds too (the same text up to case and surrounding spaces): scores on them "
+            f"that train holds too ({SAME_TEXT}): scores on them "
             "reward memorising the training rows, TF-IDF's most of all; remove them from the "
             f"{split} split for a fair comparison.")
 
@@ -291,11 +294,19 @@ def _caveats(collected: Collected, frozen: Record, primary: str, runs_dir) -> st
 def _no_interval(described: str, f: float, t: float, primary: str, comparison: dict) -> str:
     """No verdict when the paired bootstrap gives no interval: a score difference on a handful of
     rows (or on resamples where the metric is mostly undefined) reads as a result and is not."""
+    distinct = "distinct " if "distinct" in comparison else ""
     return (f"No verdict: {described[0].lower() + described[1:]} score {primary} = {f:.4f} against "
-            f"{t:.4f} fine-tuned, but on {comparison['n']:,} {comparison['split']} rows the paired "
-            f"bootstrap gives no interval (it needs at least {MIN_ROWS} rows, and {primary} defined on "
+            f"{t:.4f} fine-tuned, but on {_rows(comparison)} the paired bootstrap gives no interval (it "
+            f"needs at least {MIN_ROWS} {distinct}rows, and {primary} defined on "
             "90% of the resamples), so this test split cannot tell the two apart. Give it more rows "
             "(a larger test file, or data.test_fraction).")
+
+
+def _rows(comparison: dict, named: bool = True) -> str:
+    """The rows a paired comparison resampled: "200 test rows", "200 test rows (20 distinct)"
+    (without the split's name unless `named`)."""
+    distinct = f" ({comparison['distinct']:,} distinct)" if "distinct" in comparison else ""
+    return f"{comparison['n']:,} {comparison['split'] + ' ' if named else ''}rows{distinct}"
 
 
 def _comparison_text(comparison: dict | None, tuned: Record) -> str:
@@ -303,7 +314,7 @@ def _comparison_text(comparison: dict | None, tuned: Record) -> str:
         return (f" No interval: the records' predictions are missing or not on the same rows "
                 f"({tuned.n_eval} test rows); rerun the probe and the fine-tune.")
     low, high = comparison["difference_ci"]
-    text = (f" Paired bootstrap over the same {comparison['n']:,} {comparison['split']} rows: difference "
+    text = (f" Paired bootstrap over the same {_rows(comparison)}: difference "
             f"{comparison['difference']:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}]")
     if comparison.get("ratio_ci") and all(math.isfinite(v) for v in comparison["ratio_ci"]):
         text += f"; ratio 95% interval [{comparison['ratio_ci'][0]:.1%}, {comparison['ratio_ci'][1]:.1%}]"
@@ -346,7 +357,7 @@ def _lexical(collected: Collected, frozen: Record, primary: str, runs_dir) -> tu
     low, high = comparison["difference_ci"]
     if not (math.isfinite(low) and math.isfinite(high)):
         return comparison, (f" The TF-IDF baseline reaches {primary} = {value}; on "
-                            f"{comparison['n']:,} rows there is no paired interval to compare it by.")
+                            f"{_rows(comparison, named=False)} there is no paired interval to compare it by.")
     interval = (f"(difference {comparison['difference']:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}])")
     if high < 0:
         return comparison, (f" A linear head on TF-IDF of the texts' words and character n-grams does "
@@ -362,7 +373,10 @@ def _lexical(collected: Collected, frozen: Record, primary: str, runs_dir) -> tu
 
 
 def _with_ci(record: Record, metric: str) -> str:
+    """The record's `metric` with its interval; "undefined" where the rows cannot define it."""
     value = metric_value(record, metric)
+    if math.isnan(value):
+        return "undefined"
     ci = record.metrics_ci[metric]
     if ci and all(v is not None and math.isfinite(v) for v in ci):
         return f"{metric_text(value)} [{metric_text(ci[0])}, {metric_text(ci[1])}]"

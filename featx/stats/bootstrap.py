@@ -5,8 +5,15 @@ A resample draws n rows with replacement; it is represented by how often each ro
 of B calls into scikit-learn (1,000 resamples of 538 rows cost milliseconds, not minutes). Each
 metric below equals `featx.stats.metrics.evaluate` on the resampled rows (tests check it against
 scikit-learn on explicitly repeated rows), including its conventions: classes absent from a
-resample drop out of macro-F1 (multilabel: labels without a positive row drawn), an undefined
-AUC or correlation is NaN.
+resample drop out of macro-F1 (multilabel: labels without a positive row drawn), a metric the
+resample cannot define (an AUC, MCC or correlation of one class or value, an F1 without a
+positive, the r2 of a constant target) is NaN.
+
+Rows that repeat one another (the same text, as the tokenizer sees it) are one observation, not
+several: given `groups` (a group per row, rows of one group identical), a resample draws as many
+groups as there are, with replacement, and each drawn group brings all its rows (a cluster
+bootstrap). A test split of 20 texts repeated 10 times is then as uncertain as its 20 rows, not
+as 200 would be. With every group of one row the draws are exactly the row bootstrap's.
 
 Intervals are percentile intervals (2.5 and 97.5 percentiles of 1,000 resamples, seeded, so a
 report is reproducible). A paired comparison uses the same resamples for both sides: the
@@ -19,6 +26,7 @@ import threading
 import numpy as np
 import scipy.sparse as sp
 
+from featx.errors import FeatxError
 from featx.tasks import TASKS
 
 N_RESAMPLES = 1000
@@ -97,7 +105,8 @@ def _binary(W, y, scores, threshold, auc=True):
     C = _confusion(W, y, predicted, 2)
     n = C.sum(axis=(1, 2))
     tp, fp, fn = C[:, 1, 1], C[:, 0, 1], C[:, 1, 0]
-    out = {"accuracy": (C[:, 0, 0] + tp) / n, "f1": _ratio(2 * tp, 2 * tp + fp + fn), "mcc": _mcc(C)}
+    out = {"accuracy": (C[:, 0, 0] + tp) / n, "f1": _ratio(2 * tp, 2 * tp + fp + fn, empty=np.nan),
+           "mcc": _mcc(C)}
     return out | ({"roc_auc": _auc(W, y == 1, scores)} if auc else {})
 
 
@@ -120,7 +129,7 @@ def _multilabel(W, y, scores, threshold, auc=True):
     predicted = scores >= threshold
     tp, fp, fn = W @ (y & predicted), W @ (~y & predicted), W @ (y & ~predicted)  # (B, L)
     f1 = _ratio(2 * tp, 2 * tp + fp + fn)
-    micro = _ratio(2 * tp.sum(axis=1), (2 * tp + fp + fn).sum(axis=1))
+    micro = _ratio(2 * tp.sum(axis=1), (2 * tp + fp + fn).sum(axis=1), empty=np.nan)
     n = W.sum(axis=1)
     # As featx.stats.metrics.macro_labels, per resample: macro-F1 over the labels with a positive
     # row drawn, macro AUC over those with a positive and a negative one.
@@ -195,9 +204,8 @@ def _regression(W, y, scores, threshold, auc=True):
                       for j in range(y.shape[1])], axis=1)  # (B, T)
     residual = W @ error ** 2
     constant = total <= 1e-20 * squares  # what rounding leaves of a constant target
-    # scikit-learn's r2 (force_finite): 1 for a perfect fit of a constant target, else 0 there.
-    r2 = np.where(~constant, 1 - _ratio(residual, np.where(constant, 1.0, total)),
-                  np.where(residual == 0, 1.0, 0.0))
+    # A constant target has no variance to explain: its r2 is undefined (featx.stats.metrics).
+    r2 = np.where(~constant, 1 - _ratio(residual, np.where(constant, 1.0, total)), np.nan)
     columns = range(y.shape[1])
     return {"mse": mse.mean(axis=1), "mae": ((W @ np.abs(error)) / n[:, None]).mean(axis=1),
             "r2": r2.mean(axis=1),
@@ -226,20 +234,54 @@ def metric_samples(task: str, W: np.ndarray, y: np.ndarray, stack: np.ndarray,
     return {name: np.mean(values, axis=0) for name, values in out.items()}
 
 
-# The last few count matrices drawn, by (n, block size, resamples, seed), read-only, at most
-# KEPT_BYTES in all. They are the same for every call with the same key (seeded), and a probe
-# asks for the same ones again and again: each record's test interval and selection error, on
-# the same rows. Drawing them costs more than the metrics, mostly in page faults on fresh
-# memory (bench/HISTORY.md, Probe cost).
+def distinct_rows(groups, n: int) -> np.ndarray | None:
+    """Each of the n rows' group numbered 0 .. G-1 in the order the groups first appear, or None
+    when every row is a group of its own (or `groups` is None): the plain row bootstrap then.
+    `groups`: one integer per row, equal for rows that repeat one another."""
+    if groups is None:
+        return None
+    groups = np.asarray(groups)
+    if groups.shape != (n,) or groups.dtype.kind not in "iu":
+        raise FeatxError(f"groups must be one integer per row ({n} rows), got a {groups.dtype} "
+                         f"array of shape {groups.shape}")
+    _, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
+    if len(first) == n:
+        return None
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first)] = np.arange(len(first))
+    return rank[inverse.reshape(-1)]
+
+
+def _distinct(n: int, groups: np.ndarray | None) -> int:
+    """How many distinct rows (groups) n rows of `groups` (`distinct_rows`) hold."""
+    return n if groups is None else int(groups.max()) + 1
+
+
+# The last few count matrices drawn, by (units drawn, block size, resamples, seed), read-only, at
+# most KEPT_BYTES in all. They are the same for every call with the same key (seeded), and a
+# probe asks for the same ones again and again: each record's test interval and selection
+# error, on the same rows. Drawing them costs more than the metrics, mostly in page faults on
+# fresh memory (bench/HISTORY.md, Probe cost).
 KEPT_BYTES = 64 << 20
 _kept: dict[tuple, tuple[np.ndarray, ...]] = {}
 _kept_lock = threading.Lock()
 
 
-def _blocks(n: int, width: int, n_resamples: int, seed: int):
-    """Count matrices of at most BLOCK_ELEMENTS elements, B resamples in all."""
+def _blocks(n: int, width: int, n_resamples: int, seed: int, groups: np.ndarray | None = None):
+    """Count matrices (B_block, n) of at most BLOCK_ELEMENTS elements, B resamples in all: how
+    often each row is drawn. With `groups` (`distinct_rows`), the groups are drawn and every row
+    of a group counts as often as its group: each drawn group brings all its copies."""
     step = max(1, min(n_resamples, BLOCK_ELEMENTS // max(1, n * max(1, width))))
-    key = (n, step, n_resamples, seed)
+    if groups is None:
+        yield from _drawn(n, step, n_resamples, seed)
+        return
+    for W in _drawn(_distinct(n, groups), step, n_resamples, seed):
+        yield W[:, groups]  # (B_block, G) -> (B_block, n)
+
+
+def _drawn(m: int, step: int, n_resamples: int, seed: int):
+    """Counts of m units (rows or groups) in blocks of `step` resamples, B in all, seeded."""
+    key = (m, step, n_resamples, seed)
     with _kept_lock:
         kept = _kept.pop(key, None)
         if kept is not None:
@@ -248,10 +290,10 @@ def _blocks(n: int, width: int, n_resamples: int, seed: int):
         yield from kept
         return
     rng = np.random.default_rng(seed)
-    keep = 8 * n * n_resamples <= KEPT_BYTES
+    keep = 8 * m * n_resamples <= KEPT_BYTES
     drawn = []
     for start in range(0, n_resamples, step):
-        W = counts(n, min(step, n_resamples - start), rng)
+        W = counts(m, min(step, n_resamples - start), rng)
         if keep:
             W.flags.writeable = False  # shared with later calls: nobody writes into it
             drawn.append(W)
@@ -273,8 +315,8 @@ def _width(task: str, scores: np.ndarray) -> int:
     return 2
 
 
-# Fewer rows than this have too few distinct resamples (3 rows: 10) for a percentile interval to
-# mean anything: no interval is given.
+# Fewer distinct rows than this have too few distinct resamples (3 rows: 10) for a percentile
+# interval to mean anything: no interval is given.
 MIN_ROWS = 5
 
 
@@ -290,38 +332,45 @@ def _interval(samples: np.ndarray, n_rows: int | None = None) -> list[float]:
 
 
 def intervals(task: str, y: np.ndarray, stack: np.ndarray, threshold: float = 0.5, *,
-              n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict[str, list[float]]:
-    """95% percentile interval of every metric over bootstrap resamples of the rows; `stack`
-    is (S, n, ...), one score array per seed."""
+              n_resamples: int = N_RESAMPLES, seed: int = 0, groups=None,
+              metric: str | None = None) -> dict[str, list[float]]:
+    """95% percentile interval of every metric (or only `metric`) over bootstrap resamples of the
+    rows; `stack` is (S, n, ...), one score array per seed; `groups` (one integer per row, equal
+    for rows that repeat one another) makes it resample the distinct rows (`distinct_rows`)."""
     y, stack = np.asarray(y), np.asarray(stack)
+    groups = distinct_rows(groups, len(y))
     collected: dict[str, list[np.ndarray]] = {}
-    for W in _blocks(len(y), _width(task, stack), n_resamples, seed):
-        for name, values in metric_samples(task, W, y, stack, threshold).items():
+    for W in _blocks(len(y), _width(task, stack), n_resamples, seed, groups):
+        for name, values in metric_samples(task, W, y, stack, threshold, metric=metric).items():
             collected.setdefault(name, []).append(values)
-    return {name: _interval(np.concatenate(parts), len(y)) for name, parts in collected.items()}
+    return {name: _interval(np.concatenate(parts), _distinct(len(y), groups)) for name, parts in collected.items()}
 
 
 def standard_error(task: str, metric: str, y: np.ndarray, scores: np.ndarray, threshold: float = 0.5,
-                   *, n_resamples: int = 200, seed: int = 0) -> float | None:
-    """Bootstrap standard error of one metric of `scores` (n, ...) over the rows; None when too
-    few resamples define it (a constant prediction's correlation, a single-class split)."""
+                   *, n_resamples: int = 200, seed: int = 0, groups=None) -> float | None:
+    """Bootstrap standard error of one metric of `scores` (n, ...) over the rows (the distinct
+    rows, with `groups`: `intervals`); None when too few resamples define it (a constant
+    prediction's correlation, a single-class split)."""
     y, stack = np.asarray(y), np.asarray(scores)[None]
+    groups = distinct_rows(groups, len(y))
     samples = np.concatenate([metric_samples(task, W, y, stack, threshold, metric=metric)[metric]
-                              for W in _blocks(len(y), _width(task, stack), n_resamples, seed)])
+                              for W in _blocks(len(y), _width(task, stack), n_resamples, seed, groups)])
     finite = samples[np.isfinite(samples)]
     return float(np.std(finite, ddof=1)) if len(finite) >= max(2, 0.9 * len(samples)) else None
 
 
 def difference_se(task: str, metric: str, y: np.ndarray, a: tuple[np.ndarray, float],
-                  b: tuple[np.ndarray, float], *, n_resamples: int = 200, seed: int = 0) -> float | None:
+                  b: tuple[np.ndarray, float], *, n_resamples: int = 200, seed: int = 0,
+                  groups=None) -> float | None:
     """Bootstrap standard error of metric(a) - metric(b) on the same rows (`a`, `b`: (scores
-    (n, ...), threshold)): how far apart two candidates must score before these rows can tell
-    them apart. Two heads on the same features err on the same rows, so their difference is
-    far less noisy than either score; two unrelated candidates, more. None when too few
-    resamples define the metric."""
+    (n, ...), threshold); the distinct rows, with `groups`: `intervals`): how far apart two
+    candidates must score before these rows can tell them apart. Two heads on the same features
+    err on the same rows, so their difference is far less noisy than either score; two unrelated
+    candidates, more. None when too few resamples define the metric."""
     y = np.asarray(y)
+    groups = distinct_rows(groups, len(y))
     diffs = []
-    for W in _blocks(len(y), _width(task, np.asarray(a[0])[None]), n_resamples, seed):
+    for W in _blocks(len(y), _width(task, np.asarray(a[0])[None]), n_resamples, seed, groups):
         diffs.append(metric_samples(task, W, y, np.asarray(a[0])[None], a[1], metric=metric)[metric]
                      - metric_samples(task, W, y, np.asarray(b[0])[None], b[1], metric=metric)[metric])
     samples = np.concatenate(diffs)
@@ -330,19 +379,23 @@ def difference_se(task: str, metric: str, y: np.ndarray, a: tuple[np.ndarray, fl
 
 
 def paired(task: str, metric: str, y: np.ndarray, a: tuple[np.ndarray, float],
-           b: tuple[np.ndarray, float], *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict:
+           b: tuple[np.ndarray, float], *, n_resamples: int = N_RESAMPLES, seed: int = 0,
+           groups=None) -> dict:
     """`a` against `b` ((score stack (S, n, ...), threshold) each) on the same rows, by a paired
-    bootstrap.
+    bootstrap: each resample (of the distinct rows, with `groups`: `intervals`) scores both.
 
     Returns the point values, their difference a - b with its interval, and the ratio a / b with
-    its interval (None when b is not positive: a ratio of such scores means nothing).
+    its interval (None when b is not positive: a ratio of such scores means nothing); with rows
+    that repeat one another, `distinct`: how many distinct rows the resamples drew from.
     """
     y = np.asarray(y)
+    groups = distinct_rows(groups, len(y))
+    distinct = _distinct(len(y), groups)
     ones = np.ones((1, len(y)))
     value_a = float(metric_samples(task, ones, y, a[0], a[1], metric=metric)[metric][0])
     value_b = float(metric_samples(task, ones, y, b[0], b[1], metric=metric)[metric][0])
     diffs, ratios = [], []
-    for W in _blocks(len(y), _width(task, np.asarray(a[0])), n_resamples, seed):
+    for W in _blocks(len(y), _width(task, np.asarray(a[0])), n_resamples, seed, groups):
         sa = metric_samples(task, W, y, a[0], a[1], metric=metric)[metric]
         sb = metric_samples(task, W, y, b[0], b[1], metric=metric)[metric]
         diffs.append(sa - sb)
@@ -351,6 +404,6 @@ def paired(task: str, metric: str, y: np.ndarray, a: tuple[np.ndarray, float],
     difference = np.concatenate(diffs)
     ratio = value_a / value_b if value_b > 0 and np.isfinite(value_a) else None
     return {"metric": metric, "n": len(y), "a": value_a, "b": value_b,
-            "difference": value_a - value_b, "difference_ci": _interval(difference, len(y)),
-            "ratio": ratio, "ratio_ci": _interval(np.concatenate(ratios), len(y)) if ratio is not None else None,
-            "resamples": n_resamples, "level": LEVEL}
+            "difference": value_a - value_b, "difference_ci": _interval(difference, distinct),
+            "ratio": ratio, "ratio_ci": _interval(np.concatenate(ratios), distinct) if ratio is not None else None,
+            "resamples": n_resamples, "level": LEVEL} | ({} if groups is None else {"distinct": distinct})

@@ -3,6 +3,12 @@
 `scores` is what a head outputs: binary (n,) P(positive); multiclass (n, K) class
 probabilities; multilabel (n, L) per-label probabilities; regression (n, T) predictions on the
 original target scale. Every primary metric is "higher is better".
+
+A metric the rows cannot define is NaN, never a number a convention makes up: the MCC of rows of
+one true class, the F1 of rows where neither the truth nor the prediction holds a positive, the
+r2 of a constant target, a correlation or AUC without two values on each side. A constant class
+prediction on rows of two classes or more keeps the MCC of 0 (scikit-learn's and GLUE's
+convention: it knows nothing), the score the majority baseline sets as the floor.
 """
 from __future__ import annotations
 
@@ -28,8 +34,8 @@ THRESHOLDS = np.round(np.concatenate([[0.01, 0.02, 0.03, 0.04], np.arange(0.05, 
 def _binary(y: np.ndarray, scores: np.ndarray, threshold: float) -> dict[str, float]:
     predicted = (scores >= threshold).astype(int)
     return {"accuracy": skm.accuracy_score(y, predicted),
-            "f1": skm.f1_score(y, predicted, zero_division=0),
-            "mcc": skm.matthews_corrcoef(y, predicted),
+            "f1": skm.f1_score(y, predicted, zero_division=np.nan),
+            "mcc": _mcc(y, predicted),
             "roc_auc": _auc(y, scores)}
 
 
@@ -37,13 +43,18 @@ def _multiclass(y: np.ndarray, scores: np.ndarray, threshold: float) -> dict[str
     predicted = scores.argmax(axis=1)
     return {"accuracy": skm.accuracy_score(y, predicted),
             "macro_f1": skm.f1_score(y, predicted, average="macro", zero_division=0),
-            "mcc": skm.matthews_corrcoef(y, predicted)}
+            "mcc": _mcc(y, predicted)}
+
+
+def _mcc(y: np.ndarray, predicted: np.ndarray) -> float:
+    """scikit-learn's MCC, NaN on rows of one true class (it has no correlation to measure)."""
+    return skm.matthews_corrcoef(y, predicted) if len(np.unique(y)) > 1 else float("nan")
 
 
 def _multilabel(y: np.ndarray, scores: np.ndarray, threshold: float) -> dict[str, float]:
     predicted = (scores >= threshold).astype(int)
     present, both = macro_labels(y)
-    return {"micro_f1": skm.f1_score(y, predicted, average="micro", zero_division=0),
+    return {"micro_f1": skm.f1_score(y, predicted, average="micro", zero_division=np.nan),
             "macro_f1": skm.f1_score(y, predicted, labels=present, average="macro", zero_division=0)
             if len(present) else float("nan"),
             "macro_roc_auc": float(np.mean([_auc(y[:, j], scores[:, j]) for j in both]))
@@ -78,8 +89,12 @@ def _regression(y: np.ndarray, scores: np.ndarray, threshold: float) -> dict[str
         warnings.simplefilter("ignore")
         pearson = [pearsonr(y[:, j], scores[:, j])[0] for j in columns]
         spearman = [spearmanr(y[:, j], scores[:, j])[0] for j in columns]
+    # r2 of a constant target divides by zero: NaN (scikit-learn's force_finite would say 0, or 1
+    # for a perfect fit), and its mean over targets with it.
+    constant = len(y) == 0 or bool((np.ptp(y, axis=0) == 0).any())
+    r2 = float("nan") if constant else skm.r2_score(y, scores)
     return {"mse": skm.mean_squared_error(y, scores), "mae": skm.mean_absolute_error(y, scores),
-            "r2": skm.r2_score(y, scores), "pearson": float(np.mean(pearson)),
+            "r2": r2, "pearson": float(np.mean(pearson)),
             "spearman": float(np.mean(spearman))}
 
 
