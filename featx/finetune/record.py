@@ -22,6 +22,7 @@ from featx.finetune.training import Candidate, Setup
 from featx.runs.records import Predictions, configuration
 from featx.runs.schema import Record, new_record
 from featx.stats import bootstrap
+from featx.stats.duplicates import row_groups
 from featx.stats import metrics as M
 from featx.tasks import TASKS
 
@@ -80,7 +81,8 @@ def build_record(plan: Prepared, setup: Setup, candidates: list[Candidate], eval
         hyperparameters=_hyperparameters(setup, plan, chosen),
         search=[_candidate_entry(c) for c in candidates], seeds=[cfg.seed], primary_metric=setup.metric,
         metrics=metric_values, metrics_std={k: 0.0 for k in metric_values}, per_seed=[metric_values],
-        metrics_ci=bootstrap.intervals(task, report.labels, predictions.scores, chosen.threshold),
+        metrics_ci=bootstrap.intervals(task, report.labels, predictions.scores, chosen.threshold,
+                                       groups=row_groups(split.texts, split.text_pairs)),
         threshold=chosen.threshold if TASKS[task].thresholded else None,
         n_train=len(setup.train.labels), n_eval=len(report.labels),
         fit_seconds=round(sum(c.seconds for c in candidates), 3), predict_seconds=round(predict_seconds, 4),

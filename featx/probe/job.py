@@ -64,6 +64,9 @@ class Problem:
     base: dict
     """The record fields every head on these features shares (from the cache)."""
     sentence: dict | None
+    groups_report: np.ndarray
+    """The report split's groups of identical rows (`Cache.row_groups`): its intervals resample
+    the distinct rows."""
 
 
 def _inputs(cache: Cache, split: str, features: Features) -> np.ndarray:
@@ -106,7 +109,8 @@ def load_problem(cache_path: str | Path, features: Features, head: str, cfg: Pro
                     extract_seconds=None if baseline else stats.get("seconds"),
                     cache_bytes=Path(cache_path).stat().st_size, reused=None, heads=None, **cache_facts(cache.meta))
         return Problem(task, names, protocol, X, y, X_dev, y_dev, X_report, y_report,
-                       cache.ids(protocol.report_on), base, cache.meta.get("sentence_pooling"))
+                       cache.ids(protocol.report_on), base, cache.meta.get("sentence_pooling"),
+                       cache.row_groups(protocol.report_on))
 
 
 def _prepared(head: str, p: Problem):
@@ -154,7 +158,7 @@ def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeC
     p = load_problem(cache_path, features, head, cfg, pipeline)
     task, names, protocol = p.task, p.names, p.protocol
     if protocol.name == "mteb":
-        fields, stack = _mteb(task=task, X=p.X, y=p.y, X_report=p.X_report, y_report=p.y_report,
+        fields, stack = _mteb(task=task, X=p.X, y=p.y, X_report=p.X_report, y_report=p.y_report, groups=p.groups_report,
                               n_classes=len(names), protocol=protocol, cfg=cfg)
         fields["hyperparameters"]["normalized"] = bool(
             features.pooling == "sentence" and p.sentence and p.sentence.get("normalize"))
@@ -195,7 +199,8 @@ def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeC
         # report chooses among records within one standard error of the best (docs/verdict.md).
         selection_se=bootstrap.standard_error(task, metric, selection.truth, selection.scores, threshold),
         n_features=int(X.shape[1]) if X.ndim == 2 else None,
-        **_aggregate(per_seed), metrics_ci=_intervals(task, predictions),
+        **_aggregate(per_seed), metrics_ci=bootstrap.intervals(task, predictions.labels, predictions.scores,
+                                                               predictions.threshold, groups=p.groups_report),
         threshold=threshold if TASKS[task].thresholded else None,
         fit_seconds=round(fit_seconds, 3), predict_seconds=round(predict_seconds, 4),
         **_label_fields(p, protocol, cfg))
@@ -231,10 +236,6 @@ def _predictions(p: Problem, task: str, stack: np.ndarray, threshold: float) -> 
     return Predictions(p.ids_report, p.y_report, stack.astype(TASKS[task].score_dtype()), threshold)
 
 
-def _intervals(task: str, predictions: Predictions) -> dict[str, list[float]]:
-    return bootstrap.intervals(task, predictions.labels, predictions.scores, predictions.threshold)
-
-
 def _aggregate(per_seed: list[dict]) -> dict:
     names = list(per_seed[0])
     values = {k: np.array([m[k] for m in per_seed], dtype=float) for k in names}
@@ -253,7 +254,7 @@ def undersample(y: np.ndarray, order: np.ndarray, per_label: int) -> list[int]:
     return picked
 
 
-def _mteb(*, task: str, X: np.ndarray, y: np.ndarray, X_report: np.ndarray, y_report: np.ndarray,
+def _mteb(*, task: str, X: np.ndarray, y: np.ndarray, X_report: np.ndarray, y_report: np.ndarray, groups: np.ndarray,
           n_classes: int, protocol: Protocol, cfg: ProbeConfig) -> tuple[dict, np.ndarray]:
     """MTEB's classification evaluator (mteb 2.x `AbsTaskClassification`): for each of n
     experiments, shuffle the carried list of training indices with a fresh
@@ -285,6 +286,6 @@ def _mteb(*, task: str, X: np.ndarray, y: np.ndarray, X_report: np.ndarray, y_re
                                            "samples_per_label": cfg.mteb_samples_per_label},
                 hyperparameters={"max_iter": 100, "scaling": False}, search=[],
                 seeds=[cfg.mteb_seed], primary_metric="accuracy", **_aggregate(per_experiment),
-                metrics_ci=bootstrap.intervals(task, y_report, stack), threshold=None,
+                metrics_ci=bootstrap.intervals(task, y_report, stack, groups=groups), threshold=None,
                 n_train_sampled=len(picked), fit_seconds=round(time.perf_counter() - start, 3),
                 predict_seconds=None), stack

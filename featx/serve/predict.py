@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from featx.stats import metrics as M
+from featx.stats.duplicates import row_groups
 from featx.serve.embedding import Backbone, texts_and_pairs
 from featx.errors import FeatxError, shown
 from featx.serve.manifest import Manifest, as_pipeline, check_sha256, checked_model, manifest_for
@@ -344,7 +345,8 @@ def predict_file(pipeline, source: str, *, head: str | None = None, finetuned: b
         log.warning("%d of %d texts were truncated at max_length=%d (as in extraction)",
                     predictor.truncated_, len(inputs.texts), manifest.max_length)
     write_table(output, _table(inputs, predictor, scores), label_sep=pipeline.data.label_sep or ",")
-    metrics = None if inputs.labels is None else _scored(manifest, inputs.labels, scores)
+    metrics = None if inputs.labels is None else _scored(manifest, inputs.labels, scores,
+                                                         row_groups(inputs.texts, inputs.text_pairs))
     log.info("predicted %d rows with %s/%s (%s) in %.1f s (%.0f texts/s); wrote %s", len(inputs.texts),
              manifest.features, manifest.head, manifest.kind, seconds, len(inputs.texts) / max(seconds, 1e-9), output)
     return {"out": output.path or "-", "rows": len(inputs.texts), "truncated": predictor.truncated_,
@@ -361,8 +363,9 @@ def _universal_newlines(stream) -> None:
         pass
 
 
-def _scored(m: Manifest, labels: np.ndarray, scores: np.ndarray) -> dict[str, dict]:
-    """Every metric of the task on the input's labels, with its 95% bootstrap interval; a metric
+def _scored(m: Manifest, labels: np.ndarray, scores: np.ndarray, groups: np.ndarray) -> dict[str, dict]:
+    """Every metric of the task on the input's labels, with its 95% bootstrap interval over the
+    distinct rows (`groups`: rows that repeat one text are drawn as one); a metric
     undefined on these rows (one class, a constant target: scikit-learn's convention gives 0 or
     NaN) has no value, and `undefined` says why."""
     import math
@@ -370,7 +373,7 @@ def _scored(m: Manifest, labels: np.ndarray, scores: np.ndarray) -> dict[str, di
     from featx.stats import bootstrap
 
     values = M.evaluate(m.task, labels, scores, m.threshold)
-    intervals = bootstrap.intervals(m.task, labels, scores[None], m.threshold)
+    intervals = bootstrap.intervals(m.task, labels, scores[None], m.threshold, groups=groups)
     scored = {}
     for name, value in values.items():
         reason = M.undefined(m.task, name, labels, list(m.label_names))
