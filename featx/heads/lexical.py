@@ -15,6 +15,14 @@ from featx.heads.targets import StandardisedTarget
 from featx.tasks import TASKS
 from featx.heads.varying import VaryingLabels
 
+# What the TF-IDF features read: word 1- and 2-grams whose words may be one character ("I", "a",
+# "2": short texts need them), and character 2- to 5-grams within word boundaries (whose token
+# pattern scikit-learn keeps at its default and never applies). A head file holds these exact
+# settings (featx/heads/states.py): a vectorizer is rebuilt with no other.
+WORD_NGRAMS, CHAR_NGRAMS = (1, 2), (2, 5)
+WORD_PATTERN, CHAR_PATTERN = r"(?u)\b\w+\b", r"(?u)\b\w\w+\b"
+MAX_FEATURES = 50_000
+
 
 class LexicalFeatures(TransformerMixin, BaseEstimator):
     """TF-IDF of word n-grams and character n-grams (within word boundaries), sublinear term
@@ -24,8 +32,8 @@ class LexicalFeatures(TransformerMixin, BaseEstimator):
     vectors (element-wise), so a linear head can read what they share and where they differ.
     """
 
-    def __init__(self, *, word_ngrams: tuple[int, int] = (1, 2), char_ngrams: tuple[int, int] = (2, 5),
-                 max_features: int = 50_000):
+    def __init__(self, *, word_ngrams: tuple[int, int] = WORD_NGRAMS, char_ngrams: tuple[int, int] = CHAR_NGRAMS,
+                 max_features: int = MAX_FEATURES):
         self.word_ngrams = word_ngrams
         self.char_ngrams = char_ngrams
         self.max_features = max_features
@@ -36,10 +44,9 @@ class LexicalFeatures(TransformerMixin, BaseEstimator):
         texts = self._texts(X).ravel()
         common = dict(sublinear_tf=True, max_features=self.max_features, dtype=np.float32)
         self.vectorizers_ = []
-        for analyzer, ngrams in (("word", self.word_ngrams), ("char_wb", self.char_ngrams)):
-            # Words of one character count too ("I", "a", "2"): short texts need them.
-            pattern = {"token_pattern": r"(?u)\b\w+\b"} if analyzer == "word" else {}
-            vectorizer = TfidfVectorizer(analyzer=analyzer, ngram_range=tuple(ngrams), **pattern,
+        for analyzer, ngrams, pattern in (("word", self.word_ngrams, WORD_PATTERN),
+                                          ("char_wb", self.char_ngrams, CHAR_PATTERN)):
+            vectorizer = TfidfVectorizer(analyzer=analyzer, ngram_range=tuple(ngrams), token_pattern=pattern,
                                          **common)
             try:
                 self.vectorizers_.append(vectorizer.fit(texts))

@@ -12,9 +12,12 @@ the head's manifest (what record it belongs to).
 Why not joblib with a hash beside it: whoever crafts the file writes the hash too, and a pickle
 runs any code it names when it is loaded. Here loading parses JSON and numbers, and rebuilds only
 the classes of `allowed()` (an explicit allowlist) from their pickling state (`__getstate__`
-/ `__setstate__`, the same state pickle would carry, minus the code). A fitted estimator holding
-anything else (a callable, a class outside the list) is an error at save time, so a new head can
-never silently fall back to pickle: it needs an allowlist entry, and a test of its round trip.
+/ `__setstate__`, the same state pickle would carry, minus the code), and only with the
+attributes and values featx writes (featx/heads/states.py: an allowlisted class given another
+parameter could read files, run a regex for ever or start processes). A fitted estimator
+holding anything else (a callable, a class outside the list, a value featx would refuse to read
+back) is an error at save time, so a new head can never silently fall back to pickle: it needs
+an allowlist entry with the rules of its state, and a test of its round trip.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ import warnings
 import numpy as np
 
 from featx.errors import FeatxError
+from featx.heads import states
 
 log = logging.getLogger("featx")
 
@@ -183,7 +187,13 @@ class _Encoder:
         state = value.__getstate__()
         if not isinstance(state, dict):
             raise TypeError(f"{where}: {name}'s state is not a dict; cannot save it")
-        return {"$object": name, "state": inner(state, f"{where}({type(value).__name__})")}
+        # Its values first: a value of a class outside the allowlist is named as such, not as an attribute.
+        encoded = inner(state, f"{where}({type(value).__name__})")
+        refused = states.problem(type(value), state)
+        if refused is not None:
+            raise TypeError(f"{where}: {refused}; featx would refuse to read the head back (featx/heads/states.py "
+                            "lists what a head holds)")
+        return {"$object": name, "state": encoded}
 
     def _array(self, array: np.ndarray, where: str, inner):
         if array.dtype.kind in "biuf" and array.dtype.name in _TYPES:
@@ -234,6 +244,8 @@ def loads(data: bytes, source: str = "the head file") -> tuple[object, dict]:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             estimator = _Decoder(allowed(), tensors).decode(document.get("estimator"), 0)
+    except _Refused as exc:
+        raise HeadFileError(f"{source} was not written by featx: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - any failure to rebuild (an allowlisted class's
         # __setstate__ or LightGBM's model parser on crafted input) means the same: not our file
         raise HeadFileError(f"{source} does not describe a head featx can rebuild "
@@ -251,6 +263,10 @@ def _parse(raw: bytes):
         return json.loads(raw.decode("utf-8", "surrogatepass"))
     except (ValueError, RecursionError) as exc:
         raise HeadFileError(f"its JSON document is not valid ({type(exc).__name__})") from None
+
+
+class _Refused(ValueError):
+    """A state that holds an attribute or a value featx does not write (featx/heads/states.py)."""
 
 
 class _Decoder:
@@ -329,8 +345,9 @@ class _Decoder:
         return collections.OrderedDict(items) if node.get("ordered") else dict(items)
 
     def _object(self, node: dict, inner):
-        """An instance of an allowed class, its state restored as pickle would restore it
-        (`__setstate__`, else the instance dict), without running its `__init__`."""
+        """An instance of an allowed class, its state checked (featx/heads/states.py) and restored
+        as pickle would restore it (`__setstate__`, else the instance dict), without running its
+        `__init__`."""
         value = node["$object"]
         if value not in self.classes:
             raise ValueError(f"it names the class {str(value)[:80]!r}, which is not one a head is made of")
@@ -338,6 +355,9 @@ class _Decoder:
         if not isinstance(state, dict):
             raise ValueError(f"the state of {value} is not a dict")
         cls = self.classes[value]
+        refused = states.problem(cls, state)
+        if refused is not None:  # before the class sees any of it
+            raise _Refused(refused)
         obj = cls.__new__(cls)
         if hasattr(cls, "__setstate__"):
             obj.__setstate__(state)
