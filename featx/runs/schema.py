@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from featx.errors import FeatxError
 from featx.files import utc_now
+from featx.runs.fields import unaccepted
 from featx.version import __version__
 
 SCHEMA = 1
@@ -136,7 +137,9 @@ def record_json(record: Record) -> dict:
 
 def parse_record(raw: dict, path) -> Record:
     """A record file's JSON object (from `path`) as a Record; an error that names the file and
-    the fix when its schema is another featx's or a field is missing or of the wrong type."""
+    the fix when its schema is another featx's, a field is missing or of the wrong type, or a
+    field holds a value featx does not write (`featx.runs.fields`: the field, its value and the
+    accepted ones)."""
     stage = raw["stage"] if "stage" in raw and raw["stage"] in STAGES else "probe"
     schema = raw["schema"] if "schema" in raw else None
     if schema != SCHEMA:
@@ -206,7 +209,8 @@ def _completed(section: dict | None, keys, fill) -> dict:
 
 
 def _problem(raw: dict) -> str | None:
-    """What makes a record's JSON object unreadable, or None."""
+    """What makes a record's JSON object unreadable (a missing field, one of the wrong type, a
+    value featx does not write), or None."""
     # Not configfile's `_build`: that one refuses NaN (a record's score may be one) and turns
     # lists into tuples (a record must write back what it read).
     hints = typing.get_type_hints(Record)
@@ -226,7 +230,7 @@ def _problem(raw: dict) -> str | None:
     value = raw["metrics"][raw["primary_metric"]] if raw["primary_metric"] in raw["metrics"] else None
     if not isinstance(value, (int, float)):
         return f"its metrics lack the primary metric {raw['primary_metric']!r}"
-    return None
+    return unaccepted(raw)  # the values featx writes: closed sets, names, file names (featx.runs.fields)
 
 
 def _options(hint) -> tuple:
