@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from featx.errors import FeatxError
-from featx.files import utc_now, write_bytes
+from featx.files import read_bytes, utc_now, write_bytes
 from featx.runs.schema import Record
 from featx.runs.records import record_name
 from featx.version import __version__
@@ -22,6 +22,9 @@ from featx.version import __version__
 log = logging.getLogger("featx")
 
 HEAD_SUFFIX = ".safetensors"
+# The largest head file featx reads back: a head's arrays are its weights (a TF-IDF head of a
+# thousand classes stays under 1 GiB); a larger file is not a head featx wrote.
+HEAD_LIMIT = 4 << 30
 
 
 def head_file_name(features: str, head: str, seed: int) -> str:
@@ -90,11 +93,9 @@ def read_head(path: str | Path, *, sha256: str | None = None, binding: dict | No
         raise FeatxError(f"{path} is a joblib head of an older featx; featx no longer unpickles heads "
                          f"(a pickle runs code when loaded, whatever hash is beside it): {refit}")
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise FeatxError(f"the fitted head {path} is missing; {refit}") from None
-    except OSError as exc:
-        raise FeatxError(f"the fitted head {path} cannot be read ({exc.strerror}); {refit}") from None
+        data = read_bytes(path, "a fitted head", HEAD_LIMIT)  # a regular file of bounded size, or an error
+    except FeatxError as exc:
+        raise FeatxError(f"{exc}; {refit}") from None
     if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
         raise FeatxError(f"{path} is not the head its record names (its sha256 differs): a later probe "
                          f"replaced it (one killed before it wrote its records?) or it was changed: {refit}")

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from featx.errors import FeatxError
-from featx.files import atomic_write, loads_json
+from featx.files import atomic_write, loads_json, read_bytes, read_text, write_bytes
+from featx.runs import npz
 from featx.runs.schema import Record, parse_record, record_json
 
 
@@ -158,17 +161,14 @@ def write_record(directory: Path, record: Record, predictions: Predictions | Non
     path = Path(directory) / record_name(record.features, record.head)
     if predictions is not None:
         scores = path.with_name(path.stem + ".scores.npz")
-
-        def save(tmp: Path) -> None:
-            with open(tmp, "wb") as f:
-                selection = ({} if predictions.selection_scores is None else
-                             {"selection_truth": predictions.selection_truth,
-                              "selection_scores": predictions.selection_scores})
-                np.savez(f, ids=np.asarray(predictions.ids, dtype=str), labels=predictions.labels,
-                         scores=predictions.scores, threshold=np.float64(predictions.threshold),
-                         **selection)
-        atomic_write(scores, save)
-        record = dataclasses.replace(record, predictions={"file": scores.name, "sha256": _sha256(scores)})
+        selection = ({} if predictions.selection_scores is None else
+                     {"selection_truth": predictions.selection_truth, "selection_scores": predictions.selection_scores})
+        buffer = io.BytesIO()  # hashed as written: the record names these bytes, not a second read
+        np.savez(buffer, ids=np.asarray(predictions.ids, dtype=str), labels=predictions.labels,
+                 scores=predictions.scores, threshold=np.float64(predictions.threshold), **selection)
+        write_bytes(scores, buffer.getvalue())
+        record = dataclasses.replace(record, predictions={"file": scores.name,
+                                                          "sha256": hashlib.sha256(buffer.getvalue()).hexdigest()})
     write_json(path, record_json(record))
     return record
 
@@ -182,9 +182,9 @@ def read_record(path: Path) -> Record:
 
 
 def _json(path: Path):
-    try:
-        return loads_json(Path(path).read_text())
-    except (OSError, ValueError) as exc:
+    try:  # a regular file of bounded size (a FIFO or a device is an error, never a wait)
+        return loads_json(read_text(Path(path), "a run record"))
+    except ValueError as exc:
         raise FeatxError(f"run record {path} is unreadable ({exc}); delete it and rerun its "
                          "stage") from None
 
@@ -199,30 +199,32 @@ def read_predictions(directory: Path, record: Record) -> Predictions:
     """The predictions a record was computed from (in its configuration folder, `directory`),
     checked against the hash it names."""
     entry = record.predictions or {}
-    path = Path(directory) / str(entry["file"] if "file" in entry else "")
-    if "file" not in entry or not path.is_file():
+    path = Path(directory) / str(entry["file"] if "file" in entry else "")  # a file name (parse_record)
+    if "file" not in entry or not os.path.lexists(path):
         raise FeatxError(f"the predictions of {record.features}/{record.head} are missing "
                          f"({path}); rerun its stage (featx {record.stage})")
-    if "sha256" not in entry or _sha256(path) != entry["sha256"]:
+    data = read_bytes(path, "a predictions file", npz.LIMIT)  # the bytes hashed are the bytes read
+    if "sha256" not in entry or hashlib.sha256(data).hexdigest() != entry["sha256"]:
         raise FeatxError(f"{path} does not match the hash in its record: it belongs to another run "
                          f"or was changed; rerun featx {record.stage}")
-    return _load_predictions(path)
+    return _load_predictions(path, data)
 
 
-def _load_predictions(path: Path) -> Predictions:
+def _load_predictions(path: Path, data: bytes) -> Predictions:
     """The arrays of a `.scores.npz`, refused unless they are what `write_record` writes:
     numbers (ids as strings), no object arrays (np.load never unpickles here), aligned rows."""
     def bad(what: str) -> FeatxError:
         return FeatxError(f"{path} is not a featx predictions file ({what}); delete it and rerun the "
                           "stage that wrote it")
     try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in ("ids", "labels", "scores", "threshold")}
-            selection = tuple(data[k] for k in ("selection_truth", "selection_scores") if k in data.files)
-    except KeyError as exc:
-        raise bad(f"no {exc} array") from None
-    except (ValueError, OSError, EOFError) as exc:  # an object array, a damaged zip, not a zip
+        found = npz.load_npz(data)
+    except ValueError as exc:  # an object array, a compressed or damaged zip, not a zip
         raise bad(str(exc)[:200]) from None
+    missing = [k for k in ("ids", "labels", "scores", "threshold") if k not in found]
+    if missing:
+        raise bad(f"no {missing[0]!r} array")
+    arrays = {k: found[k] for k in ("ids", "labels", "scores", "threshold")}
+    selection = tuple(found[k] for k in ("selection_truth", "selection_scores") if k in found)
     ids, labels, scores, threshold = (arrays[k] for k in ("ids", "labels", "scores", "threshold"))
     if ids.dtype.kind != "U" or labels.dtype.kind not in "biuf" or scores.dtype.kind != "f" \
             or threshold.shape != () or threshold.dtype.kind != "f":
@@ -250,11 +252,6 @@ def read_records(directory: Path) -> list[Record]:
     return out
 
 
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 # ---------------------------------------------------------------------------------------------
 # Probe runs: finished or interrupted
 
@@ -272,9 +269,12 @@ def write_run_status(directory: Path, status: dict) -> None:
 
 def read_run_status(directory: Path, config_hash: str) -> dict | None:
     """The status of the last probe run of this configuration in `directory`, or None."""
-    try:
-        status = loads_json(run_status_path(directory).read_text())
-    except (OSError, ValueError):
+    path = run_status_path(directory)
+    if not os.path.lexists(path):
+        return None
+    try:  # a FIFO or a device there is an error (read_text), never a wait
+        status = loads_json(read_text(path, "a probe run's status"))
+    except ValueError:
         return None
     return status if isinstance(status, dict) and status.get("config_hash") == config_hash else None
 
