@@ -111,6 +111,42 @@ def test_every_file_featx_writes_refuses_a_planted_link(project, tmp_path):
     planted()
 
 
+@pytest.mark.slow  # every stage rerun per generated case
+def test_no_file_featx_reads_back_blocks_when_it_is_a_fifo(project, tmp_path):
+    """Generated: any set of the files featx wrote in data_dir replaced by FIFOs (named pipes,
+    which block whoever opens them for reading until a writer comes); rerunning every stage
+    refuses them or works around them, and never waits on one."""
+    import signal
+
+    write_report(project.runs_dir, project.reports_dir, project.name, project)
+    pristine = tmp_path / "pristine"
+    shutil.copytree(project.data_dir, pristine, symlinks=True)
+    files = [p.relative_to(project.data_dir) for p in produced_files(project)]
+
+    def hung(signum, frame):
+        raise TimeoutError("a stage waited on a FIFO")
+
+    @FEW
+    @given(chosen=st.sets(st.sampled_from(files), min_size=1, max_size=3))
+    def planted(chosen):
+        shutil.rmtree(project.data_dir)
+        shutil.copytree(pristine, project.data_dir, symlinks=True)
+        for relative in chosen:
+            (Path(project.data_dir) / relative).unlink()
+            os.mkfifo(Path(project.data_dir) / relative)
+        previous = signal.signal(signal.SIGALRM, hung)
+        signal.alarm(120)  # every stage of the tiny project takes seconds
+        try:
+            rerun_everything(project, tmp_path)
+        except TimeoutError:
+            silent("FIFOs below data_dir", f"{sorted(map(str, chosen))}: a stage blocked on one")
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)
+    planted()
+    FIGURES["checks"]["FIFOs below data_dir: no stage blocks"] += 1
+
+
 FOLDERS = ["reports/rt", "cache", "runs/rt/KEY/heads"] + (
     ["runs/rt", "predictions", "reports/.matplotlib", "runs/rt/KEY"] if FULL else [])
 
