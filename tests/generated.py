@@ -8,7 +8,9 @@ kill more often; tests/faults/conftest.py prints FIGURES at the end of a run tha
 tests/faults."""
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -58,3 +60,18 @@ def refused(message: str, action, *args, **kwargs):
     with pytest.raises(FeatxError, match=message):
         action(*args, **kwargs)
     FIGURES["checks"][f"refused: {message}"] += 1
+
+
+@contextlib.contextmanager
+def no_hang(seconds: int = 20):
+    """What runs inside fails the test after `seconds` instead of hanging it (a read that blocks
+    on a FIFO, a regex that backtracks): SIGALRM interrupts even a blocking open."""
+    def fail(*_):
+        pytest.fail(f"still running after {seconds} s (blocked on a FIFO, or a runaway computation?)")
+    previous = signal.signal(signal.SIGALRM, fail)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

@@ -18,7 +18,7 @@ from featx.serve.export import export
 from featx.serve.predict import predict_file
 from tests.conftest import read_only
 from tests.finished_project import runs, victim
-from tests.generated import FIGURES, FULL, examples, featx_only, refused, silent
+from tests.generated import FIGURES, FULL, examples, featx_only, no_hang, refused, silent
 
 FEW = examples(40, 6)
 
@@ -116,15 +116,10 @@ def test_no_file_featx_reads_back_blocks_when_it_is_a_fifo(project, tmp_path):
     """Generated: any set of the files featx wrote in data_dir replaced by FIFOs (named pipes,
     which block whoever opens them for reading until a writer comes); rerunning every stage
     refuses them or works around them, and never waits on one."""
-    import signal
-
     write_report(project.runs_dir, project.reports_dir, project.name, project)
     pristine = tmp_path / "pristine"
     shutil.copytree(project.data_dir, pristine, symlinks=True)
     files = [p.relative_to(project.data_dir) for p in produced_files(project)]
-
-    def hung(signum, frame):
-        raise TimeoutError("a stage waited on a FIFO")
 
     @FEW
     @given(chosen=st.sets(st.sampled_from(files), min_size=1, max_size=3))
@@ -134,15 +129,8 @@ def test_no_file_featx_reads_back_blocks_when_it_is_a_fifo(project, tmp_path):
         for relative in chosen:
             (Path(project.data_dir) / relative).unlink()
             os.mkfifo(Path(project.data_dir) / relative)
-        previous = signal.signal(signal.SIGALRM, hung)
-        signal.alarm(120)  # every stage of the tiny project takes seconds
-        try:
+        with no_hang(120):  # every stage of the tiny project takes seconds
             rerun_everything(project, tmp_path)
-        except TimeoutError:
-            silent("FIFOs below data_dir", f"{sorted(map(str, chosen))}: a stage blocked on one")
-        finally:
-            signal.alarm(0)
-            signal.signal(signal.SIGALRM, previous)
     planted()
     FIGURES["checks"]["FIFOs below data_dir: no stage blocks"] += 1
 

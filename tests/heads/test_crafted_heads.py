@@ -5,9 +5,7 @@ attributes featx never writes, a LightGBM text model that loops or reads past a 
 generated: no attribute of any head accepts a callable."""
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
 
 import numpy as np
 import pytest
@@ -15,22 +13,9 @@ import pytest
 from featx.heads import serialize
 from featx.heads.serialize import HeadFileError
 from tests.heads.test_serialize import document, fitted, with_document
+from tests.generated import no_hang
 
 NOT_OURS = "was not written by featx"
-
-
-@contextlib.contextmanager
-def no_hang(seconds: int = 20):
-    """A load or predict that hangs (a backtracking regex, a FIFO) fails the test instead."""
-    def fail(*_):
-        pytest.fail(f"still running after {seconds} s")
-    previous = signal.signal(signal.SIGALRM, fail)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def states(node, name: str) -> list[dict]:

@@ -4,11 +4,9 @@ is expected is one FeatxError naming it, never a wait, a read without end or a t
 predictions file is refused before numpy inflates or allocates what its zip or headers claim."""
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import os
-import signal
 import zipfile
 
 import numpy as np
@@ -17,20 +15,7 @@ import pytest
 from featx.errors import FeatxError
 from featx.runs.records import read_predictions, read_record, read_records, read_run_status, run_status_path
 from tests.report.test_report import fake
-
-
-@contextlib.contextmanager
-def no_hang(seconds: int = 20):
-    """A read that blocks on a FIFO fails the test instead of hanging it."""
-    def fail(*_):
-        pytest.fail(f"blocked for {seconds} s (a FIFO opened for reading?)")
-    previous = signal.signal(signal.SIGALRM, fail)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+from tests.generated import no_hang
 
 
 def special(path, kind: str) -> None:

@@ -6,12 +6,10 @@ of the folder is a regular one, checked before it is opened: a FIFO anywhere is 
 a hang. An export folder given where a pipeline file goes is named as one."""
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import shutil
-import signal
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +19,7 @@ from featx.serve.export import export
 from featx.serve.predict import load_predictor, predict_file
 from tests.finished_project import runs
 from tests.generated import refused
+from tests.generated import no_hang
 
 
 @pytest.fixture(scope="module")
@@ -40,20 +39,6 @@ def copy(exports, tmp_path):
     def make(kind: str) -> Path:
         return Path(shutil.copytree(exports[kind], tmp_path / kind))
     return make
-
-
-@contextlib.contextmanager
-def no_hang(seconds: int = 30):
-    """A read that blocks on a FIFO fails the test instead of hanging it."""
-    def fail(*_):
-        pytest.fail(f"blocked for {seconds} s (a FIFO opened for reading)")
-    previous = signal.signal(signal.SIGALRM, fail)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def edit_json(path: Path, change) -> None:
