@@ -306,6 +306,7 @@ class CacheWriter:
         self.file.flush()
         os.fsync(self.fd)  # durable before it gets the name that says complete
         os.close(self.fd)
+        self.fd = -1  # closed once: a second close could hit a descriptor another thread opened since
         self.file.attrs["complete"] = True
         self.file.attrs["completed"] = utc_now()
         self.file.attrs["attrs_crc32"] = attrs_crc32({k: decode_attr(v) for k, v in self.file.attrs.items()})
@@ -314,10 +315,9 @@ class CacheWriter:
         return self.path
 
     def close(self) -> None:
-        try:
+        if self.fd >= 0:  # not yet closed by finalize
             os.close(self.fd)
-        except OSError:
-            pass  # already closed by finalize
+            self.fd = -1
         if self.file.id.valid:
             self.file.close()
 
