@@ -184,7 +184,7 @@ class DataConfig:
                      ("split_column", self.split_column)] + [("label", c) for c in labels]
             named = [(role, column) for role, column in roles if column is not None]
             for i, (role, column) in enumerate(named):
-                other = next((r for r, c in named[:i] if c == column), None)
+                other = next((r for r, c in named[:i] if c == column and r != role), None)
                 if other is not None:  # one column in two roles: labels that are the texts, a pair of a text with itself
                     raise FeatxError(f"data.{other} and data.{role} both name column {shown(column)}; each "
                                      "role needs its own column (unset the one that is not meant)")
