@@ -9,6 +9,7 @@ import json
 import math
 from pathlib import Path
 
+from featx.errors import FeatxError
 from featx.report.provenance import comma_list
 from featx.report.verdict import Verdict
 
@@ -16,14 +17,14 @@ from featx.report.verdict import Verdict
 def index_texts(base: Path, described: dict, judged: "Verdict") -> tuple[str, str]:
     """(index.md, latest.json) of a pipeline's reports: every configuration's report folder, the
     newest first, and a stable pointer to the one just written (no link: a file)."""
-    from featx.files import loads_json
+    from featx.files import loads_json, read_text
 
     entries = {}
     for path in sorted(base.glob("*/verdict.json")):
         try:
-            found = loads_json(path.read_text())["configuration"]
+            found = loads_json(read_text(path, "a report's verdict.json", limit=16 << 20))["configuration"]
             entries[found["id"]] = found | {"headline": str(found.get("headline", ""))}
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, FeatxError):
             continue  # a report folder of an older featx, or a damaged one: left out of the index
     entries[described["id"]] = described | {"headline": headline(judged.text)}
     ordered = sorted(entries.values(), key=lambda entry: str(entry.get("written")), reverse=True)

@@ -80,11 +80,15 @@ def write_all(contents: dict[Path, bytes]) -> None:
 
 
 def _matplotlib_dir(folder: Path, root: Path) -> Path:
-    """matplotlib's cache folder in the data directory, holding no link (matplotlib writes its
-    font cache there without asking whether a name is a link)."""
-    from featx.files import refuse_link, writable_dir
+    """matplotlib's cache folder in the data directory, holding only regular files with one name
+    and folders of them: matplotlib opens its font cache there by name, for reading and for
+    writing, so a link of either kind would be written through and a FIFO would block."""
+    from featx.files import own_file, refuse_link, writable_dir
 
     writable_dir(folder, "matplotlib's cache folder", root=root)
-    for entry in folder.iterdir():
+    for entry in [*folder.iterdir(), *(e for d in folder.iterdir() if d.is_dir() and not d.is_symlink()
+                                       for e in d.iterdir())]:
         refuse_link(entry, "in matplotlib's cache folder")
+        if not entry.is_dir():
+            own_file(entry)
     return folder
