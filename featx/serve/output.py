@@ -133,6 +133,9 @@ def refuse_inputs(target: Path, inputs: list[tuple[str, Path, Path | None]], wha
             continue
         if written == place or place in written.parents:
             where = "is" if written == place else "is inside"
+        elif any(written == t or t in written.parents for t in _linked_targets(path)):
+            where = "is where a link in" if path.is_dir() else "is what"
+            name += " points (a file or folder it reads through a symbolic link)"
         elif info is not None and info.st_nlink > 1 and _same_inode(path, info):
             where = "is another name (a hard link) of" + (" a file in" if path.is_dir() else "")
         else:
@@ -150,6 +153,22 @@ def resolved(path: Path, what: str) -> Path:
     except (RuntimeError, OSError):  # a loop: RuntimeError up to Python 3.12, OSError from 3.13
         raise FeatxError(f"{what} {str(path)!r} goes through a symbolic link that loops (a link to "
                          "itself, or two to each other): remove the link and rerun") from None
+
+
+def _linked_targets(path: Path) -> list[Path]:
+    """Where the symbolic links at or below `path` lead (a Hugging Face cache's snapshot holds
+    links into its blobs, outside the snapshot's folder), each resolved."""
+    links = [path] if path.is_symlink() else []
+    if path.is_dir():
+        for folder, dirs, files in os.walk(path):
+            links += [Path(folder, n) for n in dirs + files if os.path.islink(os.path.join(folder, n))]
+    targets = []
+    for link in links:
+        try:
+            targets.append(link.resolve())
+        except (RuntimeError, OSError):
+            continue  # a loop leads nowhere a write could land
+    return targets
 
 
 def _same_inode(path: Path, info: os.stat_result) -> bool:

@@ -126,3 +126,26 @@ def test_a_dash_writes_parquet_bytes_to_stdout(project, tmp_path, monkeypatch):
     monkeypatch.setattr("sys.stdout", io.TextIOWrapper(buffer, encoding="utf-8"))
     predict_file(project, str(texts), head="mean@2/logistic", out="-", format="parquet")
     assert list(pd.read_parquet(io.BytesIO(buffer.getvalue()))["id"]) == ["a"]
+
+
+def test_a_file_the_model_folder_reaches_through_a_link_is_an_input(tmp_path):
+    # A Hugging Face cache's snapshot holds links into its blobs, outside the snapshot's folder:
+    # a blob is as much the model's file as the name in the snapshot.
+    from featx.serve.output import refuse_inputs
+
+    blobs, snapshot = tmp_path / "blobs", tmp_path / "snapshots" / "abc"
+    blobs.mkdir()
+    snapshot.mkdir(parents=True)
+    (blobs / "4d56").write_text("{}")
+    (snapshot / "tokenizer.json").symlink_to(blobs / "4d56")
+    refused("--out .* is where a link in the model folder points", refuse_inputs, blobs / "4d56",
+            [("the model folder", snapshot, None)], "--out")
+    refuse_inputs(tmp_path / "elsewhere.csv", [("the model folder", snapshot, None)], "--out")  # allowed
+
+
+@pytest.mark.parametrize("given", [".", "..", "./"])
+def test_an_export_into_the_folder_featx_runs_in_is_refused(project, tmp_path, monkeypatch, given, no_embedding):
+    here = tmp_path / "work" / "e"
+    here.mkdir(parents=True)
+    monkeypatch.chdir(here)
+    refused("is the folder featx runs in", export, project, Path(given), head="mean@2/logistic")
