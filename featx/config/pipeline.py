@@ -262,8 +262,8 @@ class Pipeline:
     def __post_init__(self):
         check_finite(self)
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.name):
-            raise FeatxError(f"pipeline name {shown(self.name)} must be letters, digits, '.', '_' or "
-                             "'-' (it names files under the data directory)")
+            raise FeatxError(f"pipeline name {shown(self.name)} must start with a letter or a digit, "
+                             "then letters, digits, '.', '_' or '-' (it names files under the data directory)")
         if not str(self.data_dir).strip():  # "" would be the current folder, unsaid
             raise FeatxError("data_dir is empty; give the folder for caches, runs and reports (\"data\" "
                              "by default), or leave it unset")

@@ -14,7 +14,6 @@ import hashlib
 import json
 import logging
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -394,7 +393,7 @@ def read_inputs(cfg, path: str, *, task: str, label_names, pairs: bool) -> Input
             raise FeatxError("this pipeline classifies text pairs; stdin gives single texts: pass "
                              "a file with both columns")
         # Lines end at \n, \r\n or \r, whatever the stream's own newline setting.
-        texts = [t for t in re.split(r"\r\n|\r|\n", sys.stdin.read()) if t.strip()]
+        texts = [t for t in re.split(r"\r\n|\r|\n", files_.stdin_text()) if t.strip()]
         src = InMemory(Path("<stdin>"), ["text"], [{"text": t} for t in texts], list(range(1, len(texts) + 1)))
         cfg = dataclasses.replace(cfg, text="text", text_pair=None, id=None)
     else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,3 +176,19 @@ def decoded_blocks(path: Path, encoding: tuple[str, int]):
                 yield text
             if not data:
                 return
+
+
+def stdin_text() -> str:
+    """stdin decoded as UTF-8 from its bytes (a BOM dropped), whatever the terminal's locale says;
+    bytes that are not UTF-8 are one error naming where."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # a text stream put in place of stdin (a notebook, a test)
+        return sys.stdin.read()
+    data = buffer.read()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise FeatxError(f"stdin is not UTF-8 text: byte {exc.start:,} (line {line}) is "
+                         f"{data[exc.start:exc.start + 1]!r}; convert it first (iconv -f <its encoding> -t "
+                         "utf-8) or pass a file with data.encoding set") from None

@@ -21,6 +21,7 @@ from typing import Callable
 import numpy as np
 
 from featx.data import rules
+from featx.files import read_bytes
 from featx.errors import FeatxError, shown
 from featx.tasks import TASKS
 
@@ -162,12 +163,12 @@ def read_label_names(spec) -> tuple[str, ...] | None:
         names = spec
     else:
         path = Path(spec)
-        if not path.is_file():
+        if not path.exists():
             raise FeatxError(f"data.label_names file {spec!r} not found; give a list or a file with one "
                              "name per line")
         where = f"data.label_names file {spec!r}"
-        try:
-            text = path.read_text(encoding="utf-8-sig")
+        try:  # a regular file of bounded size: a FIFO or a device is refused, never read
+            text = read_bytes(path, "the data.label_names file (one name per line)").decode("utf-8-sig")
         except UnicodeDecodeError as exc:
             raise FeatxError(f"{where} is not UTF-8 (byte {exc.start}: {exc.reason}); save it as "
                              "UTF-8") from None

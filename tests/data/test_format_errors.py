@@ -103,3 +103,13 @@ def test_a_compressed_data_file_is_named_compressed(tmp_path, packer):
     path.write_bytes(packed)
     refused("-compressed; featx reads plain", load, path)
     refused("-compressed; featx reads plain", load, path, format="jsonl")
+
+
+def test_a_label_names_file_that_is_a_fifo_or_a_folder_is_named_so(tmp_path):
+    import os
+
+    path = tmp_path / "rows.csv"
+    path.write_text("text,label\n" + "".join(f"text {i},{i % 2}\n" for i in range(20)))
+    os.mkfifo(tmp_path / "names.fifo")
+    refused("FIFO", load, path, label_names=str(tmp_path / "names.fifo"))
+    refused("folder", load, path, label_names=str(tmp_path))

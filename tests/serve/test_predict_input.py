@@ -26,6 +26,17 @@ def test_stdin_lines_end_at_any_line_end(project, tmp_path, monkeypatch, ending)
     assert [json.loads(row)["text"] for row in out.read_text().splitlines()] == lines
 
 
+def test_stdin_that_is_not_utf8_is_named_so(project, tmp_path, monkeypatch):
+    from tests.generated import refused
+
+    stdin_of(monkeypatch, b"the cat sat\ncat \xff\xfe dog\n")
+    refused(r"stdin is not UTF-8 text: byte 16 \(line 2\)", predict_file, project, "-",
+            head="mean@2/logistic", out=tmp_path / "p.jsonl")
+    stdin_of(monkeypatch, "\ufeffthe cat sat\n".encode())  # a byte-order mark is not part of the text
+    out = predict_file(project, "-", head="mean@2/logistic", out=tmp_path / "p.jsonl")["out"]
+    assert json.loads(out.read_text().splitlines()[0])["text"] == "the cat sat"
+
+
 def test_a_crlf_file_leaves_no_carriage_return(project, tmp_path):
     data = tmp_path / "in.csv"
     data.write_bytes(b"id,text\r\na,the cat sat\r\nb,the dog ran\r\n")
