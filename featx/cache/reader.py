@@ -167,7 +167,7 @@ class Cache:
 
     def row_groups(self, split: str) -> np.ndarray:
         """(n,) int64: each row's group, numbered in the order the groups first appear; the rows of
-        a group repeat one text (and pair) as the tokenizer sees it
+        a group repeat one text (and pair) up to case, Unicode form, format characters and spacing
         (`featx.stats.duplicates.text_key`), and the bootstrap draws them as one row."""
         return row_groups(self.texts(split), self.text_pairs(split))
 

@@ -9,7 +9,7 @@ resample drop out of macro-F1 (multilabel: labels without a positive row drawn),
 resample cannot define (an AUC, MCC or correlation of one class or value, an F1 without a
 positive, the r2 of a constant target) is NaN.
 
-Rows that repeat one another (the same text, as the tokenizer sees it) are one observation, not
+Rows that repeat one another (the same text up to case, Unicode form, format characters and spacing) are one observation, not
 several: given `groups` (a group per row, rows of one group identical), a resample draws as many
 groups as there are, with replacement, and each drawn group brings all its rows (a cluster
 bootstrap). A test split of 20 texts repeated 10 times is then as uncertain as its 20 rows, not

@@ -1,4 +1,4 @@
-"""Rows that are one observation: texts compared as a tokenizer sees them (`text_key`), and the
+"""Rows that are one observation: texts compared up to case, Unicode form, format characters and spacing (`text_key`), and the
 groups of rows that repeat one another (`row_groups`). The cache counts with them the held rows
 whose text train holds too; the bootstrap (`featx.stats.bootstrap`) draws a group of repeated
 test rows as one row, with all its copies. No torch.
@@ -13,13 +13,13 @@ import unicodedata
 import numpy as np
 
 # How texts are compared (`text_key`), said wherever a count of equal texts is.
-SAME_TEXT = ("the same text as the tokenizer sees it: up to case, Unicode normalisation, "
+SAME_TEXT = ("the same text up to case, Unicode normalisation, "
              "invisible format characters and spacing")
 
 
 def text_key(text: str) -> str:
     """`text` as featx compares texts (a row whose text train holds too, rows that repeat
-    another), as a tokenizer sees it: NFKC-normalised, without format characters (Unicode
+    another), up to what most tokenizers ignore: NFKC-normalised, without format characters (Unicode
     category Cf: zero-width space and joiner, byte-order mark, soft hyphen, direction marks),
     casefolded, each run of whitespace one space, stripped. "café" in NFC or NFD, "CAFÉ " and
     "caf\\u200bé" have one key."""

@@ -1,4 +1,4 @@
-"""Texts compared as the tokenizer sees them when the cache is written: a test copy of a training
+"""Texts compared up to case, Unicode form, format characters and spacing when the cache is written: a test copy of a training
 text that differs only in Unicode normalisation, invisible format characters, case or spacing is
 held by train; test rows that repeat one another are one group (`Cache.row_groups`), text pairs
 by both texts."""

@@ -1,4 +1,4 @@
-"""Test rows that repeat another test row (the same text as the tokenizer sees it) are counted
+"""Test rows that repeat another test row (the same text up to case, Unicode form, format characters and spacing) are counted
 and said in the verdict and the Configuration list, and every interval of the report resamples
 the distinct rows: 20 texts repeated 10 times are as uncertain as 20 rows, not as 200."""
 from __future__ import annotations

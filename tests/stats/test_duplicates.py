@@ -1,4 +1,4 @@
-"""Texts compared as a tokenizer sees them: one key for copies that differ in Unicode
+"""Texts compared up to case, Unicode form, format characters and spacing: one key for copies that differ in Unicode
 normalisation, invisible format characters, case or spacing; the fast path for plain ASCII
 equal to the full definition on any string (generated); repeated rows grouped."""
 from __future__ import annotations
