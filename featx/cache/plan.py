@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import logging
 import re
 from dataclasses import dataclass, field
@@ -193,19 +194,25 @@ def find_cache(pipeline: Pipeline) -> Path:
     dataset read, no weights hashed), else planned again."""
     from featx.files import loads_json, read_text
 
-    record, files_same = None, False
+    record, files_same, settings_same = None, False, False
     try:
         record = loads_json(read_text(_pointer(pipeline), "the cache pointer", limit=1 << 20))
         path = pipeline.cache_dir / record["cache"]
         now = _state(pipeline, record["data_files"], record["model_files"])
-        files_same = (re.fullmatch(r"[0-9a-f]{16}\.h5", record["cache"]) is not None and path.is_file()
+        files_same = (re.fullmatch(r"[0-9a-f]{16}\.h5", record["cache"]) is not None
                       and _same_files(pipeline, record)
                       and {k: v for k, v in record["state"].items() if k != "config"}
                       == {k: v for k, v in now.items() if k != "config"})
-        if files_same and record["state"]["config"] == now["config"]:
-            return path
+        settings_same = record["state"]["config"] == now["config"]
     except (OSError, ValueError, KeyError, TypeError, FeatxError):
         pass  # planned again below, which says what is wrong
+    if files_same and settings_same:
+        if path.is_file():
+            return path
+        raise FeatxError(f"the cache this pipeline's last extraction wrote, {path}, is "
+                         + ("not a regular file" if os.path.lexists(path) else "missing")
+                         + f" (the data and model files are those it read): run `{command(pipeline, 'extract')}` "
+                         "to write it again")
     try:
         return make_plan(pipeline).find_cache()
     except FeatxError as exc:

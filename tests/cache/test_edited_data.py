@@ -77,3 +77,18 @@ def test_data_edited_in_place_never_reuses_the_stale_cache(built, tmp_path):
         data.write_bytes(original)
         os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     edited()
+
+
+def test_a_cache_removed_or_replaced_by_a_fifo_is_named_so(make_pipeline, csv_dataset):
+    # The data and model files are those the last extraction read: the error is about the
+    # cache file, not about files that changed.
+    from featx.cache.plan import find_cache
+    from tests.generated import no_hang, refused
+
+    pipeline = make_pipeline({"path": str(csv_dataset)}, extract={"poolings": ["mean"]})
+    path = extract(pipeline).path
+    path.unlink()
+    refused("last extraction wrote, .* is missing", find_cache, pipeline)
+    os.mkfifo(path)
+    with no_hang(30):
+        refused("last extraction wrote, .* is not a regular file", find_cache, pipeline)
