@@ -179,7 +179,7 @@ class Reader:
             if column not in source.columns:
                 raise FeatxError(f"{source.path}: no column {shown(column)} (configured as data.{role}); "
                                  f"the columns are: {', '.join(shown(c) for c in source.columns[:30])}"
-                                 f"{_delimiter_hint(source.columns)}")
+                                 f"{_delimiter_hint(source.columns)}{_normalisation_hint(column, source.columns)}")
 
     def _add(self, part: Part, code: int, source, block) -> None:
         import pyarrow as pa
@@ -338,3 +338,15 @@ def _delimiter_hint(columns: list[str]) -> str:
             return (f". The header looks {name}-separated: set data.delimiter = \"{written}\" in [data] "
                     f"(or override it: 'data.delimiter={written}')")
     return ""
+
+
+def _normalisation_hint(column: str, columns) -> str:
+    """When the missing name equals a column's up to Unicode normalisation (NFC against NFD, a
+    look-alike width) and invisible format characters, which print the same: say which."""
+    import unicodedata
+
+    def key(name: str) -> str:
+        return unicodedata.normalize("NFKC", "".join(c for c in name if unicodedata.category(c) != "Cf"))
+    twins = [c for c in columns if key(c) == key(column)]
+    return (f"; {shown(twins[0])} differs from it only in Unicode normalisation or invisible characters "
+            "(they print the same): copy the header's name into the pipeline") if twins else ""

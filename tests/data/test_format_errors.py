@@ -113,3 +113,9 @@ def test_a_label_names_file_that_is_a_fifo_or_a_folder_is_named_so(tmp_path):
     os.mkfifo(tmp_path / "names.fifo")
     refused("FIFO", load, path, label_names=str(tmp_path / "names.fifo"))
     refused("folder", load, path, label_names=str(tmp_path))
+
+
+def test_a_column_name_that_differs_only_in_unicode_form_is_said_so(tmp_path):
+    path = tmp_path / "rows.csv"
+    path.write_text("t\u00ebxt,label\n" + "".join(f"text {i},{i % 2}\n" for i in range(20)), encoding="utf-8")
+    refused("differs from it only in Unicode normalisation", load, path, text="te\u0308xt\u200b")
