@@ -57,6 +57,8 @@ class Baselines:
     def reuse(self, head: str, directory: Path, heads_dir: Path | None, settings: dict) -> bool:
         """Whether `head`'s stored record was written into `directory` (kept in `self.reused`)."""
         folder = self.folder(head)
+        with Cache(self.cache_path) as cache:  # what each head is bound to beside its record
+            made = {"label_names": list(cache.label_names), "text_pair": bool(cache.meta.get("text_pair"))}
         try:
             stored = [r for r in read_records(folder) if r.head == head] if folder.is_dir() else []
             if not stored or (heads_dir is not None and not stored[0].heads):
@@ -64,7 +66,7 @@ class Baselines:
             old = stored[0]
             predictions = read_predictions(folder, old)
             fitted = [(e["seed"], load_head(folder / "heads" / e["file"], sha256=e["sha256"],
-                                            binding=head_binding(old, e["seed"])))
+                                            binding=head_binding(old, e["seed"], **made)))
                       for e in (old.heads if heads_dir is not None else [])]
         except (FeatxError, OSError, ValueError) as exc:
             log.info("%s: the stored baseline cannot be reused (%s); fitting it again", head, exc)
@@ -75,7 +77,7 @@ class Baselines:
                 init=cache.meta.get("init"), cache_bytes=self.cache_path.stat().st_size,
                 created=utc_now("microseconds"), configuration=settings, **cache_facts(cache.meta),
                 reused={"created": old.created, "pipeline": old.pipeline, "cache_key": old.cache_key})
-        record = dataclasses.replace(record, heads=None if heads_dir is None else save_heads(heads_dir, record, fitted))
+        record = dataclasses.replace(record, heads=None if heads_dir is None else save_heads(heads_dir, record, fitted, **made))
         # write_record names the predictions written beside it (the stored ones are the store's).
         self.reused[head] = write_record(directory, record, predictions)
         log.info("%s: the same data and settings were fitted on %s; that baseline is reused", head,

@@ -67,6 +67,8 @@ class Problem:
     groups_report: np.ndarray
     """The report split's groups of identical rows (`Cache.row_groups`): its intervals resample
     the distinct rows."""
+    text_pair: bool
+    """Whether the cache's rows are text pairs (bound into each saved head with the label names)."""
 
 
 def _inputs(cache: Cache, split: str, features: Features) -> np.ndarray:
@@ -110,7 +112,7 @@ def load_problem(cache_path: str | Path, features: Features, head: str, cfg: Pro
                     cache_bytes=Path(cache_path).stat().st_size, reused=None, heads=None, **cache_facts(cache.meta))
         return Problem(task, names, protocol, X, y, X_dev, y_dev, X_report, y_report,
                        cache.ids(protocol.report_on), base, cache.meta.get("sentence_pooling"),
-                       cache.row_groups(protocol.report_on))
+                       cache.row_groups(protocol.report_on), bool(cache.meta.get("text_pair")))
 
 
 def _prepared(head: str, p: Problem):
@@ -205,7 +207,8 @@ def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeC
         fit_seconds=round(fit_seconds, 3), predict_seconds=round(predict_seconds, 4),
         **_label_fields(p, protocol, cfg))
     if heads_dir is not None:  # saved once the record exists: each head names its record and back
-        record = dataclasses.replace(record, heads=save_heads(heads_dir, record, fitted_heads))
+        record = dataclasses.replace(record, heads=save_heads(heads_dir, record, fitted_heads, label_names=p.names,
+                                                              text_pair=p.text_pair))
     return record, predictions
 
 

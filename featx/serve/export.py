@@ -11,6 +11,7 @@ chosen as predict chooses it (featx.serve.manifest); predicting from the folder 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ from pathlib import Path
 from featx.errors import FeatxError
 from featx.serve.manifest import (MANIFEST, PARTIAL, Manifest, as_pipeline, check_sha256, checked_model,
                                   config_labels, manifest_for)
+from featx.serve.exported import FINETUNED_CONFIG_KEYS
 from featx.tasks import TASKS
 
 log = logging.getLogger("featx")
@@ -41,9 +43,11 @@ def export(pipeline, out_dir: str | Path, *, head: str | None = None, finetuned:
     out = _export_target(Path(out_dir), pipeline, manifest)
     head_bytes = None
     if manifest.kind == "frozen":
-        from featx.runs.headfiles import read_head
+        from featx.runs.headfiles import rebound_head
 
-        _, head_bytes = read_head(manifest.head_file, sha256=manifest.head_sha256,
+        # The head, checked against its record, leaves bound to every field the manifest says of
+        # how its features were made (its binding's MADE_FIELDS): a reader compares the two.
+        head_bytes = rebound_head(manifest.head_file, sha256=manifest.head_sha256,
                                   binding=manifest.head_binding, source=pipeline.source or "<pipeline>")
     partial = _fresh_partial(out)
     try:
@@ -57,7 +61,8 @@ def export(pipeline, out_dir: str | Path, *, head: str | None = None, finetuned:
             _copy_model(Path(manifest.model_path), partial / "backbone")
             name = Path(manifest.head_file).name
             (partial / name).write_bytes(head_bytes)
-            manifest = dataclasses.replace(manifest, model_path="backbone", head_file=name)
+            manifest = dataclasses.replace(manifest, model_path="backbone", head_file=name,
+                                           head_sha256=hashlib.sha256(head_bytes).hexdigest())
         manifest = dataclasses.replace(manifest, allow_pickle=False)
         (partial / MANIFEST).write_text(json.dumps(dataclasses.asdict(manifest), indent=1) + "\n")
         (partial / PARTIAL_MARK).unlink()
@@ -80,6 +85,12 @@ def _export_target(out: Path, pipeline, manifest: Manifest) -> Path:
     from featx.files import refuse_link, writable_dir
     from featx.serve.output import pipeline_inputs, refuse_inputs
 
+    out = Path(os.path.abspath(out))  # "." and ".." named: the export is renamed into place by its name
+    here = Path.cwd()
+    if out == here or out in here.parents:
+        raise FeatxError(f"{out} is the folder featx runs in (or holds it); featx builds an export beside "
+                         "its target and renames it into place, which would pull the current folder "
+                         "away: export into a new folder, such as ./exported")
     refuse_inputs(out, pipeline_inputs(pipeline, manifest), "the export folder")
     refuse_link(out, "where featx would export")
     if out.exists():
@@ -188,6 +199,10 @@ def _classifier_config(m: Manifest, model_path):
     labels = config_labels(m.task, m.label_names)  # what a reader checks them against (exported.py)
     config.id2label = {i: str(name) for i, name in enumerate(labels)}
     config.label2id = {str(name): i for i, name in enumerate(labels)}
+    # How featx reads the texts (and how the backbone started): a reader checks the manifest
+    # against these (featx.serve.exported), and anyone else reads the prompt and length here.
+    for field, key in FINETUNED_CONFIG_KEYS.items():
+        setattr(config, key, getattr(m, field))
     return config
 
 

@@ -3,20 +3,27 @@ folder must be a regular file or a folder, checked before any is opened (a FIFO 
 reader forever, and transformers opens the model's files itself); the manifest's fields are
 checked (`read_manifest`); and every field that describes something else in the folder is
 checked against it: a fine-tune's label names and their order, task and label count against its
-config.json, and its weights for a trained head of that many outputs; a frozen configuration's
-layers against its backbone's config.json (its head, against the manifest, when loaded:
-featx.serve.predict). A disagreement is one error naming both values: the folder was edited.
+config.json, its prompt, max_length and init against the featx_* keys export writes there, and
+its weights for a trained head of that many outputs; a frozen configuration's layers against its
+backbone's config.json, and every field that says how its head's features were made or its
+outputs are read (featx.runs.headfiles.MADE_FIELDS: prompt, dtypes, init, max_length, pooling,
+layers, label names in order, ...) against its head's binding, which the head file carries
+(checked against the head itself when it is loaded: featx.serve.predict). A disagreement is one
+error naming the field and both values: the folder was edited.
 """
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import stat
 from pathlib import Path
 
 from featx.errors import FeatxError
-from featx.serve.manifest import MANIFEST, PARTIAL, Manifest, config_labels
+from featx.serve.manifest import MANIFEST, PARTIAL, Manifest, check_frozen, config_labels
 from featx.tasks import TASKS
+
+log = logging.getLogger("featx")
 
 # More entries than an export ever holds (a backbone's files, a head, the manifest): a folder
 # of more was not written by featx export.
@@ -36,8 +43,10 @@ def read_export(folder: Path) -> Manifest:
     manifest = read_manifest(folder)
     if manifest.kind == "finetuned":
         check_finetuned(manifest, folder)
-    elif manifest.pooling != "text":
+        return manifest
+    if manifest.pooling != "text":
         check_layers(manifest, folder)
+    check_frozen(manifest, f"{folder / MANIFEST}: {EXPORT_AGAIN}")
     return manifest
 
 
@@ -113,7 +122,10 @@ def _check_manifest(m: Manifest) -> None:
     need(m.kind in ("frozen", "finetuned"), "kind is neither frozen nor finetuned")
     need(m.task in TASKS, f"task is not one of {', '.join(TASKS)}")
     need(isinstance(m.label_names, list) and m.label_names and all(isinstance(n, str) for n in m.label_names),
-         "label_names is not a list of names")
+         "label_names is not a list of names (strings)")
+    # featx trims every label name and refuses an empty one (featx.data); a manifest's must be so too.
+    need(all(n.strip() and n == n.strip() for n in m.label_names),
+         "label_names holds an empty or blank name, or one with spaces around it")
     need(isinstance(m.layers, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in m.layers),
          "layers is not a list of indices")
     # A fine-tune's pooling is its head input ("model": the architecture's own head, the default).
@@ -197,12 +209,35 @@ def check_finetuned(m: Manifest, folder: Path) -> None:
     if m.head_input not in (None, "model"):
         differ.append(f"its head_input {m.head_input!r}: an exported fine-tune is its architecture's own "
                       "classifier (head_input 'model')")
+    differ += _finetuned_inputs(m, config)
     if len(expected) not in rows:
         differ.append(f"its {len(expected)} outputs against the {' or '.join(map(str, rows))} of the "
                       "classification head in the weights")
     if differ:
         raise FeatxError(f"{folder / MANIFEST} disagrees with the model in {model}: {'; '.join(differ)}; "
                          f"{EXPORT_AGAIN}")
+
+
+# The manifest's fields that say how an exported fine-tune reads its texts, and the config.json
+# keys featx export writes them to (featx.serve.export).
+FINETUNED_CONFIG_KEYS = {"prompt": "featx_prompt", "max_length": "featx_max_length", "init": "featx_init",
+                         "init_seed": "featx_init_seed"}
+
+
+def _finetuned_inputs(m: Manifest, config: dict) -> list[str]:
+    """How the fine-tune reads its texts (prompt, max_length) and was initialised, against the
+    featx_* keys of its config.json (a folder exported by an older featx holds none: not
+    compared); a pair combination, which a fine-tune never has, is refused."""
+    differ = [] if m.combine == "joint" else [f"its combine {m.combine!r}: a fine-tune encodes a pair jointly"]
+    if not any(key in config for key in FINETUNED_CONFIG_KEYS.values()):
+        log.debug("%s: config.json holds no featx_* keys (an older featx's export): "
+                                         "its prompt, max_length and init are not compared", m.model_path)
+        return differ
+    for field, key in FINETUNED_CONFIG_KEYS.items():
+        if key not in config or config[key] != getattr(m, field):
+            found = repr(config[key]) if key in config else "nothing"
+            differ.append(f"its {field} {getattr(m, field)!r} against config.json's {key} {found}")
+    return differ
 
 
 def _listed(id2label):

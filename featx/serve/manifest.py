@@ -6,6 +6,7 @@ model featx.serve.predict's; writing an export featx.serve.export's.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -54,8 +55,8 @@ class Manifest:
     head_sha256: str | None = None
     """The head file's sha256, as its record names it: another file is refused."""
     head_binding: dict | None = None
-    """The record the head was fitted for (`featx.runs.headfiles.head_binding`); the head's own manifest
-    must say the same."""
+    """The record the head was fitted for and how its features were made (`featx.runs.headfiles.head_binding`,
+    with this manifest's `bound_fields`); the head's own binding must say the same, and so must this manifest."""
     allow_pickle: bool = False
     """Whether pickled .bin backbone weights may be loaded (the pipeline's model.allow_pickle;
     never for an export, which carries safetensors only)."""
@@ -77,6 +78,45 @@ def config_labels(task: str, label_names) -> list[str]:
 
     names = [str(name) for name in label_names]
     return ["0", "1"] if TASKS[task].n_outputs(len(names)) == 2 and len(names) != 2 else names
+
+
+def bound_fields(m: Manifest) -> dict:
+    """The manifest's fields that a head's binding holds (featx.runs.headfiles' IDENTITY_FIELDS
+    but the seed, and MADE_FIELDS), as JSON values."""
+    from featx.runs.headfiles import IDENTITY_FIELDS, MADE_FIELDS
+
+    fields = {k: getattr(m, k) for k in MADE_FIELDS + IDENTITY_FIELDS if hasattr(m, k)}
+    return fields | {"layers": list(m.layers), "label_names": list(m.label_names)}
+
+
+def check_frozen(m: Manifest, fix: str) -> None:
+    """A frozen configuration's manifest agrees with its head's binding (`head_binding`, which
+    the head file's own is checked against when it is read: featx.runs.headfiles.check_binding)
+    on every field the binding holds (`bound_fields`: the features, head and task, and how the
+    features were made and the outputs are read), and its pooling, layers and combination spell
+    its features. An edited manifest (another prompt, dtype, task, layer or label order) would
+    predict other numbers, or put them under other names, without a word; `fix` says what to do."""
+    from featx.probe.job import Features
+
+    binding = m.head_binding
+    if not isinstance(binding, dict):
+        raise FeatxError("the manifest binds its head to no record (head_binding is missing): it was "
+                         f"edited or written by an older featx; {fix}")
+    differ = [f"{k} {v!r} against the head's {binding[k]!r}" + _counted(k, v, binding[k])
+              for k, v in bound_fields(m).items() if k in binding and binding[k] != v]
+    spelled = Features(m.pooling, tuple(m.layers), m.combine).name
+    if spelled != m.features:
+        differ.append(f"pooling, layers and combine spell {spelled!r}, not its features {m.features!r}")
+    if m.combine != "joint" and not m.text_pair:
+        differ.append(f"combine {m.combine!r} combines a text pair's two texts, and text_pair is false")
+    if differ:
+        raise FeatxError(f"the manifest disagrees with its head: {'; '.join(differ)}: {fix}")
+
+
+def _counted(field: str, names, bound) -> str:
+    if field != "label_names" or not isinstance(bound, list) or len(names) == len(bound):
+        return ""
+    return f" (the manifest names {len(names)} labels, the head was fitted on {len(bound)})"
 
 
 def checked_model(m: Manifest):
@@ -161,9 +201,11 @@ def manifest_for(pipeline, head: str | None, finetuned: bool) -> Manifest:
     from featx.runs.headfiles import head_binding, head_entry
 
     entry = head_entry(record, pipeline.source or "<pipeline>")
-    return Manifest(kind="frozen", pooling=record.pooling, layers=tuple(record.layers),
-                    combine=record.combine, head_file=str(directory / "heads" / entry["file"]),
-                    head_sha256=entry["sha256"], head_binding=head_binding(record, entry["seed"]), **common)
+    manifest = Manifest(kind="frozen", pooling=record.pooling, layers=tuple(record.layers),
+                        combine=record.combine, head_file=str(directory / "heads" / entry["file"]),
+                        head_sha256=entry["sha256"], **common)
+    # The head must have been made as the cache says its features are (its binding's MADE_FIELDS).
+    return dataclasses.replace(manifest, head_binding=head_binding(record, entry["seed"]) | bound_fields(manifest))
 
 
 def _current_record(pipeline, key: str, head: str | None, finetuned: bool) -> Record:

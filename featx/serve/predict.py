@@ -28,7 +28,8 @@ from featx.stats import metrics as M
 from featx.stats.duplicates import row_groups
 from featx.serve.embedding import Backbone, texts_and_pairs
 from featx.errors import FeatxError, shown
-from featx.serve.manifest import Manifest, as_pipeline, check_sha256, checked_model, manifest_for
+from featx.serve.manifest import (Manifest, as_pipeline, check_frozen, check_sha256, checked_model,
+                                  manifest_for)
 from featx.tasks import TASKS
 
 log = logging.getLogger("featx")
@@ -47,9 +48,10 @@ class Predictor:
     """
 
     def __init__(self, manifest: Manifest, *, device: str = "auto", trust_remote_code: bool = False,
-                 source: str | None = None):
+                 source: str | None = None, exported: bool = False):
         self.manifest = manifest
         self.source = source  # the pipeline file, named in the command that refits a head
+        self.exported = exported  # an export folder's manifest: a head that disagrees means export again
         self.device = device
         # Only a pipeline's own setting can allow a model's code to run: never a file in a folder.
         self.trust_remote_code = trust_remote_code
@@ -135,9 +137,11 @@ class Predictor:
 
         if self._head is None:
             m = self.manifest
-            _check_frozen_manifest(m)
-            head = load_head(m.head_file, sha256=m.head_sha256, binding=m.head_binding,
-                             **({"source": self.source} if self.source else {}))
+            refit = f"refit it with `featx probe {self.source or '<pipeline>'}`"
+            if self.exported:
+                from featx.serve.exported import EXPORT_AGAIN as refit
+            check_frozen(m, refit)
+            head = load_head(m.head_file, sha256=m.head_sha256, binding=m.head_binding, fix=refit)
             _check_head_shape(head, m)
             self._head = head
         return self._head
@@ -206,29 +210,6 @@ class Predictor:
         if m.target_scaler:
             scaler = TargetScaler(np.array(m.target_scaler["mean"]), np.array(m.target_scaler["std"]))
         return ML.scores_from_logits(m.task, logits, scaler)
-
-
-def _check_frozen_manifest(m: Manifest) -> None:
-    """A frozen configuration's manifest must agree with the head file it names: the binding the
-    head was saved with names its features, head and task, and the manifest's pooling, layers
-    and combination must spell those features. An edited manifest (another task, pooling or
-    layer, a pair combination on single texts, no binding) would predict wrong numbers or crash."""
-    from featx.probe.job import Features
-
-    binding = m.head_binding
-    if not isinstance(binding, dict):
-        raise FeatxError("the manifest binds its head to no record (head_binding is missing): it was "
-                         "edited or written by an older featx; export again")
-    spelled = Features(m.pooling, tuple(m.layers), m.combine).name
-    differ = [f"{k} {getattr(m, k)!r} against the head's {binding.get(k)!r}" for k in ("features", "head", "task")
-              if getattr(m, k) != binding.get(k)]
-    if spelled != m.features:
-        differ.append(f"pooling, layers and combine spell {spelled!r}, not its features {m.features!r}")
-    if m.combine != "joint" and not m.text_pair:
-        differ.append(f"combine {m.combine!r} combines a text pair's two texts, and text_pair is false")
-    if differ:
-        raise FeatxError(f"the manifest disagrees with its head: {'; '.join(differ)}. It was edited or "
-                         "belongs to another export; export again")
 
 
 def _check_head_shape(head, m: Manifest) -> None:
@@ -303,7 +284,7 @@ def load_predictor(pipeline, head: str | None = None, *, finetuned: bool = False
         if head is not None or finetuned:
             raise FeatxError(f"{path} is an export, which holds one configuration: head and finetuned "
                              "choose among a pipeline's records; load the folder without them")
-        predictor = Predictor(read_export(path), device=device)
+        predictor = Predictor(read_export(path), device=device, exported=True)
         if predictor.manifest.kind == "frozen":
             predictor._load_head()  # the head against the manifest, now rather than at the first text
         return predictor

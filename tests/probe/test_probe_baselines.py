@@ -7,6 +7,7 @@ import numpy as np
 from featx.runs.headfiles import head_binding, head_entry, load_head
 from featx.probe.stage import run_probe
 from featx.runs.records import read_predictions, record_dir
+from tests.conftest import LABELS
 
 
 def _baselines(records):
@@ -41,9 +42,10 @@ def test_a_second_probe_of_the_same_data_reuses_the_baselines(make_pipeline, csv
         np.testing.assert_array_equal(read_predictions(directory, new).scores, read_predictions(earlier, old).scores)
         # The heads are rebound to the new record, and predict as the old ones do.
         entry, old_entry = head_entry(new), head_entry(old)
-        head = load_head(directory / "heads" / entry["file"], sha256=entry["sha256"], binding=head_binding(new, 0))
+        made = {"label_names": sorted(LABELS), "text_pair": False}  # the cache's, bound into each head
+        head = load_head(directory / "heads" / entry["file"], sha256=entry["sha256"], binding=head_binding(new, 0, **made))
         old_head = load_head(earlier / "heads" / old_entry["file"], sha256=old_entry["sha256"],
-                             binding=head_binding(old, 0))
+                             binding=head_binding(old, 0, **made))
         texts = np.array(["cat dog", "happy sad tree"], dtype=object)
         np.testing.assert_array_equal(head.predict_proba(texts), old_head.predict_proba(texts))
 

@@ -1,14 +1,20 @@
 """An export read back agrees with itself: every manifest field that describes something else in
 the folder (a fine-tune's label names and their order, task, label count and target scaler
 against config.json and its weights; a frozen configuration's layers against its backbone, its
-head's width and outputs against the manifest) is checked when the predictor loads. Every file
-of the folder is a regular one, checked before it is opened: a FIFO anywhere is an error, never
-a hang. An export folder given where a pipeline file goes is named as one."""
+head's width and outputs against the manifest; a fine-tune's prompt, max_length and init against
+the featx_* keys of its config.json) is checked when the predictor loads, and so is every field
+that says how a frozen head's features were made (prompt, dtypes, init, layers, label names in
+order, ...) against the binding its head file carries; a head of an older featx, which carries
+none, still loads. Every file of the folder is a regular one, checked before it is opened: a FIFO
+anywhere is an error, never a hang. An export folder given where a pipeline file goes is named
+as one."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -17,7 +23,7 @@ import pytest
 
 from featx.serve.export import export
 from featx.serve.predict import load_predictor, predict_file
-from tests.finished_project import runs
+from tests.finished_project import probe_record, runs
 from tests.generated import refused
 from tests.generated import no_hang
 
@@ -137,3 +143,127 @@ def test_an_export_given_as_a_pipeline_says_how_to_open_it(exports, tmp_path):
     refused("an export, which holds one configuration", load_predictor, exports["finetuned"], "mean@2/logistic")
     predictor = load_predictor(exports["frozen"])  # where an export does open
     assert np.isfinite(predictor.scores(["the cat sat"])).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# How the head's features were made: bound inside the head file, compared when it is read
+
+
+def rebind(head: Path, change) -> str:
+    """The head file saved again with its binding changed by `change`; returns its new sha256."""
+    from featx.heads.serialize import dumps, loads
+
+    estimator, manifest = loads(head.read_bytes())
+    data = dumps(estimator, manifest | {"record": change(manifest["record"])})
+    head.write_bytes(data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def manifest_of(folder: Path) -> dict:
+    return json.loads((folder / "featx-predictor.json").read_text())
+
+
+@pytest.mark.parametrize("field, edit", [
+    ("prompt", lambda m: {"prompt": "query: "}),
+    ("store_dtype", lambda m: {"store_dtype": "float32" if m["store_dtype"] == "float16" else "float16"}),
+    ("init", lambda m: {"init": "random", "init_seed": 3}),
+    ("init_seed", lambda m: {"init_seed": 3}),
+    ("max_length", lambda m: {"max_length": m["max_length"] - 1}),
+    ("pooling", lambda m: {"pooling": "cls", "features": "cls@2"}),
+    ("layers", lambda m: {"layers": [1], "features": "mean@1"}),
+    ("combine", lambda m: {"combine": "bi", "features": "mean@2+bi", "text_pair": True}),
+    ("task", lambda m: {"task": "multilabel"}),
+    ("label_names", lambda m: {"label_names": m["label_names"][::-1]}),
+    ("label_names", lambda m: {"label_names": [n.upper() if n != n.upper() else n.lower() for n in m["label_names"]]}),
+    ("text_pair", lambda m: {"text_pair": True}),
+    ("threshold", lambda m: {"threshold": 0.9}),
+    ("compute_dtype", lambda m: {"compute_dtype": "bfloat16" if m["compute_dtype"] != "bfloat16" else "float32"}),
+    ("attention", lambda m: {"attention": "eager" if m["attention"] != "eager" else "sdpa"}),
+    ("model_fingerprint", lambda m: {"model_fingerprint": "0" * 64}),
+])
+def test_a_frozen_manifest_field_its_head_was_made_with_is_checked(copy, field, edit):
+    folder = copy("frozen")
+    original = manifest_of(folder)
+    load_predictor(folder)  # the export as written loads
+    edit_json(folder / "featx-predictor.json", lambda d: d | edit(d))
+    value = manifest_of(folder)[field]
+    refused(rf"disagrees with its head: .*{field} {re.escape(repr(value))} against the head's "
+            rf"{re.escape(repr(original[field]))}.*edited .* export again", load_predictor, folder)
+
+
+def test_a_field_edited_in_the_manifest_and_its_binding_is_checked_against_the_head_file(copy):
+    folder = copy("frozen")
+    names = manifest_of(folder)["label_names"]
+    edit_json(folder / "featx-predictor.json", lambda d: d | {
+        "label_names": names[::-1], "head_binding": d["head_binding"] | {"label_names": names[::-1]}})
+    refused(rf"fitted for another record, or on other features .*label_names: {re.escape(repr(names))} in the "
+            rf"head, {re.escape(repr(names[::-1]))} expected.*edited .* export again", load_predictor, folder)
+    # Dropping the field from the manifest's binding does not hide it: the head file carries it.
+    edit_json(folder / "featx-predictor.json", lambda d: d | {
+        "prompt": "query: ", "label_names": names,
+        "head_binding": {k: v for k, v in d["head_binding"].items() if k not in ("prompt", "label_names")}})
+    refused(r"prompt: None in the head, nothing expected.*export again", load_predictor, folder)
+
+
+@pytest.mark.parametrize("names, why", [
+    (["", "b"], "an empty or blank name"), (["a", "  "], "an empty or blank name"),
+    ([" a", "b"], "spaces around it"), ([1, "b"], r"not a list of names \(strings\)"),
+])
+def test_blank_or_untrimmed_or_non_string_label_names_are_refused(copy, names, why):
+    folder = copy("frozen")
+    edit_json(folder / "featx-predictor.json", lambda d: d | {"label_names": names})
+    refused(f"not a valid featx manifest .*{why}", load_predictor, folder)
+
+
+def strip_made(binding: dict) -> dict:
+    from featx.runs.headfiles import MADE_FIELDS
+
+    return {k: v for k, v in binding.items() if k not in MADE_FIELDS}
+
+
+def test_a_head_of_an_older_featx_without_the_fields_still_loads(copy, project, tmp_path):
+    folder = copy("frozen")
+    texts = ["the cat sat", "a dog ran"]
+    expected = load_predictor(folder).scores(texts)
+    head = folder / manifest_of(folder)["head_file"]
+    sha = rebind(head, strip_made)
+    edit_json(folder / "featx-predictor.json", lambda d: d | {"head_sha256": sha,
+                                                              "head_binding": strip_made(d["head_binding"])})
+    np.testing.assert_allclose(load_predictor(folder).scores(texts), expected)
+    # In a pipeline: its record's head without the fields predicts, and its export binds them all.
+    path, record = probe_record(project)
+    record["heads"][0]["sha256"] = rebind(runs(project) / "heads" / record["heads"][0]["file"], strip_made)
+    path.write_text(json.dumps(record))
+    np.testing.assert_allclose(load_predictor(project, "mean@2/logistic").scores(texts), expected)
+    again = export(project, tmp_path / "again", head="mean@2/logistic")
+    edit_json(again / "featx-predictor.json", lambda d: d | {"prompt": "query: "})
+    refused("prompt 'query: ' against the head's None", load_predictor, again)
+
+
+def test_a_pipelines_head_made_otherwise_than_the_cache_says_is_refused(project):
+    path, record = probe_record(project)
+    head = runs(project) / "heads" / record["heads"][0]["file"]
+    record["heads"][0]["sha256"] = rebind(head, lambda b: b | {"prompt": "query: "})
+    path.write_text(json.dumps(record))
+    refused(r"fitted for another record, or on other features .*prompt: 'query: ' in the head, None expected"
+            r".*refit it with `featx probe", load_predictor(project, "mean@2/logistic").scores, ["the cat sat"])
+
+
+def test_a_fine_tunes_prompt_length_and_init_agree_with_its_config(copy):
+    original = copy("finetuned")
+    config = json.loads((original / "config.json").read_text())
+    manifest = manifest_of(original)
+    assert {k: config[f"featx_{k}"] for k in ("prompt", "max_length", "init", "init_seed")} == {
+        k: manifest[k] for k in ("prompt", "max_length", "init", "init_seed")}
+    for edit, message in (({"prompt": "query: "}, "its prompt 'query: ' against config.json's featx_prompt None"),
+                          ({"max_length": 7}, "its max_length 7 against config.json's featx_max_length"),
+                          ({"init": "random"}, "its init 'random' against config.json's featx_init"),
+                          ({"init_seed": 3}, "its init_seed 3 against config.json's featx_init_seed"),
+                          ({"combine": "bi"}, "its combine 'bi': a fine-tune encodes a pair jointly")):
+        folder = original.with_name(f"edited-{len(list(original.parent.iterdir()))}")
+        shutil.copytree(original, folder)
+        edit_json(folder / "featx-predictor.json", lambda d: d | edit)
+        refused(f"disagrees with the model in .*{re.escape(message)}.*edited .* export again", load_predictor, folder)
+    # An export of an older featx, whose config.json holds no featx_* keys, loads.
+    edit_json(original / "config.json", lambda d: {k: v for k, v in d.items() if not k.startswith("featx_")})
+    assert list(load_predictor(original).classes_) == manifest["label_names"]
