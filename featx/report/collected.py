@@ -1,10 +1,11 @@
 """The records a report reads: those of one configuration of a pipeline, never a mix of two.
 
 `collect` gathers the configuration's records on its cache and on its random-init control's
-cache, the notes on what is incomplete or uncertain, the pipeline's other configurations with
-records, the reported rows that repeat another (the records' intervals then computed again over
-the distinct rows: `featx.report.repeats`), and the frozen choice, into a `Collected`. It writes
-no sentence of the verdict (`featx.report.verdict`) and no file (`featx.report.write`).
+cache (each checked against its predictions: `checked`), the notes on what is incomplete or
+uncertain, the pipeline's other configurations with records, the reported rows that repeat
+another (the records' intervals then computed again over the distinct rows:
+`featx.report.repeats`), and the frozen choice, into a `Collected`. It writes no sentence of the
+verdict (`featx.report.verdict`) and no file (`featx.report.write`).
 """
 from __future__ import annotations
 
@@ -69,6 +70,7 @@ def collect(runs_dir: str | Path, pipeline: str, current: "Pipeline | None" = No
                          "the fine-tune, first")
     if current is None:
         main, control = _newest(everything)
+        checked(main + control, runs_dir)
         return Collected(pipeline, main, control, notes=[], choice=frozen_choice(main, runs_dir),
                          repeats=count_repeats(None, main))
     main, control, notes, caution = _current(runs_dir, everything, current)
@@ -85,12 +87,27 @@ def collect(runs_dir: str | Path, pipeline: str, current: "Pipeline | None" = No
     if legacy:
         said = legacy.strip(" ()")
         notes.append(said[0].upper() + said[1:] + ".")
+    checked(main + control, runs_dir)
     repeats = count_repeats(current, main)
     main, without = distinct_intervals(main, repeats, runs_dir)
     control, also_without = distinct_intervals(control, repeats, runs_dir)
     notes += missing_note(without + also_without, repeats)
     return Collected(pipeline, main, control, notes, others, current, frozen_choice(main, runs_dir), caution,
                      repeats)
+
+
+def checked(records: list[Record], runs_dir) -> None:
+    """Refuse the report when a record's predictions file is there but damaged, or its numbers are
+    not what its predictions give (`featx.runs.records.read_predictions`): the report would show
+    them. A record whose predictions are missing is shown without the comparisons they make."""
+    import os
+
+    from featx.runs.records import read_predictions, record_dir
+
+    for record in records:
+        directory = record_dir(runs_dir, record)
+        if record.predictions and os.path.lexists(directory / record.predictions["file"]):
+            read_predictions(directory, record)
 
 
 def _brief(pipeline: "Pipeline") -> str:

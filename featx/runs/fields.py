@@ -48,7 +48,7 @@ KEY = r"[A-Za-z_][A-Za-z0-9_]{0,63}"
 def unaccepted(raw: dict) -> str | None:
     """The first field of a record's JSON object (its types already checked) that holds a value
     featx does not write, named with the value and what featx writes there; or None."""
-    for check in (_names, _features, _metrics, _protocol, _files, _provenance, _settings):
+    for check in (_names, _features, _metrics, _ranges, _protocol, _files, _provenance, _settings):
         said = check(raw)
         if said is not None:
             return said
@@ -133,6 +133,46 @@ def _metrics(raw: dict) -> str | None:
                 return f"{name!r} names the metric {_shown(key)}, not one of {', '.join(names)} ({raw['task']})"
             if not valid(value):
                 return f"{name!r} holds {_shown(value)} for {key}, not a number or null"
+    return None
+
+
+# Where each metric of `featx.stats.metrics` can lie (NaN: undefined on the rows, anywhere); a
+# test keeps every task's metrics listed here.
+INF = float("inf")
+METRIC_RANGES = {**dict.fromkeys(("accuracy", "f1", "roc_auc", "macro_f1", "micro_f1", "macro_roc_auc",
+                                  "subset_accuracy"), (0.0, 1.0)),
+                 **dict.fromkeys(("mcc", "pearson", "spearman"), (-1.0, 1.0)),
+                 "r2": (-INF, 1.0), "mse": (0.0, INF), "mae": (0.0, INF)}
+# Counts and costs featx measures: never below zero.
+COUNTS = ("n_train", "n_eval", "n_train_sampled", "backbone_forward_passes", "cache_bytes", "epochs", "steps",
+          "best_epoch", "checkpoint_bytes", "train_rows_processed", "eval_rows_processed")
+SECONDS = ("fit_seconds", "predict_seconds", "extract_seconds", "wall_seconds", "selection_se")
+
+
+def _ranges(raw: dict) -> str | None:
+    """Every metric within its metric's range (an interval ordered, its spread over seeds not
+    negative), the selection score within the primary metric's, counts and seconds not negative,
+    a threshold a probability."""
+    primary = raw["primary_metric"]
+    values = [(f"metrics.{k}", k, v) for k, v in raw["metrics"].items()]
+    values += [(f"per_seed[{i}].{k}", k, v) for i, entry in enumerate(_at(raw, "per_seed") or [])
+               for k, v in entry.items()]
+    values += [(f"metrics_ci.{k}", k, v) for k, pair in (_at(raw, "metrics_ci") or {}).items() for v in pair or []]
+    values += [("selection_score", primary, _at(raw, "selection_score"))]
+    for name, metric, value in values:
+        low, high = METRIC_RANGES[metric]
+        if value is not None and not (value != value or low <= value <= high):
+            return f"{name!r} is {_shown(value)}, outside {metric}'s range [{low:g}, {high:g}]"
+    for metric, pair in (_at(raw, "metrics_ci") or {}).items():
+        if pair is not None and None not in pair and pair[0] > pair[1]:
+            return f"'metrics_ci.{metric}' is {_shown(pair)}, not an interval (its low end above its high end)"
+    spreads = [(f"metrics_std.{k}", v) for k, v in raw["metrics_std"].items() if v is not None and v == v]
+    for name, value in spreads + [(k, _at(raw, k)) for k in COUNTS + SECONDS if _at(raw, k) is not None]:
+        if not 0 <= value < INF:
+            return f"{name!r} is {_shown(value)}, not a finite number of zero or more"
+    threshold = _at(raw, "threshold")
+    if threshold is not None and not 0 <= threshold <= 1:
+        return f"'threshold' is {_shown(threshold)}, not a probability between 0 and 1"
     return None
 
 

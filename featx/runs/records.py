@@ -31,6 +31,7 @@ import numpy as np
 from featx.errors import FeatxError
 from featx.files import atomic_write, loads_json, read_bytes, read_text, write_bytes
 from featx.runs import npz
+from featx.runs.agreement import check_agrees
 from featx.runs.schema import Record, parse_record, record_json
 
 
@@ -197,7 +198,8 @@ def checkpoint_path(directory: Path, record: Record) -> Path:
 
 def read_predictions(directory: Path, record: Record) -> Predictions:
     """The predictions a record was computed from (in its configuration folder, `directory`),
-    checked against the hash it names."""
+    checked against the hash it names; the record is refused when its metrics are not what these
+    predictions give (`featx.runs.agreement`)."""
     entry = record.predictions or {}
     path = Path(directory) / str(entry["file"] if "file" in entry else "")  # a file name (parse_record)
     if "file" not in entry or not os.path.lexists(path):
@@ -207,7 +209,9 @@ def read_predictions(directory: Path, record: Record) -> Predictions:
     if "sha256" not in entry or hashlib.sha256(data).hexdigest() != entry["sha256"]:
         raise FeatxError(f"{path} does not match the hash in its record: it belongs to another run "
                          f"or was changed; rerun featx {record.stage}")
-    return _load_predictions(path, data)
+    predictions = _load_predictions(path, data)
+    check_agrees(path, record, predictions)
+    return predictions
 
 
 def _load_predictions(path: Path, data: bytes) -> Predictions:
@@ -235,6 +239,12 @@ def _load_predictions(path: Path, data: bytes) -> Predictions:
     if selection and (len(selection) != 2 or selection[0].dtype.kind not in "biuf"
                       or selection[1].dtype.kind != "f" or len(selection[0]) != len(selection[1])):
         raise bad("its selection arrays do not describe the same rows")
+    # featx writes finite scores only (probabilities, predictions on the targets' scale): a NaN
+    # or an infinity would move every metric and resample computed from them.
+    if not len(ids) or not len(scores):
+        raise bad("no rows or no seed's scores")
+    if not all(np.isfinite(a).all() for a in (labels, scores, threshold, *selection)):
+        raise bad("a score or label that is not a finite number")
     return Predictions(ids, labels, scores, float(threshold), *(selection or (None, None)))
 
 

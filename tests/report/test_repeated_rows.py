@@ -23,6 +23,7 @@ from featx.runs.records import Predictions, read_predictions, read_records, reco
 from featx.stats import bootstrap
 from featx.stats import metrics as M
 from tests.conftest import WORDS, write_rows
+from tests.report.test_report import agreeing
 
 # Ten copies of one text that a tokenizer maps to the same ids: case, spacing, Unicode forms,
 # invisible format characters.
@@ -76,7 +77,7 @@ def _craft(pipeline, record, wrong: list[int]) -> None:
     scores = np.where(right, 0.9, 0.1)[None]
     values = M.evaluate("binary", stored.labels, scores[0])
     rows = bootstrap.intervals("binary", stored.labels, scores)  # each copy a row, as the stages count them
-    write_record(record_dir(pipeline.runs_dir, record), dataclasses.replace(record, metrics=values, metrics_ci=rows),
+    write_record(record_dir(pipeline.runs_dir, record), dataclasses.replace(record, **agreeing(values), metrics_ci=rows),
                  Predictions(stored.ids, stored.labels, scores, 0.5, stored.selection_truth, stored.selection_scores))
 
 

@@ -74,7 +74,7 @@ def fake(stage: str, task: str, features: str, head: str, primary_value: float, 
     """A record as a probe or a fine-tune writes it, with these numbers (and any other `fields`)."""
     names = M.NAMES[task]
     primary = M.PRIMARY[task]
-    metrics = {k: (primary_value if k == primary else round(primary_value * 0.9, 4)) for k in names}
+    metrics = {k: (primary_value if k == primary else _within(k, round(primary_value * 0.9, 4))) for k in names}
     pooling, _, layers = features.partition("@")
     record = new_record(
         stage=stage, pipeline="fx", cache_key=key, task=task, features=features,
@@ -93,6 +93,20 @@ def fake(stage: str, task: str, features: str, head: str, primary_value: float, 
             "curve": {"loss": [[10, 1.0], [20, 0.6], [30, 0.4]],
                       "select": [[1, selection or primary_value], [2, primary_value], [3, primary_value]]}}))
     return dataclasses.replace(record, **fields)
+
+
+def _within(metric: str, value: float) -> float:
+    """`value` moved into the metric's range (a record of values outside it is refused)."""
+    from featx.runs.fields import METRIC_RANGES
+
+    low, high = METRIC_RANGES[metric]
+    return min(max(value, low), high)
+
+
+def agreeing(values: dict) -> dict:
+    """A one-seed record's metric fields for `values`, the metrics its predictions give."""
+    return {"metrics": values, "metrics_std": {k: 0.0 if v == v else v for k, v in values.items()},
+            "per_seed": [values]}
 
 
 def write_all(runs: Path, records: list[Record]) -> None:
@@ -210,8 +224,8 @@ def predictions_for(y, correct: float, seed: int, k: int = 4):
 def with_predictions(record: Record, predictions) -> tuple[Record, object]:
     from featx.stats import metrics as M
 
-    values = M.evaluate("multiclass", predictions.labels, predictions.scores[0])
-    return dataclasses.replace(record, metrics=values, metrics_std={k: 0.0 for k in values}), predictions
+    values = M.evaluate(record.task, predictions.labels, predictions.scores[0], predictions.threshold)
+    return dataclasses.replace(record, **agreeing(values)), predictions
 
 
 def write_pairs(runs: Path, pairs) -> None:
@@ -526,8 +540,8 @@ def test_a_regression_fine_tune_near_the_training_mean_is_no_baseline_whatever_i
     def regression(stage, features, head, predicted, **fields):
         values = M.evaluate("regression", y, predicted)
         ci = [values["pearson"] - 0.05, min(1.0, values["pearson"] + 0.05)]
-        record = dataclasses.replace(fake(stage, "regression", features, head, 0, **fields), metrics=values,
-                                     metrics_std={k: 0.0 for k in values}, metrics_ci={"pearson": ci})
+        record = dataclasses.replace(fake(stage, "regression", features, head, 0, **fields), **agreeing(values),
+                                     metrics_ci={"pearson": ci})
         return record, Predictions(ids, y, predicted[None], 0.5)
 
     frozen = regression("probe", "mean@4", "logistic", 0.8 * y + 0.5 * rng.normal(size=len(y)))

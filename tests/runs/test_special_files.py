@@ -14,7 +14,8 @@ import pytest
 
 from featx.errors import FeatxError
 from featx.runs.records import read_predictions, read_record, read_records, read_run_status, run_status_path
-from tests.report.test_report import fake
+from featx.stats import metrics as M
+from tests.report.test_report import agreeing, fake
 from tests.generated import no_hang
 
 
@@ -112,7 +113,8 @@ def test_a_predictions_file_that_would_inflate_or_allocate_is_refused(tmp_path, 
 def test_predictions_as_written_read_back(tmp_path):
     data = npz(members())
     (tmp_path / "x.scores.npz").write_bytes(data)
-    record = fake("probe", "binary", "mean@2", "logistic", 0.7, predictions={
+    values = M.evaluate("binary", np.array([0, 1]), np.zeros(2))  # what the arrays of `members` give
+    record = fake("probe", "binary", "mean@2", "logistic", 0.7, **agreeing(values), predictions={
         "file": "x.scores.npz", "sha256": hashlib.sha256(data).hexdigest()})
     predictions = read_predictions(tmp_path, record)
     assert list(predictions.ids) == ["a", "b"] and predictions.threshold == 0.5
