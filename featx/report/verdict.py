@@ -249,8 +249,9 @@ def _learned_nothing(described: str, frozen: Record, tuned: Record, floor: dict,
 
 def _overlap_note(frozen: Record) -> str:
     """A sentence when rows of the split the verdict reports on have a text train holds too
-    (the same text as the tokenizer sees it, `featx.stats.duplicates.text_key`; the pair, for
-    pairs): every score there rewards memorising, TF-IDF's most of all."""
+    (the same text up to case, Unicode form, format characters and spacing:
+    `featx.stats.duplicates.text_key`; the pair, for pairs): every score there rewards
+    memorising, TF-IDF's most of all."""
     split = frozen.protocol["report_on"]
     in_train = frozen.extraction["in_train"] or {}
     shared = in_train[split] if split in in_train else 0
