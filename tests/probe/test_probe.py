@@ -24,7 +24,7 @@ from featx.probe.stage import run_probe
 from featx.runs.headfiles import head_binding, load_head, save_heads
 from featx.runs.records import probe_config_hash, probe_dir, read_records
 from featx.probe.search import choose_protocol
-from tests.conftest import write_rows, write_synthetic_cache
+from tests.conftest import LABELS, write_rows, write_synthetic_cache
 
 SPLITS = {"train": 300, "dev": 120, "test": 120}
 
@@ -467,7 +467,8 @@ def test_featx_probe_end_to_end(make_pipeline, csv_dataset, tmp_path):
     saved = sorted((run / "heads").glob("*.safetensors"))
     assert len(saved) == len(records) and not list((run / "heads").glob("*.joblib"))
     entry = records[0].heads[0]
-    load_head(run / "heads" / entry["file"], sha256=entry["sha256"], binding=head_binding(records[0], 0))
+    load_head(run / "heads" / entry["file"], sha256=entry["sha256"],  # bound to the cache's labels too
+              binding=head_binding(records[0], 0, label_names=sorted(LABELS), text_pair=False))
     # a second run of the same configuration on the same cache reuses the finished one ...
     reused = {(r.features, r.head): r.created for r in run_probe(pipeline)}
     assert all(reused[(r.features, r.head)] == r.created for r in records)
