@@ -1,5 +1,5 @@
-"""The reported rows that repeat another reported row (the same text, and pair, as the tokenizer
-sees it: `featx.stats.duplicates`), read from the cache's texts. A repeated row is one more copy
+"""The reported rows that repeat another reported row (the same text, and pair, up to case,
+Unicode form, format characters and spacing: `featx.stats.duplicates`), read from the cache's texts. A repeated row is one more copy
 of one observation, not another observation: the report's intervals resample the distinct rows
 (the cluster bootstrap of `featx.stats.bootstrap`), each drawn with all its copies, and the
 report says how many rows repeat. Writes no sentence of the verdict (`featx.report.verdict`).
@@ -72,7 +72,8 @@ def distinct_intervals(records: list[Record], repeats: Repeats | None, runs_dir)
     """(`records`, how many of them show no interval), when rows repeat: each record's interval
     of its primary metric (the one the report shows) computed again from its predictions over the
     distinct rows; its other intervals, and every interval of a record without predictions of
-    the split's rows, dropped (those stored count every copy as a row)."""
+    the split's rows, dropped (a record of an older featx stores intervals that count every copy
+    as a row, and a record does not say which kind it stores)."""
     if repeats is None or not repeats.repeated:
         return records, 0
     out, without = [], 0
