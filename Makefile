@@ -14,10 +14,10 @@ PYTEST_ARGS ?=
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.featx-installed
 
-.PHONY: help venv extract probe finetune report all bench test test-fast faults clean
+.PHONY: help venv extract probe finetune curve report all bench test test-fast faults clean
 
 help:
-	@echo "make extract|probe|finetune|report|all  PIPELINE=$(PIPELINE) ARGS='key=value ...'"
+	@echo "make extract|probe|finetune|curve|report|all  PIPELINE=$(PIPELINE) ARGS='key=value ...'"
 	@echo "make test     full test suite (what CI runs)"
 	@echo "make bench    side-by-side benchmarks, prints ratios"
 
@@ -47,6 +47,11 @@ probe: extract
 
 finetune: extract
 	$(BIN)/featx finetune $(PIPELINE) $(ARGS)
+
+# The learning curve: both sides again at a ladder of labelled-row budgets (runs probe and
+# fine-tune first when they have not run; about twice the fine-tune's cost).
+curve: extract
+	$(BIN)/featx curve $(PIPELINE) $(ARGS)
 
 report: $(STAMP)
 	$(BIN)/featx report $(PIPELINE) $(ARGS)

@@ -30,6 +30,19 @@ def open_cache(path=None, *, pipeline=None):
     return Cache(path)
 
 
+def open_curve(pipeline, overrides=()):
+    """The learning curve's points (`featx curve`) of a pipeline (a path, or a Pipeline), one dict
+    per side, budget and draw: `pandas.DataFrame(featx.open_curve("pipelines/trec.toml"))`. The
+    budgets' intervals, the fits and the crossover are in the report's verdict.json
+    (`label_curve`). Empty when the curve has not run."""
+    from featx.config.load import load_pipeline
+    from featx.config.pipeline import Pipeline
+    from featx.report.curve import curve_points
+
+    config = pipeline if isinstance(pipeline, Pipeline) else load_pipeline(pipeline, list(overrides))
+    return curve_points(config)
+
+
 def __getattr__(name: str):
     """`featx.embed` and `featx.load_predictor` are the functions themselves, with their own
     signatures and docs (featx.serve.embedding.embed, featx.serve.predict.load_predictor), imported when
@@ -43,4 +56,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'featx' has no attribute {name!r}")
 
 
-__all__ = ["FeatxError", "embed", "load_predictor", "open_cache", "__version__"]
+__all__ = ["FeatxError", "embed", "load_predictor", "open_cache", "open_curve", "__version__"]

@@ -44,6 +44,15 @@ def cmd_finetune(pipeline: Pipeline) -> None:
     print(format_table([run_finetune(pipeline)]))
 
 
+def cmd_curve(pipeline: Pipeline) -> None:
+    """Train both sides again at a ladder of labelled-row budgets (the learning curve); the
+    report then says from how many labels fine-tuning pays."""
+    from featx.curve.stage import run_curve
+
+    plan = run_curve(pipeline)
+    print(plan.directory)
+
+
 def cmd_report(pipeline: Pipeline) -> None:
     """Write the frozen-vs-tuned report (markdown, self-contained HTML, CSV) from the records."""
     import json
@@ -57,12 +66,14 @@ def cmd_report(pipeline: Pipeline) -> None:
 
 
 def cmd_all(pipeline: Pipeline) -> None:
-    """The whole story: extract -> probe -> finetune -> report, with each stage's time."""
+    """The whole story: extract -> probe -> finetune (-> curve, with curve.enabled) -> report, with
+    each stage's time."""
     import time
 
     timings = []
-    for name, command in (("extract", cmd_extract), ("probe", cmd_probe),
-                          ("finetune", cmd_finetune), ("report", cmd_report)):
+    stages = (("extract", cmd_extract), ("probe", cmd_probe), ("finetune", cmd_finetune),
+              *((("curve", cmd_curve),) if pipeline.curve.enabled else ()), ("report", cmd_report))
+    for name, command in stages:
         start = time.perf_counter()
         command(pipeline)
         timings.append((name, time.perf_counter() - start))
@@ -147,7 +158,7 @@ def cmd_export(pipeline: Pipeline, args) -> None:
     print(export(pipeline, args.directory, head=args.head, finetuned=args.finetuned))
 
 
-COMMANDS = {"extract": cmd_extract, "probe": cmd_probe, "finetune": cmd_finetune,
+COMMANDS = {"extract": cmd_extract, "probe": cmd_probe, "finetune": cmd_finetune, "curve": cmd_curve,
             "report": cmd_report, "all": cmd_all, "info": cmd_info, "verify": cmd_verify}
 # Commands with arguments of their own besides the pipeline and its overrides.
 USE = {"predict": cmd_predict, "export": cmd_export}

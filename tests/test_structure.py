@@ -16,7 +16,7 @@ from tests.conftest import ROOT
 # A package imports featx's top modules and packages of a lower rank only.
 TOP = {"errors", "version", "files", "progress", "tasks"}
 RANKS = {"top": 0, "config": 1, "data": 2, "backbone": 2, "heads": 2, "stats": 2, "runs": 3, "cache": 3,
-         "probe": 4, "finetune": 5, "report": 5, "serve": 6, "cli": 7, "__init__": 7, "__main__": 8}
+         "probe": 4, "finetune": 5, "report": 5, "serve": 6, "curve": 6, "cli": 7, "__init__": 7, "__main__": 8}
 # Edges between packages of one rank, each with why.
 ACROSS = {
     ("data", "stats"): "featx's own split of a multilabel file is the iterative stratification the probe's "

@@ -27,7 +27,7 @@ from featx.config.rules import (ATTENTIONS, BASELINES, BUILTIN_NAMES, COMPUTE_DT
                                resolve_layers)
 from featx.errors import FeatxError, check_choice, shown
 from featx.tasks import TASKS
-from featx.config.stages import ExtractConfig, FinetuneConfig, ProbeConfig
+from featx.config.stages import CurveConfig, ExtractConfig, FinetuneConfig, ProbeConfig
 
 
 @dataclass(frozen=True)
@@ -249,6 +249,7 @@ class Pipeline:
     extract: ExtractConfig = field(default_factory=ExtractConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    curve: CurveConfig = field(default_factory=CurveConfig)
     data_dir: str = "data"
     """Where caches, runs and reports are written (git-ignored)."""
     progress: bool = True
@@ -292,4 +293,4 @@ class Pipeline:
 
 
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "extract": ExtractConfig,
-            "probe": ProbeConfig, "finetune": FinetuneConfig}
+            "probe": ProbeConfig, "finetune": FinetuneConfig, "curve": CurveConfig}

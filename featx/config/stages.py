@@ -300,3 +300,34 @@ class FinetuneConfig:
             raise FeatxError("finetune.weight_decay and min_delta must be >= 0, max_grad_norm > 0")
         if self.max_seconds is not None and self.max_seconds < 0:
             raise FeatxError("finetune.max_seconds must be >= 0 (0 = no budget; unset = automatic)")
+
+
+@dataclass(frozen=True)
+class CurveConfig:
+    """`[curve]`: the learning curve of `featx curve` (docs/curve.md): both sides trained again at a
+    ladder of labelled-row budgets drawn from the training split, scored on the same test rows."""
+    enabled: bool = False
+    """Whether `featx all` runs the curve after the fine-tune (`featx curve` runs it regardless).
+    Off by default: the curve's fine-tunes cost about twice the full-data fine-tune."""
+    budgets: tuple[int, ...] = ()
+    """The budgets below the full training split, in the task's unit: rows of each class for
+    binary and multiclass tasks (a class with fewer rows gives all it has), rows in all for
+    multilabel and regression. Empty: doubling from 8 per class (64 rows) up to the full split,
+    which is always the last budget."""
+    draws: tuple[int, ...] = (5, 3)
+    """How many times the small budgets, then the middle ones, are drawn (seeded, nested: a
+    draw's budget holds its smaller budgets' rows); larger budgets are drawn once."""
+    draws_until: tuple[int, ...] = ()
+    """The largest budget of each `draws` entry; empty: 32 and 128 per class (256 and 1,024 rows)."""
+    seed: int = 0
+    """Seed of the draws."""
+
+    def __post_init__(self):
+        if any(b < 2 for b in self.budgets) or len(set(self.budgets)) != len(self.budgets):
+            raise FeatxError(f"curve.budgets must be distinct counts of at least 2, got {list(self.budgets)}")
+        if not self.draws or any(d < 1 for d in self.draws):
+            raise FeatxError(f"curve.draws must be counts of at least 1, e.g. [5, 3]; got {list(self.draws)}")
+        if self.draws_until and (len(self.draws_until) != len(self.draws)
+                                 or list(self.draws_until) != sorted(set(self.draws_until))):
+            raise FeatxError(f"curve.draws_until gives the largest budget of each curve.draws entry, increasing "
+                             f"({len(self.draws)} of them); got {list(self.draws_until)}")

@@ -92,7 +92,8 @@ def build_record(plan: Prepared, setup: Setup, candidates: list[Candidate], eval
         # depends on how fast and how busy the machine was.
         budget={"max_epochs": setup.max_epochs, "max_seconds": setup.max_seconds or None,
                 "machine_dependent": bool(setup.max_seconds)},
-        continue_with=command(pipeline, "finetune", raise_cap) if capped else None,
+        continue_with=command(pipeline, "curve" if plan.label_budget else "finetune", raise_cap) if capped else None,
+        label_budget=plan.label_budget,
         continued=_continued(previous, setup),
         wall_seconds=round(seconds + (previous.wall_seconds or 0.0 if previous else 0.0), 3),
         curve=_curve(chosen), device=str(setup.device),

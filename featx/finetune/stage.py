@@ -13,6 +13,8 @@ Regression is trained on standardised targets and reported on the original scale
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import time
@@ -80,6 +82,8 @@ class Prepared:
     previous: Record | None
     facts: dict
     """The cache's facts a record carries (featx.runs.records.cache_facts)."""
+    label_budget: dict | None = None
+    """A learning curve's point (`run_budget`): the budget its training rows were drawn for."""
     # What a Plan offers the record and the model spec, from the cache's attributes.
     key = property(lambda self: self.cached.key)
     model = property(lambda self: self.cached.model)
@@ -103,6 +107,37 @@ def run_finetune(pipeline: Pipeline) -> Record:
         if run.previous is not None and not _continues(run.previous, run.max_epochs, run.max_seconds):
             return _reused(run)
         return _train(run)
+
+
+def run_budget(pipeline: Pipeline, train_rows: np.ndarray, directory: Path, label_budget: dict) -> Record:
+    """One point of a learning curve (featx.curve): `run_finetune`'s recipe on the training rows
+    `train_rows` only, in `directory`. Without a dev split the recipe holds out its
+    validation_fraction of these rows, as it does of the full split; the report split is the full
+    one. A finished point is reused; a killed one resumes from its last epoch."""
+    run = prepare(pipeline)
+    select_split, report_split, _, select_rows = run.rows
+    train_rows = np.asarray(train_rows, np.int64)
+    if select_split == "train":
+        labels = run.dataset.splits["train"].labels[train_rows]
+        held = label_assignment(run.dataset.task, labels, pipeline.finetune.validation_fraction, 0.0,
+                                pipeline.finetune.seed) == 1
+        rows = ("train", report_split, train_rows[~held], train_rows[held])
+    else:
+        rows = (select_split, report_split, train_rows, select_rows)
+    cfg = pipeline.finetune
+    run_hash = hashlib.sha256(json.dumps([run.run_hash, label_budget], sort_keys=True).encode()).hexdigest()
+    run = dataclasses.replace(run, rows=rows, run_hash=run_hash, label_budget=label_budget,
+                              directory=writable_dir(directory, root=pipeline.root),
+                              max_epochs=cfg.max_epochs or auto_max_epochs(len(rows[2]), cfg.batch_size))
+    with exclusive(run.directory / ".finetune.lock", f"fine-tuning this curve point in {run.directory}",
+                   "wait for it to finish (a rerun then reuses its result), or stop it and rerun to resume"):
+        run = dataclasses.replace(run, previous=_previous(run.done, run.run_hash, weights=False))
+        if run.previous is not None and not _continues(run.previous, run.max_epochs, run.max_seconds):
+            return run.previous
+        record = _train(run)
+        if record.continue_with is None:  # a point is never exported: its weights would only fill the disk
+            checkpoint_path(run.directory, record).unlink(missing_ok=True)
+        return record
 
 
 def _train(run: Prepared) -> Record:
@@ -171,13 +206,16 @@ def _reused(run: Prepared) -> Record:
     return previous
 
 
-def _previous(done: Path, run_hash: str) -> Record | None:
-    """This configuration's finished record, if its best weights are still there."""
+def _previous(done: Path, run_hash: str, *, weights: bool = True) -> Record | None:
+    """This configuration's finished record, if its best weights are still there (`weights`: a
+    curve's point keeps none)."""
     try:
         previous = read_record(done) if done.is_file() else None
     except FeatxError:
         return None  # unreadable, or of another featx: trained again, and replaced
-    if previous is None or previous.run_hash != run_hash or not checkpoint_path(done.parent, previous).is_file():
+    if previous is None or previous.run_hash != run_hash:
+        return None
+    if weights and not checkpoint_path(done.parent, previous).is_file():
         return None
     return previous
 

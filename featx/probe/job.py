@@ -81,13 +81,16 @@ def _inputs(cache: Cache, split: str, features: Features) -> np.ndarray:
 
 
 def load_problem(cache_path: str | Path, features: Features, head: str, cfg: ProbeConfig,
-                 pipeline: str | None = None) -> Problem:
+                 pipeline: str | None = None, budget: dict | None = None) -> Problem:
+    """The job's data. With `budget` (a learning curve's point: featx.curve), the head trains on
+    the training rows `budget["train_rows"]` only, and its protocol is the one those rows allow."""
     with Cache(cache_path) as cache:
         task, names = cache.task, cache.label_names
-        protocol = choose_protocol(cfg.protocol, cache.splits, cfg.folds, cache.n_rows("train"),
-                                   cfg.cv_max_rows)
         load = lambda split: (_inputs(cache, split, features), cache.labels(split))  # noqa: E731
         X, y = load("train")
+        if budget is not None:
+            X, y = X[budget["train_rows"]], y[budget["train_rows"]]
+        protocol = choose_protocol(cfg.protocol, cache.splits, cfg.folds, len(y), cfg.cv_max_rows)
         M.check_trainable(task, y, names)
         protocol = cv_protocol(task, y, protocol, cfg.folds)
         X_report, y_report = load(protocol.report_on)
@@ -109,7 +112,8 @@ def load_problem(cache_path: str | Path, features: Features, head: str, cfg: Pro
                     # (a baseline on the texts costs none).
                     backbone_forward_passes=0 if baseline else int(stats.get("rows_total", 0)),
                     extract_seconds=None if baseline else stats.get("seconds"),
-                    cache_bytes=Path(cache_path).stat().st_size, reused=None, heads=None, **cache_facts(cache.meta))
+                    cache_bytes=Path(cache_path).stat().st_size, reused=None, heads=None, **cache_facts(cache.meta),
+                    label_budget=None if budget is None else budget["record"])
         return Problem(task, names, protocol, X, y, X_dev, y_dev, X_report, y_report,
                        cache.ids(protocol.report_on), base, cache.meta.get("sentence_pooling"),
                        cache.row_groups(protocol.report_on), bool(cache.meta.get("text_pair")))
@@ -151,13 +155,13 @@ def fit_selected(cache_path: str | Path, features: Features, head: str, cfg: Pro
 
 
 def probe_one(cache_path: str | Path, features: Features, head: str, cfg: ProbeConfig, *,
-              pipeline: str | None = None, threads: int = 1,
-              heads_dir: Path | None = None) -> tuple[Record, Predictions]:
-    """Train and evaluate one head on one feature set; returns its record (not written) and
-    the report split's predictions it was computed from."""
+              pipeline: str | None = None, threads: int = 1, heads_dir: Path | None = None,
+              budget: dict | None = None) -> tuple[Record, Predictions]:
+    """Train and evaluate one head on one feature set (`budget`: `load_problem`); returns its
+    record (not written) and the report split's predictions it was computed from."""
     from threadpoolctl import threadpool_limits
 
-    p = load_problem(cache_path, features, head, cfg, pipeline)
+    p = load_problem(cache_path, features, head, cfg, pipeline, budget)
     task, names, protocol = p.task, p.names, p.protocol
     if protocol.name == "mteb":
         fields, stack = _mteb(task=task, X=p.X, y=p.y, X_report=p.X_report, y_report=p.y_report, groups=p.groups_report,

@@ -57,7 +57,7 @@ def collect(runs_dir: str | Path, pipeline: str, current: "Pipeline | None" = No
     Records only under other overrides are an error that names each configuration with the
     command that reports it. Without `current` (a library call on records alone): the newest
     probe configuration and the newest fine-tune of the newest pretrained cache."""
-    from featx.runs.records import elsewhere
+    from featx.runs.others import elsewhere
 
     root = Path(runs_dir) / pipeline
     everything = pipeline_records(runs_dir, pipeline)

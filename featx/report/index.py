@@ -65,7 +65,7 @@ def verdict_json(judged: "Verdict", described: dict) -> str:
     headline the index shows)."""
     document = {"text": judged.text, "frozen": _record_summary(judged.frozen), "tuned": _record_summary(judged.tuned),
                 "quality_ratio": judged.quality_ratio, "compute_ratio": judged.compute_ratio,
-                "comparison": judged.comparison, "lexical": judged.lexical,
+                "comparison": judged.comparison, "lexical": judged.lexical, "label_curve": judged.label_curve,
                 "configuration": described | {"headline": headline(judged.text)}}
     # An undefined metric is null: bare NaN tokens are not JSON, and a strict parser refuses them.
     return json.dumps(_nan_free(document), indent=1, default=str, allow_nan=False) + "\n"

@@ -1,7 +1,8 @@
 """The report's plots: matplotlib figures of the records, returned as PNG bytes.
 
 Probe quality by layer, each head's and feature set's best probe against the fine-tune, the
-fine-tune's learning curves, quality against cost. Draws only: the records come from
+fine-tune's training curve (loss and selection score per epoch), the learning curve (both sides
+against labelled rows), quality against cost. Draws only: the records come from
 `featx.report.collected.collect`, and `featx.report.write` writes the images.
 """
 from __future__ import annotations
@@ -15,7 +16,9 @@ from featx.runs.schema import Record
 from featx.report.collected import Collected
 
 
-def plots(collected: Collected, cache_dir: Path | None = None) -> dict[str, bytes]:
+def plots(collected: Collected, cache_dir: Path | None = None, curve: dict | None = None) -> dict[str, bytes]:
+    """PNG bytes per plot: layers, heads, the fine-tune's training curve, the learning curve over
+    labelled rows (`curve`: featx.report.curve.label_curve, when `featx curve` ran) and cost."""
     import os
 
     if cache_dir is not None and "matplotlib" not in __import__("sys").modules:
@@ -24,8 +27,8 @@ def plots(collected: Collected, cache_dir: Path | None = None) -> dict[str, byte
     import matplotlib
     matplotlib.use("Agg")
     out = {}
-    for name, draw in (("layers", _plot_layers), ("heads", _plot_heads), ("learning_curve", _plot_curve),
-                       ("cost", _plot_cost)):
+    for name, draw in (("layers", _plot_layers), ("heads", _plot_heads), ("training_curve", _plot_training),
+                       ("label_curve", lambda _: _plot_label_curve(curve)), ("cost", _plot_cost)):
         figure = draw(collected)
         if figure is not None:
             buffer = io.BytesIO()
@@ -141,7 +144,9 @@ def _plot_heads(collected: Collected):
     return figure
 
 
-def _plot_curve(collected: Collected):
+def _plot_training(collected: Collected):
+    """The fine-tune's training curve: its loss per step and each learning rate's selection score
+    per epoch (not the learning curve over labelled rows: `_plot_label_curve`)."""
     import matplotlib.pyplot as plt
 
     tunes = [r for r in collected.main + collected.control if r.stage == "finetune" and r.curve]
@@ -173,6 +178,44 @@ def _plot_curve(collected: Collected):
     more = metric_axis.get_legend_handles_labels()
     loss_axis.legend(handles[0] + more[0], handles[1] + more[1], fontsize=7, loc="upper center",
                      bbox_to_anchor=(0.5, -0.15), ncol=2)
+    return figure
+
+
+def _plot_label_curve(curve: dict | None):
+    """Both sides against the labelled rows they trained on (log axis): each budget's mean with its
+    interval as a band, each draw as a dot, the fitted power laws dashed, the full split (the
+    user's budget) and the measured crossover marked."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from featx.stats.curve import power_law
+
+    if curve is None:
+        return None
+    figure, axis = plt.subplots(figsize=(7.5, 4))
+    budgets = curve["budgets"]
+    rows = np.array([b["rows"] for b in budgets], float)
+    grid = np.geomspace(rows.min(), rows.max() * 2, 200)
+    for side, color, label in (("frozen", "tab:blue", "frozen probe"), ("tuned", "tab:orange", "fine-tune")):
+        values = np.array([b[side]["value"] for b in budgets])
+        low = np.array([b[side]["ci"][0] for b in budgets], float)
+        high = np.array([b[side]["ci"][1] for b in budgets], float)
+        axis.plot(rows, values, marker="o", color=color, label=label)
+        axis.fill_between(rows, low, high, color=color, alpha=0.15, linewidth=0)
+        for b in budgets:
+            axis.scatter([b["rows"]] * len(b[side]["per_draw"]), b[side]["per_draw"], s=8, color=color, alpha=0.5)
+        fit = curve["fits"][side]
+        if fit is not None:
+            axis.plot(grid, power_law(grid, fit["a"], fit["b"], fit["c"]), linestyle="--", color=color, linewidth=1,
+                      label=f"{label}, fitted" + ("" if fit["supported"] else " (poor fit)"))
+    axis.axvline(budgets[-1]["rows"], color="black", linewidth=1, label=f"your labels ({budgets[-1]['rows']:,} rows)")
+    if curve["crossover"] is not None:
+        axis.axvline(curve["crossover"]["rows"], color="tab:green", linestyle=":", linewidth=1.5,
+                     label="fine-tune measurably better from here")
+    axis.set_xscale("log")
+    axis.set(xlabel="labelled training rows (log)", ylabel=f"{curve['metric']} on the test split",
+             title="Learning curve: frozen probe and fine-tune by labelled rows")
+    _legend_outside(axis)
     return figure
 
 

@@ -13,6 +13,7 @@ import math
 from featx.runs.schema import Record, metric_text
 from featx.runs.choice import selection_score
 from featx.report.collected import Collected
+from featx.report.curve import curve_rows
 from featx.report.verdict import Verdict
 
 
@@ -103,6 +104,10 @@ def markdown_text(collected: Collected, judged: Verdict, *, header: list[str], c
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in cells]
     lines.append("")
+    if judged.label_curve is not None:
+        curve_header, curve_cells = curve_rows(judged.label_curve)
+        lines += ["## Learning curve", "", "| " + " | ".join(curve_header) + " |", "|" + "---|" * len(curve_header)]
+        lines += ["| " + " | ".join(row) + " |" for row in curve_cells] + [""]
     for name in images:
         lines += [f"![{name}]({name}.png)", ""]
     return "\n".join(lines)
@@ -125,6 +130,12 @@ def html_text(collected: Collected, judged: Verdict, *, header: list[str], cells
     parts.append("<tr>" + "".join(f"<th>{escape(h)}</th>" for h in header) + "</tr>")
     parts += ["<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in cells]
     parts.append("</table>")
+    if judged.label_curve is not None:
+        curve_header, curve_cells = curve_rows(judged.label_curve)
+        parts += ["<h2>Learning curve</h2>", "<table>",
+                  "<tr>" + "".join(f"<th>{escape(h)}</th>" for h in curve_header) + "</tr>"]
+        parts += ["<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in curve_cells]
+        parts.append("</table>")
     for name, data in images.items():
         encoded = base64.b64encode(data).decode()
         parts.append(f'<h2>{escape(name.replace("_", " "))}</h2>'

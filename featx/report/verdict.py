@@ -22,6 +22,7 @@ from featx.config.load import command
 from featx.runs.schema import Record, metric_text
 from featx.report.collected import Collected
 from featx.report.comparisons import floor_not_cleared, metric_value, paired_bootstrap
+from featx.report.curve import curve_text, label_curve
 from featx.report.repeats import repeats_sentence
 
 GOOD_ENOUGH, CLOSE = 0.98, 0.90
@@ -39,6 +40,8 @@ class Verdict:
     """The paired bootstrap of frozen against tuned (featx.stats.bootstrap.paired), if it could run."""
     lexical: dict | None = None
     """The paired bootstrap of the best frozen probe against the TF-IDF baseline."""
+    label_curve: dict | None = None
+    """The learning curve's numbers (featx.report.curve.label_curve), when `featx curve` ran."""
 
 
 def verdict(collected: Collected, runs_dir: str | Path | None = None,
@@ -51,6 +54,9 @@ def verdict(collected: Collected, runs_dir: str | Path | None = None,
     unconverged fine-tune is a lower bound: the paragraph leads with that and with the command
     that continues it. With `pipeline`, each verdict ends with the command that acts on it."""
     judged = _verdict(collected, runs_dir, pipeline)
+    curve = label_curve(collected, runs_dir, pipeline) if runs_dir is not None and judged.tuned is not None else None
+    if curve is not None:
+        judged = dataclasses.replace(judged, text=f"{judged.text} {curve_text(curve)}", label_curve=curve)
     if collected.caution:  # the printed verdict, not only the report's notes, says so first
         return dataclasses.replace(judged, text=f"{collected.caution} {judged.text}")
     return judged

@@ -40,7 +40,7 @@ def write_report(runs_dir: str | Path, reports_dir: str | Path, pipeline: str,
     all_rows = rows(collected)
     header, cells = table_rows(all_rows)
     judged = verdict(collected, runs_dir, current)
-    images = plots(collected, _matplotlib_dir(Path(reports_dir) / ".matplotlib", root))
+    images = plots(collected, _matplotlib_dir(Path(reports_dir) / ".matplotlib", root), judged.label_curve)
     notes = result_notes(collected)
     settings = configuration_lines(collected, described)
     paths = {"md": out_dir / "report.md", "html": out_dir / "report.html", "csv": out_dir / "results.csv",

@@ -48,7 +48,7 @@ KEY = r"[A-Za-z_][A-Za-z0-9_]{0,63}"
 def unaccepted(raw: dict) -> str | None:
     """The first field of a record's JSON object (its types already checked) that holds a value
     featx does not write, named with the value and what featx writes there; or None."""
-    for check in (_names, _features, _metrics, _ranges, _protocol, _files, _provenance, _settings):
+    for check in (_names, _features, _metrics, _ranges, _protocol, _files, _provenance, _settings, _label_budget):
         said = check(raw)
         if said is not None:
             return said
@@ -224,6 +224,22 @@ def _provenance(raw: dict) -> str | None:
         except ValueError:
             said = f"'created' is {_shown(raw['created'])}, not a UTC time in ISO 8601"
     return said
+
+
+def _label_budget(raw: dict) -> str | None:
+    """A learning curve's point (featx.runs.records.record_dir makes a folder of it): its curve's
+    hash, unit, counts and whether it is the full split, nothing else."""
+    budget = _at(raw, "label_budget")
+    if budget is None:
+        return None
+    counts = ("size", "rows", "draw", "seed")
+    if not (isinstance(budget, dict) and set(budget) == {"curve", "unit", "full", *counts}
+            and isinstance(budget["curve"], str) and re.fullmatch(r"[0-9a-f]{16}", budget["curve"])
+            and budget["unit"] in ("per_class", "rows") and isinstance(budget["full"], bool)
+            and all(type(budget[k]) is int and 0 <= budget[k] <= 10 ** 12 for k in counts)):
+        return (f"'label_budget' is {_shown(budget)}, not a curve's point {{curve: 16 hex digits, unit: "
+                "per_class or rows, size, rows, draw, seed: counts, full: true or false}")
+    return None
 
 
 def _settings(raw: dict) -> str | None:

@@ -52,8 +52,31 @@ def finetune_dir(runs_dir: str | Path, pipeline: str, cache_key: str, run_hash: 
     return run_dir(runs_dir, pipeline, cache_key) / f"finetune-{run_hash[:16]}"
 
 
+def curve_dir(runs_dir: str | Path, pipeline: str, cache_key: str, curve: str) -> Path:
+    """One learning curve's points on one cache (featx.curve): a folder per budget and draw
+    (`point_name`), holding the frozen side's probe record and the tuned side's fine-tune."""
+    return run_dir(runs_dir, pipeline, cache_key) / f"curve-{curve[:16]}"
+
+
+def point_name(label_budget: dict) -> str:
+    return f"size-{label_budget['size']}-draw-{label_budget['draw']}"
+
+
+def curve_hash(pipeline, features: str, head: str, metric: str) -> str:
+    """What makes a learning curve's points: its ladder and draws, the probe's and the
+    fine-tune's settings (their budget aside), the metric, and the frozen choice it retrains."""
+    curve = {k: v for k, v in dataclasses.asdict(pipeline.curve).items() if k != "enabled"}
+    return settings_hash({"curve": curve, "probe": probe_config_hash(pipeline.probe),
+                          "finetune": finetune_config_hash(pipeline.finetune), "metric": metric,
+                          "max_length": pipeline.extract.max_length, "frozen": [features, head],
+                          "recipe": FINETUNE_RECIPE})
+
+
 def record_dir(runs_dir: str | Path, record: Record) -> Path:
     """The configuration folder a record lives in (its predictions, heads and weights beside it)."""
+    if record.label_budget is not None:
+        return (curve_dir(runs_dir, record.pipeline, record.cache_key, record.label_budget["curve"])
+                / point_name(record.label_budget) / record.stage)
     if record.stage == "probe":
         return probe_dir(runs_dir, record.pipeline, record.cache_key, str(record.config_hash))
     return finetune_dir(runs_dir, record.pipeline, record.cache_key, str(record.run_hash))
@@ -335,86 +358,6 @@ def cache_facts(meta: dict) -> dict:
                            "data_fingerprint": meta.get("dataset_fingerprint"),
                            "dropped_empty": meta.get("dropped_empty") or {},
                            "in_train": meta.get("in_train")}}  # None: not counted (a cache of an older featx)
-
-
-def overrides_to(recorded: dict, pipeline) -> tuple[list[str], list[str]]:
-    """(the `section.key=value` overrides that turn `pipeline` into the configuration a record
-    was made with, the keys that must be unset: a null TOML cannot write)."""
-    now = configuration(pipeline)
-    overrides, unset = [], []
-    for section, fields in recorded.items():
-        for key, value in (fields if isinstance(fields, dict) else {}).items():
-            if section in now and key in now[section] and now[section][key] != value:
-                if value is None:
-                    unset.append(f"{section}.{key}")
-                else:
-                    overrides.append(f"{section}.{key}={_literal(value)}")
-    return overrides, unset
-
-
-def _literal(value, inside: bool = False) -> str:
-    """A value as the command line's `key=value` takes it: a bare word where one reads back as
-    this string, else a TOML literal."""
-    import tomllib
-
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return "[" + ",".join(_literal(v, inside=True) for v in value) + "]"
-    if isinstance(value, str):
-        if not inside and re.fullmatch(r"[A-Za-z0-9_./@:+~-]+", value):
-            try:
-                tomllib.loads(f"v = {value}")  # a number, a boolean or a date: quote it
-            except tomllib.TOMLDecodeError:
-                return value
-        return json.dumps(value)
-    return repr(value)
-
-
-def elsewhere(others: list[Record], pipeline, stage: str, *, args: tuple[str, ...] = (),
-              limit: int = 6) -> list[str]:
-    """One line per configuration the `others` records (this pipeline's, not made by `pipeline`
-    as configured) were made with: the overrides that select it, what it holds, and the command
-    that runs `stage` on it (also as `make`, for the stages the Makefile has)."""
-    from featx.config.load import command, make_command
-
-    groups: dict[tuple, list[Record]] = {}
-    for record in others:
-        recorded = record.configuration
-        if any(isinstance(section, dict) for section in recorded.values()):
-            overrides, unset = overrides_to(recorded, pipeline)
-            key = tuple(sorted(overrides) + [f"unset {k}" for k in sorted(unset)])
-        else:
-            key = ("unrecorded",)
-        groups.setdefault(key, []).append(record)
-    lines = []
-    for key, records in sorted(groups.items(), key=lambda g: max(r.created for r in g[1]), reverse=True):
-        probes = sum(r.stage == "probe" for r in records)
-        tunes = len(records) - probes
-        held = ", ".join(part for part in (f"{probes} probe record(s)" if probes else "",
-                                           f"{tunes} fine-tune(s)" if tunes else "") if part)
-        newest = max(r.created for r in records)
-        if key == ("unrecorded",):
-            lines.append(f"{held} whose settings their records do not show (newest {newest})")
-            continue
-        overrides = [k for k in key if not k.startswith("unset ")]
-        unset = [k.removeprefix("unset ") for k in key if k.startswith("unset ")]
-        if not overrides and not unset:
-            lines.append(f"{held} of these same settings on an earlier cache (newest {newest}): a data or "
-                         "model file has changed since, so they describe other data or weights")
-            continue
-        base = pipeline
-        if unset and pipeline is not None:  # an override of a key to unset is dropped from the command
-            base = dataclasses.replace(pipeline, overrides=tuple(
-                o for o in pipeline.overrides if o.partition("=")[0].strip() not in unset))
-        run = f"`{command(base, stage, *overrides, args=args)}`"
-        if stage in ("extract", "probe", "finetune", "report", "all") and not args:
-            run += f" (`{make_command(base, stage, *overrides)}`)"
-        still = (f"; and unset {', '.join(unset)} in the pipeline file if it sets them" if unset else "")
-        lines.append(f"{' '.join(overrides) or 'unset ' + ', '.join(unset)}: {held} (newest {newest}): {run}{still}")
-    if len(lines) > limit:
-        lines = lines[:limit] + [f"... and {len(lines) - limit} more"]
-    return lines
 
 
 # ---------------------------------------------------------------------------------------------

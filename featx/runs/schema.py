@@ -85,6 +85,7 @@ class Record:
     fit_seconds: float | None = None
     predict_seconds: float | None = None
     backbone_forward_passes: int | None = None
+    label_budget: dict | None = None
     extract_seconds: float | None = _of("probe")
     cache_bytes: int | None = _of("probe")
     # the fine-tune's

@@ -294,7 +294,7 @@ def _choose(records: list[Record], head: str | None, finetuned: bool, pipeline,
 def _elsewhere(others, pipeline, stage: str, args: tuple[str, ...]) -> str:
     """The configurations of `stage` records of this pipeline other than the current one, each
     with the command that predicts with it (featx.runs.records.elsewhere)."""
-    from featx.runs.records import elsewhere
+    from featx.runs.others import elsewhere
 
     lines = elsewhere([r for r in others if r.stage == stage], pipeline, "predict", args=args, limit=4)
     return (f" (records of {len(lines)} other configuration(s) exist: " + "; ".join(lines) + ")") if lines else ""

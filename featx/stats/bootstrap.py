@@ -320,7 +320,7 @@ def _width(task: str, scores: np.ndarray) -> int:
 MIN_ROWS = 5
 
 
-def _interval(samples: np.ndarray, n_rows: int | None = None) -> list[float]:
+def percentile_interval(samples: np.ndarray, n_rows: int | None = None) -> list[float]:
     if n_rows is not None and n_rows < MIN_ROWS:
         return [float("nan"), float("nan")]
     finite = samples[np.isfinite(samples)]
@@ -343,7 +343,20 @@ def intervals(task: str, y: np.ndarray, stack: np.ndarray, threshold: float = 0.
     for W in _blocks(len(y), _width(task, stack), n_resamples, seed, groups):
         for name, values in metric_samples(task, W, y, stack, threshold, metric=metric).items():
             collected.setdefault(name, []).append(values)
-    return {name: _interval(np.concatenate(parts), _distinct(len(y), groups)) for name, parts in collected.items()}
+    return {name: percentile_interval(np.concatenate(parts), _distinct(len(y), groups)) for name, parts in collected.items()}
+
+
+def shared_samples(task: str, metric: str, y: np.ndarray, predictions: list[tuple[np.ndarray, float]], *,
+                   n_resamples: int = N_RESAMPLES, seed: int = 0, groups=None) -> np.ndarray:
+    """(P, B): `metric` of each of P predictions ((score stack (S, n, ...), threshold) each, on
+    the same rows) under the same B resamples (of the distinct rows, with `groups`: `intervals`),
+    so that any difference or average of them keeps the pairing."""
+    y = np.asarray(y)
+    groups = distinct_rows(groups, len(y))
+    width = max(_width(task, np.asarray(stack)) for stack, _ in predictions)
+    blocks = [[metric_samples(task, W, y, stack, threshold, metric=metric)[metric] for stack, threshold in predictions]
+              for W in _blocks(len(y), width, n_resamples, seed, groups)]
+    return np.concatenate([np.stack(block) for block in blocks], axis=1)
 
 
 def standard_error(task: str, metric: str, y: np.ndarray, scores: np.ndarray, threshold: float = 0.5,
@@ -404,6 +417,6 @@ def paired(task: str, metric: str, y: np.ndarray, a: tuple[np.ndarray, float],
     difference = np.concatenate(diffs)
     ratio = value_a / value_b if value_b > 0 and np.isfinite(value_a) else None
     return {"metric": metric, "n": len(y), "a": value_a, "b": value_b,
-            "difference": value_a - value_b, "difference_ci": _interval(difference, distinct),
-            "ratio": ratio, "ratio_ci": _interval(np.concatenate(ratios), distinct) if ratio is not None else None,
+            "difference": value_a - value_b, "difference_ci": percentile_interval(difference, distinct),
+            "ratio": ratio, "ratio_ci": percentile_interval(np.concatenate(ratios), distinct) if ratio is not None else None,
             "resamples": n_resamples, "level": LEVEL} | ({} if groups is None else {"distinct": distinct})

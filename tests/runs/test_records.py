@@ -133,7 +133,7 @@ def test_current_records_are_the_configuration_s_on_its_cache():
 
 def test_records_that_do_not_show_their_settings_are_said_to_be_so():
     from featx.config.load import pipeline_from_dict
-    from featx.runs.records import elsewhere
+    from featx.runs.others import elsewhere
     from featx.runs.schema import parse_record
 
     pipeline = pipeline_from_dict({"name": "fx", "data": {"builtin": "trec"}})

@@ -1,0 +1,172 @@
+"""`featx curve`: every point of a pipeline's learning curve trained (or reused) and recorded.
+
+The full training split is the curve's last budget, and its two records are the verdict's own:
+the probe's frozen choice and the fine-tune (run first when missing). Every smaller budget and
+draw is a folder of the curve's (featx.runs.records.curve_dir) with one probe record and one
+fine-tune record, each carrying its `label_budget`; a finished point is reused, a killed
+fine-tune resumes from its last epoch, and `run.json` says how many points the curve planned
+and whether it finished.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from featx.config.pipeline import Pipeline
+from featx.errors import FeatxError
+from featx.files import writable_dir
+from featx.runs.records import (curve_dir, curve_hash, point_name, read_predictions, read_record, record_name,
+                                write_record, write_run_status)
+from featx.runs.schema import Record
+from featx.stats import ladder
+
+log = logging.getLogger("featx")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One budget and draw of the curve: its rows of the training split and what its records say."""
+    rung: ladder.Rung
+    draw: int
+    rows: np.ndarray
+    label_budget: dict
+
+
+@dataclass(frozen=True)
+class CurvePlan:
+    """The curve of a pipeline as configured: the frozen choice it retrains, its folder and points."""
+    frozen: Record
+    tuned: Record
+    unit: str
+    rungs: list
+    points: list
+    directory: Path
+    cache_path: Path
+    n_train: int
+
+
+def plan_curve(pipeline: Pipeline, frozen: Record, tuned: Record) -> CurvePlan:
+    """The ladder and the points of the pipeline's curve, retraining `frozen` (the verdict's frozen
+    choice) against the recipe of `tuned` (the full-data fine-tune)."""
+    from featx.cache.plan import find_cache
+    from featx.cache.reader import Cache
+
+    path = find_cache(pipeline)
+    with Cache(path) as cache:
+        task, y = cache.task, cache.labels("train")
+    unit = ladder.unit_of(task)
+    largest = int(np.bincount(y).max()) if unit == "per_class" else len(y)
+    cfg = pipeline.curve
+    rungs = ladder.ladder(unit, largest, budgets=cfg.budgets, draws=cfg.draws, until=cfg.draws_until)
+    digest = curve_hash(pipeline, frozen.features, frozen.head, frozen.primary_metric)[:16]
+    strata = ladder.strata(task, y)
+    places = {d: ladder.positions(strata, unit, cfg.seed, d) for d in range(max(r.draws for r in rungs))}
+    points = []
+    for rung in rungs[:-1]:
+        for draw in range(rung.draws):
+            rows = ladder.subset(places[draw], rung.size)
+            points.append(Point(rung, draw, rows, {"curve": digest, "unit": unit, "size": rung.size,
+                                                   "rows": len(rows), "draw": draw, "seed": cfg.seed,
+                                                   "full": False}))
+    directory = curve_dir(pipeline.runs_dir, pipeline.name, frozen.cache_key, digest)
+    return CurvePlan(frozen, tuned, unit, rungs, points, directory, path, len(y))
+
+
+def run_curve(pipeline: Pipeline) -> CurvePlan:
+    """Train (or reuse) every point of the pipeline's curve; returns its plan. The probe and the
+    full-data fine-tune run first when they have not (each reuses a finished run)."""
+    from featx.finetune.stage import run_finetune
+    from featx.probe.stage import run_probe
+
+    run_probe(pipeline)
+    tuned = run_finetune(pipeline)
+    frozen = _frozen_choice(pipeline)
+    plan = plan_curve(pipeline, frozen, tuned)
+    writable_dir(plan.directory, root=pipeline.root)
+    status = {"config_hash": plan.points[0].label_budget["curve"] if plan.points else "", "planned": len(plan.points),
+              "finished": False}
+    write_run_status(plan.directory, status)
+    _announce(plan, pipeline)
+    start = time.perf_counter()
+    for k, point in enumerate(plan.points, 1):
+        where = plan.directory / point_name(point.label_budget)
+        frozen_record = _frozen_point(pipeline, plan, point, where / "probe")
+        tuned_record = _tuned_point(pipeline, point, where / "finetune")
+        metric = frozen.primary_metric
+        log.info("curve point %d of %d: %s, draw %d (%d rows): frozen %s = %.4f, fine-tune %.4f%s", k,
+                 len(plan.points), _budget_text(point.rung.size, plan.unit), point.draw, len(point.rows), metric,
+                 frozen_record.metrics[metric], tuned_record.metrics[metric],
+                 "" if tuned_record.converged is not False else " (not converged)")
+    write_run_status(plan.directory, status | {"finished": True})
+    log.info("curve done in %.0f s; points in %s", time.perf_counter() - start, plan.directory)
+    return plan
+
+
+def _frozen_choice(pipeline: Pipeline) -> Record:
+    """The verdict's frozen choice, as the report makes it from the pipeline's records."""
+    from featx.report.collected import collect
+
+    choice = collect(pipeline.runs_dir, pipeline.name, pipeline).choice
+    if choice is None:
+        raise FeatxError("the curve retrains the verdict's frozen choice, and the probe gave none (the mteb "
+                         "protocol chooses no head): run the curve with probe.protocol = \"auto\"")
+    return choice.record
+
+
+def _announce(plan: CurvePlan, pipeline: Pipeline) -> None:
+    """The curve's expected work before it starts: its points, and their training rows against
+    the full fine-tune's (the fine-tunes' cost grows with the rows they train on)."""
+    rows = sum(len(p.rows) for p in plan.points)
+    ladder_text = ", ".join(f"{_budget_text(r.size, plan.unit)}{f' x{r.draws}' if r.draws > 1 else ''}"
+                            for r in plan.rungs[:-1])
+    log.info("curve plan: %s on %s: budgets %s, then the full split (%s rows: the verdict's records); "
+             "%d points, each a probe and a fine-tune, training on %s rows in all, %.1fx the full split's",
+             plan.frozen.features + "/" + plan.frozen.head, pipeline.name, ladder_text or "none",
+             f"{plan.n_train:,}", len(plan.points), f"{rows:,}", rows / max(1, plan.n_train))
+
+
+def _budget_text(size: int, unit: str) -> str:
+    return f"{size:,} per class" if unit == "per_class" else f"{size:,} rows"
+
+
+def _frozen_point(pipeline: Pipeline, plan: CurvePlan, point: Point, directory: Path) -> Record:
+    """The frozen side of a point: the choice's features and head, fitted on the point's rows with
+    its hyperparameters chosen again; reused when this point's record and predictions are there."""
+    from featx.probe.job import Features, probe_one
+
+    frozen = plan.frozen
+    done = directory / record_name(frozen.features, frozen.head)
+    reused = _reused(done, point.label_budget)
+    if reused is not None:
+        return reused
+    features = Features(frozen.pooling, tuple(frozen.layers), frozen.combine)
+    record, predictions = probe_one(plan.cache_path, features, frozen.head, pipeline.probe, pipeline=pipeline.name,
+                                    threads=os.cpu_count() or 1,
+                                    budget={"train_rows": point.rows, "record": point.label_budget})
+    return write_record(writable_dir(directory, root=pipeline.root), record, predictions)
+
+
+def _reused(done: Path, label_budget: dict) -> Record | None:
+    """A point's probe record when it is this point's and its predictions are there, else None."""
+    if not done.is_file():
+        return None
+    try:
+        record = read_record(done)
+        if record.label_budget != label_budget:
+            return None
+        read_predictions(done.parent, record)
+    except FeatxError:
+        return None
+    return record
+
+
+def _tuned_point(pipeline: Pipeline, point: Point, directory: Path) -> Record:
+    from featx.finetune.stage import run_budget
+
+    return run_budget(pipeline, point.rows, directory, point.label_budget)
+

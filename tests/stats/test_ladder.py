@@ -1,0 +1,78 @@
+"""A learning curve's budgets and subsets: the ladder doubles to the full split, small budgets
+are drawn more often, and each draw's subsets are nested and stratified."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from featx.stats import ladder
+
+
+def test_the_ladder_doubles_to_the_full_split_with_more_draws_at_small_budgets():
+    rungs = ladder.ladder("per_class", 300)
+    assert [(r.size, r.draws, r.full) for r in rungs] == [
+        (8, 5, False), (16, 5, False), (32, 5, False), (64, 3, False), (128, 3, False), (256, 1, False),
+        (300, 1, True)]
+    rows = ladder.ladder("rows", 1000)
+    assert [r.size for r in rows] == [64, 128, 256, 512, 1000] and [r.draws for r in rows] == [5, 5, 5, 3, 1]
+
+
+def test_a_given_ladder_keeps_budgets_below_the_full_split_and_its_own_draws():
+    rungs = ladder.ladder("per_class", 100, budgets=(50, 10, 400), draws=(4, 2), until=(10, 50))
+    assert [(r.size, r.draws, r.full) for r in rungs] == [(10, 4, False), (50, 2, False), (100, 1, True)]
+
+
+def test_a_split_smaller_than_the_first_budget_is_one_full_rung():
+    assert ladder.ladder("per_class", 5) == [ladder.Rung(5, 1, full=True)]
+
+
+def _classes(counts) -> np.ndarray:
+    return np.repeat(np.arange(len(counts)), counts)
+
+
+@pytest.mark.parametrize("draw", [0, 3])
+def test_per_class_budgets_take_each_class_up_to_the_budget_nested(draw):
+    y = np.random.default_rng(1).permutation(_classes([100, 40, 5]))
+    places = ladder.positions(ladder.strata("multiclass", y), "per_class", seed=7, draw=draw)
+    previous = np.array([], np.int64)
+    for size in (8, 16, 32, 64, 100):
+        rows = ladder.subset(places, size)
+        assert np.bincount(y[rows], minlength=3).tolist() == [min(size, n) for n in (100, 40, 5)]
+        assert set(previous) <= set(rows)  # nested: a budget holds every smaller one's rows
+        previous = rows
+    assert len(ladder.subset(places, 100)) == len(y)
+
+
+def test_draws_differ_and_a_seed_repeats_its_draws():
+    y = _classes([50, 50])
+    strata = ladder.strata("binary", y)
+    first = ladder.subset(ladder.positions(strata, "per_class", seed=0, draw=0), 8)
+    again = ladder.subset(ladder.positions(strata, "per_class", seed=0, draw=0), 8)
+    other = ladder.subset(ladder.positions(strata, "per_class", seed=0, draw=1), 8)
+    assert np.array_equal(first, again) and not np.array_equal(first, other)
+    assert not np.array_equal(first, ladder.subset(ladder.positions(strata, "per_class", seed=1, draw=0), 8))
+
+
+@pytest.mark.parametrize("task", ["regression", "multilabel"])
+def test_row_budgets_hold_each_stratum_in_proportion_at_every_prefix(task):
+    rng = np.random.default_rng(0)
+    if task == "regression":
+        y = rng.normal(size=(2000, 1))
+    else:  # a rare label (5%) beside a common one
+        y = np.stack([rng.random(2000) < 0.05, rng.random(2000) < 0.6], axis=1).astype(np.uint8)
+    strata = ladder.strata(task, y)
+    places = ladder.positions(strata, "rows", seed=0, draw=0)
+    assert sorted(places.tolist()) == list(range(2000))
+    shares = np.bincount(strata) / len(strata)
+    previous = np.array([], np.int64)
+    for size in (64, 128, 256, 512):
+        rows = ladder.subset(places, size)
+        assert len(rows) == size and set(previous) <= set(rows)
+        counts = np.bincount(strata[rows], minlength=len(shares))
+        assert np.all(np.abs(counts - shares * size) <= 1.0 + 1e-9), (size, counts, shares * size)
+        previous = rows
+
+
+def test_a_multilabel_row_is_in_the_stratum_of_its_rarest_label():
+    y = np.array([[1, 1, 0], [0, 1, 0], [0, 0, 0], [1, 0, 1]], np.uint8)  # label counts 2, 2, 1
+    assert ladder.strata("multilabel", y).tolist() == [0, 1, 3, 2]
