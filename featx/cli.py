@@ -47,8 +47,10 @@ def cmd_finetune(pipeline: Pipeline) -> None:
 def cmd_curve(pipeline: Pipeline) -> None:
     """Train both sides again at a ladder of labelled-row budgets (the learning curve); the
     report then says from how many labels fine-tuning pays."""
+    from featx.cache.extract import extract
     from featx.curve.stage import run_curve
 
+    extract(pipeline)  # a cache hit when it exists; the curve probes and fine-tunes first when they have not run
     plan = run_curve(pipeline)
     print(plan.directory)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from featx.config.load import command
 from featx.errors import FeatxError
 from featx.report.collected import Collected
 from featx.runs.choice import best_tuned
@@ -55,8 +56,8 @@ def label_curve(collected: Collected, runs_dir, pipeline) -> dict | None:
     spent = sum(t.backbone_forward_passes or 0 for t in tuned_points)
     return curve | {
         "unit": unit, "n_test": len(labels), "frozen": {"features": frozen.features, "head": frozen.head},
-        "planned": status.get("planned"), "complete": bool(status.get("finished")) and len(pairs) == status.get("planned"),
-        "not_converged": [p for p in points if p["side"] == "tuned" and p["converged"] is False],
+        "planned": status.get("planned"), "command": command(pipeline, "curve"), "complete": bool(status.get("finished")) and len(pairs) == status.get("planned"),
+        "not_converged": [p for p in points if p["side"] == "tuned" and not p["full"] and p["converged"] is False],
         "cost": {"curve_forward_passes": spent, "full_forward_passes": tuned.backbone_forward_passes,
                  "ratio": spent / tuned.backbone_forward_passes if tuned.backbone_forward_passes else None,
                  "curve_seconds": round(sum(t.wall_seconds or 0.0 for t in tuned_points), 1),
@@ -188,12 +189,17 @@ def curve_text(curve: dict) -> str:
     text += _cost_text(curve)
     unconverged = curve["not_converged"]
     if unconverged:
-        text += (f" {len(unconverged)} of the curve's fine-tunes stopped at a cap while still improving (lower "
-                 "bounds); the crossover may come earlier.")
+        text += (f" {len(unconverged)} of the curve's {len(tuned_points(curve))} fine-tunes below the full split "
+                 "stopped at a cap while still improving (lower bounds): the crossover may come earlier.")
     if not curve["complete"]:
-        text += (f" The curve is incomplete ({len(budgets) - 1} budgets of points found, {curve['planned'] or '?'} "
-                 "points planned): run featx curve again to finish it.")
+        text += (f" The curve is incomplete ({len(tuned_points(curve))} of {curve['planned'] or '?'} points): "
+                 f"`{curve['command']}` finishes it.")
     return text
+
+
+def tuned_points(curve: dict) -> list[dict]:
+    """The curve's fine-tunes below the full split."""
+    return [p for p in curve["points"] if p["side"] == "tuned" and not p["full"]]
 
 
 def _crossing_text(curve: dict) -> str:
