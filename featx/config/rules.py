@@ -42,7 +42,7 @@ MAX_LR, WARN_LR = 1e-3, 1e-4
 QUOTING = ("minimal", "none")
 ATTENTIONS = ("auto", "sdpa", "eager")
 FORMATS = ("csv", "tsv", "jsonl", "parquet", "label-text")
-BUILTIN_NAMES = ("trec", "sms-spam", "vader-movies")  # the readers are `featx.data.builtin.BUILTINS`
+BUILTIN_NAMES = ("trec", "sms-spam", "vader-movies")  # the readers are `featx.data.formats.BUILTINS`
 SEARCHES = ("auto", "halving", "full")  # how the fine-tune compares its learning rates
 
 

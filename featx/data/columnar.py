@@ -10,7 +10,8 @@ import numpy as np
 
 from featx.data import explain
 from featx.data.files import BATCH_ROWS, Block
-from featx.data.rules import WHITESPACE, class_key
+from featx.data.columns import blank, is_string_array
+from featx.data.rules import class_key, is_missing
 from featx.errors import FeatxError, shown
 
 
@@ -21,10 +22,6 @@ class Columnar:
     def __init__(self, path: Path, *, arrow: bool, names: dict | None = None):
         self.path, self.arrow, self.names = path, arrow, names or {}
         self.columns = [str(c) for c in self._schema().names]
-
-    @property
-    def files(self) -> tuple[Path, ...]:
-        return (self.path,)
 
     def where(self, records: list[int]) -> list[str]:
         return [f"{self.path}, row {r + 1}" for r in records]
@@ -40,9 +37,8 @@ class Columnar:
 
             return pq.read_schema(self.path)
         except (pa.ArrowException, OSError) as exc:
-            raise FeatxError(f"{self.path}: cannot read as {'an Arrow file' if self.arrow else 'Parquet'} "
-                             f"({str(exc)[:300]})" + ("; save the dataset again with Dataset.save_to_disk"
-                                                      if self.arrow else "")) from None
+            raise self._unreadable(exc, "; save the dataset again with Dataset.save_to_disk" if self.arrow
+                                   else "") from None
 
     def blocks(self, wanted: list[str]):
         import pyarrow as pa
@@ -58,8 +54,11 @@ class Columnar:
                 yield Block(values, np.arange(at, at + batch.num_rows, dtype=np.int64))
                 at += batch.num_rows
         except (pa.ArrowException, OSError) as exc:
-            raise FeatxError(f"{self.path}: cannot read as {'an Arrow file' if self.arrow else 'Parquet'} "
-                             f"({str(exc)[:300]})") from None
+            raise self._unreadable(exc) from None
+
+    def _unreadable(self, exc: Exception, fix: str = "") -> FeatxError:
+        return FeatxError(f"{self.path}: cannot read as {'an Arrow file' if self.arrow else 'Parquet'} "
+                          f"({str(exc)[:300]}){fix}")
 
     def _batches(self):
         import pyarrow as pa
@@ -91,9 +90,8 @@ class Columnar:
         if pa.types.is_dictionary(values.type):
             values = values.dictionary_decode()
         kind = values.type
-        if names is None and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-            blank = pc.equal(pc.utf8_length(pc.utf8_trim(values.fill_null(""), WHITESPACE)), 0)
-            return pc.if_else(blank, pa.scalar(None, kind), values)
+        if names is None and is_string_array(values):
+            return pc.if_else(pa.array(blank(values)), pa.scalar(None, kind), values)
         if names is None and pa.types.is_floating(kind):
             return pc.if_else(pc.is_nan(values), pa.scalar(None, kind), values)
         if names is None and pa.types.is_integer(kind):
@@ -110,8 +108,6 @@ class Columnar:
 
 def _missing_as_none(value):
     """A cell with nothing there (a null, NaN, a blank string) as None, in lists and dicts too."""
-    from featx.data.rules import is_missing
-
     if isinstance(value, list):
         return [_missing_as_none(v) for v in value]
     if isinstance(value, dict):

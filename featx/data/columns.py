@@ -1,7 +1,7 @@
 """One column of a block, checked and converted as a whole: a pyarrow array (CSV, Parquet,
 Arrow) with vectorised kernels, a list of Python values (JSON, label-text, built-ins) row by row.
 Each `bad_*` finds the rows that break a rule (featx.data.rules names the first); `strings`,
-`ids`, `kept` and `numbers` give what the row store and the labels keep; `json_pieces` a
+`kept` and `numbers` give what the row store and the labels keep; `json_pieces` a
 column's JSON for the fingerprint, from Arrow buffers where it can. No torch.
 """
 from __future__ import annotations
@@ -12,6 +12,7 @@ import numpy as np
 
 from featx.data import rules
 from featx.data.rules import WHITESPACE
+from featx.errors import FeatxError
 
 JSON_BLOCK = 1 << 16  # values json.dumps encodes at a time (`json_pieces`)
 _WHITESPACE_LEADS = np.zeros(256, bool)  # the first UTF-8 byte of each whitespace character
@@ -25,13 +26,12 @@ def is_string_array(values) -> bool:
 
 
 def python(values) -> list:
-    if isinstance(values, list):
-        return values
-    import pyarrow as pa
+    return values if isinstance(values, list) else values.to_pylist()
 
-    if pa.types.is_dictionary(values.type):
-        values = values.dictionary_decode()
-    return values.to_pylist()
+
+def value_at(values, i: int):
+    """The value of row `i` as Python reads it."""
+    return values[i] if isinstance(values, list) else values.slice(i, 1).to_pylist()[0]
 
 
 def filtered(values, mask: np.ndarray):
@@ -42,12 +42,6 @@ def filtered(values, mask: np.ndarray):
     return values.filter(pa.array(mask))
 
 
-def only(n: int, i: int) -> np.ndarray:
-    mask = np.zeros(n, bool)
-    mask[i] = True
-    return mask
-
-
 def blank(values) -> np.ndarray:
     """Missing (null, NaN), empty or only whitespace: what data.drop_empty drops."""
     if not is_string_array(values):
@@ -55,7 +49,7 @@ def blank(values) -> np.ndarray:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    out = np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool).copy()
+    out = _mask(values.is_null()).copy()
     offsets, data = string_buffers(values)
     if offsets is None:
         return np.ones(len(values), bool)  # no offsets: every value is null (or there are none)
@@ -70,7 +64,7 @@ def blank(values) -> np.ndarray:
     if maybe.any():
         where = np.flatnonzero(maybe)
         trimmed = pc.utf8_length(pc.utf8_trim(values.take(pa.array(where)), WHITESPACE))
-        out[where] = np.asarray(pc.equal(trimmed, 0).to_numpy(zero_copy_only=False), bool)
+        out[where] = _mask(pc.equal(trimmed, 0))
     return out
 
 
@@ -82,7 +76,7 @@ def holds_nul(values) -> np.ndarray:
     offsets, data = string_buffers(values)
     if data is None or len(offsets) < 2 or offsets[0] == offsets[-1] or data[offsets[0]:offsets[-1]].min() > 0:
         return np.zeros(len(values), bool)
-    return np.asarray(pc.match_substring(values, "\x00").fill_null(False).to_numpy(zero_copy_only=False), bool)
+    return _mask(pc.match_substring(values, "\x00").fill_null(False))
 
 
 def string_buffers(values) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -98,67 +92,57 @@ def string_buffers(values) -> tuple[np.ndarray | None, np.ndarray | None]:
     return offsets, None if data is None else np.frombuffer(data, np.uint8)
 
 
-def storable_mask(values: list) -> np.ndarray:
-    """Strings with a NUL byte or a lone surrogate (what HDF5 and UTF-8 cannot hold)."""
+def _mask(bools) -> np.ndarray:
+    """An Arrow boolean array as numpy's."""
+    return np.asarray(bools.to_numpy(zero_copy_only=False), bool)
+
+
+def _refused(values, rule) -> np.ndarray:
+    """The rows whose Python value a rule of featx.data.rules refuses (its message is made again
+    for the first of them, with its place)."""
     out = np.zeros(len(values), bool)
-    for i, v in enumerate(values):
-        if isinstance(v, str):
-            try:
-                v.encode("utf-8")
-                out[i] = "\x00" in v
-            except UnicodeEncodeError:
-                out[i] = True
+    for i, value in enumerate(python(values)):
+        try:
+            rule(value, "", "")
+        except FeatxError:
+            out[i] = True
     return out
 
 
 def bad_texts(values) -> np.ndarray:
     """Texts that are missing, not strings, or not storable."""
     if is_string_array(values):
-        return holds_nul(values) | np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool)
-    raw = python(values)
-    out = np.array([not isinstance(v, str) or rules.is_missing(v) for v in raw], bool)
-    return out | storable_mask(raw)
+        return holds_nul(values) | _mask(values.is_null())
+    return _refused(values, rules.text)
 
 
 def bad_ids(values) -> np.ndarray:
     """Ids that are missing or not storable (any other value is an id: str() of it)."""
     if is_string_array(values):
         return holds_nul(values) | blank(values)
-    raw = python(values)
-    return np.array([rules.is_missing(v) for v in raw], bool) | \
-        storable_mask([None if v is None else str(v) for v in raw])
+    return _refused(values, rules.row_id)
 
 
 def bad_labels(values, empty_set: bool) -> np.ndarray:
     if is_string_array(values):
-        bad = holds_nul(values) | np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool)
+        bad = holds_nul(values) | _mask(values.is_null())
         return bad if empty_set else bad | blank(values)
-    raw = python(values)
-    out = np.array([(rules.is_missing(v) and not (empty_set and isinstance(v, str))) for v in raw], bool)
-    items = [v if isinstance(v, list) else [v] for v in raw]
-    return out | np.array([storable_mask([x for x in i if isinstance(x, str)]).any() for i in items], bool)
+    return _refused(values, lambda v, where, column: rules.present(v, where, column, blank_is_empty_set=empty_set))
 
 
 def bad_kept(values) -> np.ndarray:
     if is_string_array(values):
         return holds_nul(values)
-    return storable_mask([str(v) if v is not None else "" for v in python(values)])
+    return _refused(values, rules.kept)
 
 
 def bad_splits(values) -> np.ndarray:
-    raw = python(values)
-    return np.array([(str(v).strip().lower() if v is not None else "") not in rules.SPLIT_ALIASES for v in raw], bool)
+    return _refused(values, rules.split_name)
 
 
 def strings(values):
-    import pyarrow as pa
-
-    if is_string_array(values):
-        return values
-    return pa.array(python(values), pa.string())
-
-
-def ids(values):
+    """The values as an Arrow string array: str() of each (texts are strings already; an id may
+    be a number)."""
     import pyarrow as pa
 
     if is_string_array(values):
@@ -193,18 +177,11 @@ def numbers(values) -> np.ndarray:
         plain = pc.match_substring_regex(trimmed, NUMBER)
         out = np.asarray(pc.cast(pc.if_else(plain, trimmed, "nan"), pa.float64()).to_numpy(zero_copy_only=False),
                          np.float64).copy()
-        odd = np.flatnonzero(~np.asarray(plain.to_numpy(zero_copy_only=False), bool))
+        odd = np.flatnonzero(~_mask(plain))
         if len(odd):  # the few values Python's float reads otherwise
-            raw = values.take(pa.array(odd)).to_pylist()
-            out[odd] = [np.nan if v is None or (n := rules.as_number(v)) is None else n for v in raw]
+            out[odd] = [rules.as_target(v) for v in values.take(pa.array(odd)).to_pylist()]
         return out
-    out = np.empty(len(values), np.float64)
-    for i, v in enumerate(python(values)):
-        if isinstance(v, list) and len(v) == 1:  # a list of one target is that target
-            v = v[0]
-        number = None if isinstance(v, (list, dict)) or v is None else rules.as_number(v)
-        out[i] = np.nan if number is None else number
-    return out
+    return np.array([rules.as_target(v) for v in python(values)], np.float64)
 
 
 def plain_zero_one(values) -> bool:

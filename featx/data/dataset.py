@@ -11,23 +11,21 @@ from __future__ import annotations
 import dataclasses
 import filecmp
 import hashlib
+import itertools
 import json
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from featx.data import files as files_
+from featx.data import files as files_, formats, labels as L, rules
 from featx.data.columns import JSON_BLOCK, json_pieces
-from featx.data import formats, rules
-from featx.data.lines import InMemory
-from featx.data import labels as L
-from featx.data.builtin import BUILTINS
-from featx.data.rows import SPLITS, Reader, Roles, TooManyLabels
-from featx.data.splits import check_own_split, label_assignment, stratified_assignment
+from featx.data.lines import LINE_BREAK, InMemory
+from featx.data.rows import Reader, Roles, TooManyLabels
+from featx.data.splits import SPLITS, check_own_split, label_assignment, stratified_assignment
+from featx.data.store import Values
 from featx.errors import FeatxError, shown
 from featx.tasks import TASKS
 
@@ -67,11 +65,6 @@ class Split:
             self.__dict__["_fingerprint"] = self._hash()
         return self.__dict__["_fingerprint"]
 
-    def with_fingerprint(self, fingerprint: str) -> "Split":
-        """This split, its fingerprint given instead of hashed from its rows (rows known to be these)."""
-        self.__dict__["_fingerprint"] = fingerprint
-        return self
-
     def _hash(self) -> str:
         h = hashlib.sha256()
         h.update(self.name.encode())
@@ -87,7 +80,7 @@ class Split:
         return h.hexdigest()
 
 
-class Numbered(Sequence):
+class Numbered(Values):
     """Ids made of a prefix and row numbers ("train-0", "row-17")."""
 
     def __init__(self, prefix: str, numbers: np.ndarray):
@@ -112,13 +105,6 @@ class Numbered(Sequence):
 
     def subset(self, rows) -> "Numbered":
         return Numbered(self.prefix, self.numbers[rows])
-
-    def __eq__(self, other) -> bool:
-        if not isinstance(other, Sequence) or isinstance(other, str):
-            return NotImplemented
-        return len(other) == len(self) and all(a == b for a, b in zip(self, other))
-
-    __hash__ = None
 
 
 @dataclass(frozen=True)
@@ -160,7 +146,7 @@ def load_dataset(cfg, name: str = "dataset", *, folder: Path | None = None) -> D
     """Read, validate, split and encode the dataset a pipeline describes. Its rows are stored in
     `folder` (the cache's folder when a stage extracts; the system's temporary folder else)."""
     if cfg.builtin is not None:
-        builtin = BUILTINS[cfg.builtin]()
+        builtin = formats.BUILTINS[cfg.builtin]()
         parts = {None: [builtin.source]}
         task, keep, id_column = cfg.task or builtin.task, cfg.keep or builtin.keep, cfg.id or "id"
         if cfg.label_names is not None and TASKS[task].regression:
@@ -168,19 +154,16 @@ def load_dataset(cfg, name: str = "dataset", *, folder: Path | None = None) -> D
                              f"{shown(cfg.builtin)} is a regression (targets, not classes): unset "
                              "data.label_names")
         cfg = dataclasses.replace(cfg, label=cfg.label or builtin.label)
-        source, files = f"builtin:{cfg.builtin}", (str(builtin.source.path),)
+        source, files = f"builtin:{cfg.builtin}", (str(builtin.source.path), *_data_files(cfg))
     else:
         check_splits_apart(cfg)
         given = {"train": cfg.train, "dev": cfg.dev, "test": cfg.test}
         specs = ({None: cfg.path or cfg.train} if cfg.path is not None or not (cfg.dev or cfg.test)
                  else {s: f for s, f in given.items() if f})
-        parts = {s: [src for p in ([f] if isinstance(f, str) else f) for src in formats.sources(Path(p), cfg)]
-                 for s, f in specs.items()}
+        parts = {s: [src for p in _paths(f) for src in formats.sources(Path(p), cfg)] for s, f in specs.items()}
         task, keep, id_column = cfg.task, cfg.keep or (), cfg.id
-        source = ", ".join(" + ".join(str(f) for src in srcs for f in src.files) for srcs in parts.values())
-        files = tuple(str(f) for spec in (cfg.path, cfg.train, cfg.dev, cfg.test) if spec
-                      for p in ([spec] if isinstance(spec, str) else spec)
-                      for f in (*files_.folder_files(Path(p)), *files_.names_file(Path(p))))
+        source = ", ".join(" + ".join(str(src.path) for src in srcs) for srcs in parts.values())
+        files = tuple(_data_files(cfg))
     fixed = L.read_label_names(cfg.label_names)
     roles = Roles.of(cfg, keep, id_column, len(fixed or ()))
     reader, read = _read(cfg, roles, parts, task, folder)
@@ -189,7 +172,6 @@ def load_dataset(cfg, name: str = "dataset", *, folder: Path | None = None) -> D
     except BaseException:
         reader.store.discard()
         raise
-    files += (cfg.label_names,) if isinstance(cfg.label_names, str) else ()
     return dataclasses.replace(dataset, files=files)
 
 
@@ -216,16 +198,13 @@ def _read(cfg, roles: Roles, parts: dict, task: str | None, folder: Path | None)
         except BaseException:
             reader.store.discard()
             raise
-        reader.refuse()
-        reader.store.finish()
+        reader.finish()
         return reader, read
     raise AssertionError("unreachable")
 
 
 def _assemble(cfg, name: str, task, roles: Roles, reader: Reader, read: dict, fixed, source: str) -> Dataset:
     labels = _labels(reader, roles, read)
-    if roles.label_regex is not None:
-        labels = L.with_regex(labels, roles.label_regex)
     positions = {s: np.arange(p.start, p.stop) for s, p in read.items()}
     if None in read:  # one file: split by its column, or by featx
         one = read[None]
@@ -262,6 +241,7 @@ def _assemble(cfg, name: str, task, roles: Roles, reader: Reader, read: dict, fi
 
 
 def _labels(reader: Reader, roles: Roles, read: dict) -> L.Labels:
+    """The labels the reader kept, data.label_regex's group taken of each."""
     parts = list(read.values())
     if reader.targets:
         blocks = [b for p in parts for b in p.codes]
@@ -270,8 +250,9 @@ def _labels(reader: Reader, roles: Roles, read: dict) -> L.Labels:
     else:
         codes, values, targets = np.concatenate([p.labels for p in parts]), reader.labels.values, None
     zero_one = targets is not None and bool(np.isin(targets, (0.0, 1.0)).all()) and reader.plain_zero_one
-    return L.Labels(roles.labels, codes, values, targets, reader.where, reader.raw, label_sep=roles.label_sep,
-                    named=roles.named, zero_one=zero_one)
+    labels = L.Labels(roles.labels, codes, values, targets, reader.where, reader.raw, label_sep=roles.label_sep,
+                      named=roles.named, zero_one=zero_one)
+    return labels if roles.label_regex is None else L.with_regex(labels, roles.label_regex)
 
 
 def _split_codes(reader: Reader, part) -> np.ndarray:
@@ -335,10 +316,20 @@ def listed_files(cfg) -> set[str] | None:
     dataset's names file, a label_names file); None for a built-in (its files ship with featx)."""
     if cfg.builtin is not None:
         return None
-    files = {str(f) for spec in (cfg.path, cfg.train, cfg.dev, cfg.test) if spec
-             for p in ([spec] if isinstance(spec, str) else spec)
-             for f in (*files_.folder_files(Path(p)), *files_.names_file(Path(p)))}
-    return files | ({cfg.label_names} if isinstance(cfg.label_names, str) else set())
+    return set(_data_files(cfg))
+
+
+def _paths(spec) -> list[str]:
+    """The paths of a configured data.path, train, dev or test: one, several, or none."""
+    return [spec] if isinstance(spec, str) else list(spec or ())
+
+
+def _data_files(cfg) -> list[str]:
+    """The files [data] names: each path's data files (a folder's as listed now, a saved dataset's
+    names file), then a data.label_names file."""
+    return [str(f) for spec in (cfg.path, cfg.train, cfg.dev, cfg.test) for p in _paths(spec)
+            for f in (*files_.folder_files(Path(p)), *files_.names_file(Path(p)))] + \
+        ([cfg.label_names] if isinstance(cfg.label_names, str) else [])  # (a tuple is the names themselves)
 
 
 def check_splits_apart(cfg) -> None:
@@ -347,11 +338,9 @@ def check_splits_apart(cfg) -> None:
     def same(x: Path, y: Path) -> bool:  # bytes compared only for files of one size
         return x.samefile(y) or (x.stat().st_size == y.stat().st_size and filecmp.cmp(x, y, shallow=False))
 
-    given = {s: [f for spec in ([v] if isinstance(v, str) else v) for f in files_.folder_files(Path(spec)) if f.is_file()]
-             for s, v in (("train", cfg.train), ("dev", cfg.dev), ("test", cfg.test)) if v}
-    for split, v in (("path", cfg.path), ("train", cfg.train), ("dev", cfg.dev), ("test", cfg.test)):
-        specs = [Path(f) for f in ([v] if isinstance(v, str) else v or ())]
-        files = [(f, spec.is_file()) for spec in specs for f in files_.folder_files(spec) if f.is_file()]
+    listed = {s: [(f, Path(p).is_file()) for p in _paths(v) for f in files_.folder_files(Path(p)) if f.is_file()]
+              for s, v in (("path", cfg.path), ("train", cfg.train), ("dev", cfg.dev), ("test", cfg.test))}
+    for split, files in listed.items():
         for i, (x, x_listed) in enumerate(files):
             for y, y_listed in files[i + 1:]:
                 one = x.samefile(y)
@@ -359,15 +348,13 @@ def check_splits_apart(cfg) -> None:
                     raise FeatxError(f"data.{split} lists the same file twice ({x}"
                                      + ("" if one else f" and its copy {y}") + "): every row would "
                                      "be read twice; list each file (or folder) once")
-    splits = list(given)
-    for i, a in enumerate(splits):
-        for b in splits[i + 1:]:
-            for x in given[a]:
-                for y in given[b]:
-                    if same(x, y):
-                        raise FeatxError(f"data.{a} and data.{b} hold the same file ({x}"
-                                         + ("" if x.samefile(y) else f" and its copy {y}") + f"): the {b} rows "
-                                         f"would be {a} rows; give each split its own rows")
+    for a, b in itertools.combinations(SPLITS, 2):
+        for x, _ in listed[a]:
+            for y, _ in listed[b]:
+                if same(x, y):
+                    raise FeatxError(f"data.{a} and data.{b} hold the same file ({x}"
+                                     + ("" if x.samefile(y) else f" and its copy {y}") + f"): the {b} rows "
+                                     f"would be {a} rows; give each split its own rows")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -393,7 +380,7 @@ def read_inputs(cfg, path: str, *, task: str, label_names, pairs: bool) -> Input
             raise FeatxError("this pipeline classifies text pairs; stdin gives single texts: pass "
                              "a file with both columns")
         # Lines end at \n, \r\n or \r, whatever the stream's own newline setting.
-        texts = [t for t in re.split(r"\r\n|\r|\n", files_.stdin_text()) if t.strip()]
+        texts = [t for t in LINE_BREAK.split(files_.stdin_text()) if t.strip()]
         src = InMemory(Path("<stdin>"), ["text"], [{"text": t} for t in texts], list(range(1, len(texts) + 1)))
         cfg = dataclasses.replace(cfg, text="text", text_pair=None, id=None)
     else:
@@ -414,8 +401,7 @@ def read_inputs(cfg, path: str, *, task: str, label_names, pairs: bool) -> Input
     reader = Reader(roles, drop_empty=False, targets=regression, label_sets=True, empties_listed=False)
     try:
         part = reader.read("input", [src])
-        reader.refuse()
-        reader.store.finish()
+        reader.finish()
         if not len(part):
             raise FeatxError(f"{src.path} holds no rows to predict")
         rows = np.arange(part.start, part.stop)
@@ -424,8 +410,6 @@ def read_inputs(cfg, path: str, *, task: str, label_names, pairs: bool) -> Input
         labels = None
         if has_labels:
             encoded = _labels(reader, roles, {"input": part})
-            if roles.label_regex is not None:
-                encoded = L.with_regex(encoded, roles.label_regex)
             _, out = L.encode(task, encoded, {"input": rows}, tuple(label_names),
                               positions=cfg.label_names is not None, fit=False)
             labels = out["input"]

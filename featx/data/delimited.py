@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from featx.data import explain
+from featx.data.columns import string_buffers
 from featx.data.files import Block
 from featx.errors import FeatxError
 
@@ -41,10 +42,6 @@ class Delimited:
         else:
             self.fields, self.start, self.header_lines = list(names), encoding[1], 0
             self.columns = list(names)
-
-    @property
-    def files(self) -> tuple[Path, ...]:
-        return (self.path,)
 
     def where(self, records: list[int]) -> list[str]:
         """"file, row N" of each data record: the line it starts on, found by the csv module."""
@@ -163,13 +160,10 @@ class Delimited:
 
 def _holds_break(values) -> bool:
     """Whether a string array's values hold a line break (a memchr over its bytes)."""
-    if not len(values):
+    offsets, data = string_buffers(values)
+    if data is None or not len(values):
         return False
-    _, offsets, data = values.buffers()
-    if data is None:
-        return False
-    start, stop = np.frombuffer(offsets, np.int32, count=len(values) + 1, offset=values.offset * 4)[[0, -1]]
-    raw = memoryview(data)[start:stop].tobytes()
+    raw = data[offsets[0]:offsets[-1]].tobytes()
     return b"\n" in raw or b"\r" in raw
 
 

@@ -22,9 +22,8 @@ csv.field_size_limit(2**31 - 1)
 HEAD_BYTES = 1 << 16
 
 
-def _dialect(source) -> dict:
-    return {"delimiter": source.delimiter,
-            "quoting": csv.QUOTE_NONE if source.quoting == "none" else csv.QUOTE_MINIMAL}
+def _dialect(delimiter: str, quoting: str) -> dict:
+    return {"delimiter": delimiter, "quoting": csv.QUOTE_NONE if quoting == "none" else csv.QUOTE_MINIMAL}
 
 
 def _text(path: Path, encoding: tuple[str, int]) -> str:
@@ -42,12 +41,18 @@ def _lines(text: str):
     return io.StringIO(text, newline="")
 
 
+def _recording(lines, consumed: list):
+    """`lines`, each appended to `consumed` as the csv module takes it (the lines of a record)."""
+    for line in lines:
+        consumed.append(line)
+        yield line
+
+
 def header(path: Path, encoding: tuple[str, int], delimiter: str, quoting: str):
     """(the header record's fields, the byte its data starts at, lines it spans) of a delimited
     file: its first record that is not blank; None for a file of none."""
     codec, skip = encoding
-    size, dialect = HEAD_BYTES, {"delimiter": delimiter,
-                                 "quoting": csv.QUOTE_NONE if quoting == "none" else csv.QUOTE_MINIMAL}
+    size, dialect = HEAD_BYTES, _dialect(delimiter, quoting)
     with open(path, "rb") as f:
         while True:
             f.seek(skip)
@@ -59,16 +64,11 @@ def header(path: Path, encoding: tuple[str, int], delimiter: str, quoting: str):
                 decode_error(path, codec, skip)
                 raise
             consumed: list[str] = []
-
-            def recorded(lines):
-                for line in lines:
-                    consumed.append(line)
-                    yield line
             lines = list(_lines(text))
             if not whole and lines:
                 lines.pop()  # the last line may be cut: read again with more bytes if it is needed
             try:
-                for fields in csv.reader(recorded(lines), **dialect):
+                for fields in csv.reader(_recording(lines, consumed), **dialect):
                     if fields and fields != [""]:
                         start = skip + len("".join(consumed).encode(codec))
                         return fields, start, len(consumed)
@@ -85,7 +85,7 @@ def record_lines(source, records: list[int]) -> dict[int, int]:
     """{data record: the line it starts on}, data records numbered from 0 after the header as
     pyarrow numbers them (a blank line is no record; a line of only spaces or "" is one)."""
     wanted, out = set(records), {}
-    reader = csv.reader(_lines(_text(source.path, source.encoding)), **_dialect(source))
+    reader = csv.reader(_lines(_text(source.path, source.encoding)), **_dialect(source.delimiter, source.quoting))
     line, record, skip = 1, -1, source.header_lines > 0
     for fields in reader:
         start, line = line, reader.line_num + 1
@@ -107,7 +107,7 @@ def ragged(source, record: int, text: str, width: int) -> list[str] | None:
     """The fields of a record pyarrow set aside for having other than `width` fields, as the
     csv module reads them: padded to the header's cells or cut to data.columns; None for a
     blank line ("" alone); an error naming the row when the fields do not fit."""
-    fields = next(csv.reader(_lines(text), **_dialect(source)), [])
+    fields = next(csv.reader(_lines(text), **_dialect(source.delimiter, source.quoting)), [])
     if not fields or fields == [""]:
         return None
     if source.quoting != "none" and '"' in text:  # a quote in the wrong place made it ragged: say so
@@ -157,7 +157,7 @@ def quotes(source, *, breaks: bool, last) -> None:
     if not breaks and not _ends_open(source):
         return
     text = _text(source.path, source.encoding)
-    reader = csv.reader(_lines(text), strict=True, **_dialect(source))
+    reader = csv.reader(_lines(text), strict=True, **_dialect(source.delimiter, source.quoting))
     line = 1
     try:
         for _ in reader:
@@ -185,12 +185,7 @@ def _lenient(source, text: str) -> None:
     """The lenient csv reading of every record that spans lines: refused when a quoted value in
     it spans a line break and has text after its closing quote."""
     consumed: list[str] = []
-
-    def recorded(lines):
-        for raw in lines:
-            consumed.append(raw)
-            yield raw
-    reader = csv.reader(recorded(_lines(text)), **_dialect(source))
+    reader = csv.reader(_recording(_lines(text), consumed), **_dialect(source.delimiter, source.quoting))
     line = 1
     for _ in reader:
         start, line = line, reader.line_num + 1

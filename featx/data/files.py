@@ -22,10 +22,10 @@ BATCH_ROWS = 1 << 16
 # The format a file's suffix names (data.format unset).
 SUFFIX_FORMATS = {".csv": "csv", ".tsv": "tsv", ".txt": "tsv", ".jsonl": "jsonl", ".json": "jsonl",
                   ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
+PARQUET_SUFFIXES = (".parquet", ".pq")  # a folder's shards
 # Byte-order marks of the encodings a spreadsheet or Windows editor saves ("Unicode text" is UTF-16).
 BOMS = ((codecs.BOM_UTF32_LE, "utf-32-le"), (codecs.BOM_UTF32_BE, "utf-32-be"),
         (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"), (codecs.BOM_UTF8, "utf-8"))
-
 
 
 @dataclass
@@ -34,9 +34,6 @@ class Block:
     """Per column read: a pyarrow array, or a list of Python values."""
     records: np.ndarray
     """(n,) int64: each row's record number in its file (0-based, in `where`'s numbering)."""
-
-    def __len__(self) -> int:
-        return len(self.records)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -58,7 +55,7 @@ def folder_kind(path: Path) -> str | None:
     and data-*.arrow), "parquet" (shards), or None (not a data folder featx reads)."""
     if (path / "state.json").is_file() and any(path.glob("*.arrow")):
         return "arrow"
-    if any(p.suffix.lower() in (".parquet", ".pq") for p in path.iterdir() if p.is_file()):
+    if any(p.suffix.lower() in PARQUET_SUFFIXES for p in path.iterdir() if p.is_file()):
         return "parquet"
     return None
 
@@ -82,7 +79,7 @@ def folder_files(path: Path) -> list[Path]:
                              f"({', '.join(missing[:3]) or 'none listed'}); save the dataset again")
         return files
     if kind == "parquet":
-        return sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in (".parquet", ".pq"))
+        return sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in PARQUET_SUFFIXES)
     if (path / "state.json").is_file() and (path / "dataset_info.json").is_file():
         raise FeatxError(f"{path}: a Hugging Face save_to_disk dataset with no Arrow file (saved with no "
                          "rows?); give it rows, or leave it out of [data]")

@@ -68,14 +68,6 @@ class Labels:
         hit = np.isin(self.codes[positions], list(codes))
         return int(positions[np.argmax(hit)])
 
-    def named_error(self, code: int, check, rows=None):
-        """Ask `check(value, where)` of a distinct value, naming its first row when it refuses."""
-        try:
-            return check(self.values[code], "")
-        except FeatxError:
-            where = self.locate([self.first_row([code], rows)])[0]
-            return check(self.values[code], where)
-
 
 def with_regex(labels: Labels, pattern: str) -> Labels:
     """data.label_regex's group of each distinct raw label (a blank field of a data.label_sep
@@ -86,7 +78,8 @@ def with_regex(labels: Labels, pattern: str) -> Labels:
         if labels.label_sep is not None and isinstance(value, str) and not value.strip():
             return ""
         return rules.regex_group(pattern, value, where, column)
-    return replace(labels, values=[labels.named_error(c, group) for c in range(len(labels.values))])
+    judged = _judged(labels, None, group)
+    return replace(labels, values=[judged[c] for c in range(len(labels.values))])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,32 +215,29 @@ def _check_classes(task: str, names: tuple[str, ...]) -> None:
                          f"classes: {list(names)[:10]}; use multiclass or fix the labels")
 
 
-def _judged(labels: Labels, rows: np.ndarray, rule) -> dict[int, object]:
-    """{code: rule(value, "")} of the distinct values of `rows`; REFUSED where the rule refuses."""
-    out = {}
-    for c in labels.distinct(rows)[0]:
-        try:
-            out[c] = rule(labels.values[c], "")
-        except FeatxError:
-            out[c] = REFUSED
-    return out
-
-
 REFUSED = object()
 
 
-def _first_failure(labels: Labels, rows: np.ndarray, judged: dict, known, rule, split: str, names, given: bool):
-    """Raise the error of the first of `rows` whose value the rule refuses or whose label is not
-    `known(result)`: a reader of whole rows meets them in this order."""
-    bad = {c for c, v in judged.items() if v is REFUSED or not known(v)}
-    if not bad:
-        return
-    row = labels.first_row(bad, rows)
-    c = int(labels.codes[row])
-    if judged[c] is REFUSED:
-        rule(labels.values[c], labels.locate([row])[0])
-    missing = judged[c] if isinstance(judged[c], str) else next(x for x in judged[c] if not known([x]))
-    _unknown(labels, missing, row, split, names, given)
+def _judged(labels: Labels, rows: np.ndarray | None, rule, known=None, split: str = "", names=(),
+            given: bool = False) -> dict[int, object]:
+    """{code: rule(value, "")} of the distinct values of `rows` (None: all), each value judged
+    once. The first of `rows` whose value the rule refuses, or whose result `known` does not
+    know, is named (a reader of whole rows meets them in this order)."""
+    judged = {}
+    for c in labels.distinct(rows)[0]:
+        try:
+            judged[c] = rule(labels.values[c], "")
+        except FeatxError:
+            judged[c] = REFUSED
+    bad = {c for c, v in judged.items() if v is REFUSED or known is not None and not known(v)}
+    if bad:
+        row = labels.first_row(bad, rows)
+        c = int(labels.codes[row])
+        if judged[c] is REFUSED:
+            rule(labels.values[c], labels.locate([row])[0])
+        missing = judged[c] if isinstance(judged[c], str) else next(x for x in judged[c] if not known([x]))
+        _unknown(labels, missing, row, split, names, given)
+    return judged
 
 
 def _classes(task, labels: Labels, splits, fixed, given: bool, first, fit: bool = True):
@@ -255,7 +245,6 @@ def _classes(task, labels: Labels, splits, fixed, given: bool, first, fit: bool 
     rule = lambda v, w: rules.class_name(v, w, column)  # noqa: E731
     if fixed is None:
         train = _judged(labels, splits["train"], rule)
-        _first_failure(labels, splits["train"], train, lambda v: True, rule, "train", (), False)
         names = tuple(sorted(set(train.values()), key=rules.natural_key))
     else:
         names = fixed
@@ -265,8 +254,7 @@ def _classes(task, labels: Labels, splits, fixed, given: bool, first, fit: bool 
     out = {}
     for split, rows in splits.items():
         rows = rows[:first]
-        judged = _judged(labels, rows, rule)
-        _first_failure(labels, rows, judged, lambda v: v in index, rule, split, names, given)
+        judged = _judged(labels, rows, rule, lambda v: v in index, split, names, given)
         table = np.full(len(labels.values), -1, np.int64)
         for c, key in judged.items():
             table[c] = index[key]
@@ -284,17 +272,8 @@ def _unknown(labels: Labels, label: str, row: int, split: str, names, given: boo
                      f"task knows: {', '.join(list(names)[:20])}); remove the row or add training examples of that label")
 
 
-def label_sets(labels: Labels, rows: np.ndarray | None = None) -> dict[int, list[str]]:
-    """{code: its labels} of the distinct values of `rows` (each value read once); the first row
-    whose value is no set of labels is named."""
-    rows = np.arange(len(labels.codes)) if rows is None else rows
-    rule = _set_rule(labels)
-    judged = _judged(labels, rows, rule)
-    _first_failure(labels, rows, judged, lambda v: True, rule, "", (), False)
-    return judged
-
-
 def _set_rule(labels: Labels):
+    """A value's set of labels (rules.label_set)."""
     return lambda v, w: rules.label_set(v, labels.columns, labels.label_sep, w)
 
 
@@ -315,7 +294,7 @@ def _label_sets(labels: Labels, splits, fixed, given: bool, first):
     if len(labels.columns) > 1:
         return labels.columns, {s: _zero_one(labels, rows[:first]) for s, rows in splits.items()}
     if fixed is None:
-        sets = {s: label_sets(labels, rows) for s, rows in splits.items()}
+        sets = {s: _judged(labels, rows, _set_rule(labels)) for s, rows in splits.items()}
         seen = {x for labels_of in sets["train"].values() for x in labels_of}
         elsewhere = {x for s, found in sets.items() if s != "train" for labels_of in found.values() for x in labels_of} - seen
         if elsewhere:
@@ -332,8 +311,7 @@ def _label_sets(labels: Labels, splits, fixed, given: bool, first):
     rule, out = _set_rule(labels), {}
     for split, rows in splits.items():
         rows = rows[:first]
-        judged = _judged(labels, rows, rule)
-        _first_failure(labels, rows, judged, lambda v: all(x in index for x in v), rule, split, names, given)
+        judged = _judged(labels, rows, rule, lambda v: all(x in index for x in v), split, names, given)
         out[split] = set_matrix({c: sorted({index[x] for x in s}) for c, s in judged.items()},
                                 len(names), labels.codes[rows])
     return names, out
@@ -361,7 +339,7 @@ def _targets(labels: Labels, rows: np.ndarray) -> np.ndarray:
     if labels.targets is not None:
         values = labels.targets[rows]
     else:
-        numbers = np.array([_number(v) for v in labels.values], np.float64).reshape(-1, 1)
+        numbers = np.array([rules.as_target(v) for v in labels.values], np.float64).reshape(-1, 1)
         values = numbers[labels.codes[rows]] if len(labels.values) else np.zeros((len(rows), 1))
     size = np.abs(values)
     bad = ~np.isfinite(values) | (size > rules.MAX_TARGET) | ((size < rules.MIN_TARGET) & (size > 0))
@@ -379,14 +357,6 @@ def _targets(labels: Labels, rows: np.ndarray) -> np.ndarray:
     return values
 
 
-def _number(value) -> float:
-    """A raw label's target (a list of one number is that number), NaN when it is none."""
-    if isinstance(value, list) and len(value) == 1:
-        value = value[0]
-    number = None if isinstance(value, (list, dict)) else rules.as_number(value)
-    return np.nan if number is None else number
-
-
 # ---------------------------------------------------------------------------------------------
 # What featx's own split of one file stratifies by
 
@@ -397,7 +367,8 @@ def strata(task: str, labels: Labels) -> np.ndarray:
         if labels.targets is not None:
             first = labels.targets[:, 0]
         else:
-            numbers = np.array([_number(rules.as_list(v)[0]) if rules.as_list(v) else np.nan for v in labels.values])
+            numbers = np.array([rules.as_target(rules.as_list(v)[0]) if rules.as_list(v) else np.nan
+                                for v in labels.values])
             first = numbers[labels.codes] if len(labels.values) else np.zeros(0)
         values = np.where(np.isfinite(first), first, 0.0)
         return np.searchsorted(np.quantile(values, np.linspace(0, 1, 11)[1:-1]), values)
@@ -413,6 +384,6 @@ def label_matrix(labels: Labels) -> np.ndarray:
         matrix = _zero_one(labels, np.arange(len(labels.targets)))
         used = sorted(np.flatnonzero(matrix.any(axis=0)).tolist(), key=lambda j: labels.columns[j])
         return matrix[:, used]
-    sets = label_sets(labels)
+    sets = _judged(labels, None, _set_rule(labels))
     names = {n: j for j, n in enumerate(sorted({x for s in sets.values() for x in s}))}
     return set_matrix({c: sorted({names[x] for x in s}) for c, s in sets.items()}, len(names), labels.codes)

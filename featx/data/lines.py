@@ -13,7 +13,7 @@ import numpy as np
 from featx.data.files import BATCH_ROWS, Block, decoded_blocks
 from featx.errors import FeatxError, shown
 
-JSON_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+LINE_BREAK = re.compile(r"\r\n|\r|\n")  # the breaks of a JSON line, and of stdin's
 
 
 class _Repeated(Exception):
@@ -40,10 +40,6 @@ class Lines:
         self.path, self.fmt, self.encoding = path, fmt, encoding
         self.columns: list[str] = ["label", "text"] if fmt == "label-text" else []
 
-    @property
-    def files(self) -> tuple[Path, ...]:
-        return (self.path,)
-
     def where(self, records: list[int]) -> list[str]:
         return [f"{self.path}, row {r}" for r in records]  # its records are numbered by line
 
@@ -52,11 +48,9 @@ class Lines:
         number, carry = 0, ""
         for text in decoded_blocks(self.path, self.encoding):
             text = carry + text
-            pieces = JSON_LINE_BREAK.split(text) if self.fmt == "jsonl" else text.splitlines(True)
+            pieces = LINE_BREAK.split(text) if self.fmt == "jsonl" else text.splitlines(True)
             carry = pieces.pop() if pieces else ""
-            if self.fmt == "jsonl":
-                pass  # split() drops the breaks: every piece but the carry ended at one
-            elif pieces and pieces[-1].endswith("\r"):
+            if self.fmt != "jsonl" and pieces and pieces[-1].endswith("\r"):
                 carry = pieces.pop() + carry  # a "\r\n" may be cut between blocks
             out = []
             for piece in pieces:
@@ -115,16 +109,11 @@ def label_and_text(line: str) -> tuple[str, str]:
     return line[:end], line[end + 1:]
 
 
-
 class InMemory:
     """Rows held in memory (dicts), with the line each came from."""
 
     def __init__(self, path: Path, columns: list[str], rows: list[dict], lines: list[int]):
         self.path, self.columns, self.rows, self.lines = path, columns, rows, lines
-
-    @property
-    def files(self) -> tuple[Path, ...]:
-        return (self.path,)
 
     def where(self, records: list[int]) -> list[str]:
         return [f"{self.path}, row {self.lines[r]}" for r in records]

@@ -23,7 +23,6 @@ from featx.data import rules
 from featx.data.store import RowStore
 from featx.errors import FeatxError, shown
 
-SPLITS = ("train", "dev", "test")
 # Rows an empty-text error names; the total is always given.
 EMPTY_SHOWN = 20
 # Distinct label values kept as codes: more are no classes (a regression's targets are read as
@@ -154,7 +153,7 @@ class Reader:
         self.dropped: dict[str, int] = {}
 
     def read(self, name: str | None, sources: list) -> Part:
-        part = Part(name, len(self.store), path=" + ".join(str(f) for src in sources for f in src.files))
+        part = Part(name, len(self.store), path=" + ".join(str(src.path) for src in sources))
         for k, source in enumerate(sources):
             if k and source.columns and source.columns != sources[0].columns:
                 raise FeatxError(f"{source.path} has columns {source.columns}, but {sources[0].path} has "
@@ -204,7 +203,7 @@ class Reader:
         if roles.pair is not None:
             stored["pair"] = C.strings(values[roles.pair])
         if roles.id is not None:
-            stored["id"] = C.ids(values[roles.id])
+            stored["id"] = C.strings(values[roles.id])
         for column in roles.keep:
             stored[f"keep:{column}"] = C.kept(values[column])
         stored["_source"] = pa.array(np.full(len(records), code, np.int32))
@@ -242,7 +241,7 @@ class Reader:
         self.n_empty += len(rows)
         named = self.roles.texts
         for i in rows[:max(0, EMPTY_SHOWN - len(self.empty))]:
-            raw = {c: C.python(C.filtered(block.values[c], C.only(len(blank), i)))[0] for c in named}
+            raw = {c: C.value_at(block.values[c], i) for c in named}
             states = ", ".join(("missing" if raw[c] is None else "empty") + (f" {shown(c)}" if len(named) > 1 else "")
                                for c in named if rules.is_missing(raw[c]))
             self.empty.append((code, int(block.records[i]), states))
@@ -264,7 +263,7 @@ class Reader:
         if not bad.any():
             return
         i = int(np.argmax(bad))
-        row = {c: C.python(C.filtered(v, C.only(len(bad), i)))[0] for c, v in values.items()}
+        row = {c: C.value_at(v, i) for c, v in values.items()}
         where = source.where([int(records[i])])[0]
         try:
             for column in roles.texts:
@@ -280,17 +279,16 @@ class Reader:
         except FeatxError as exc:
             self.error = str(exc)
 
-    def refuse(self) -> None:
-        """The rows' errors, in the order a reader of whole files gives them."""
-        if self.empty:
+    def finish(self) -> None:
+        """The rows' errors, in the order a reader of whole files gives them; else the store is
+        finished for reading."""
+        error = self._empty_message() if self.empty else self.error
+        if error is not None:
             self.store.discard()
-            raise FeatxError(self._empty_message())
-        if self.error is not None:
-            self.store.discard()
-            raise FeatxError(self.error)
+            raise FeatxError(error)
+        self.store.finish()
 
     def _empty_message(self) -> str:
-        named = [c for c in self.roles.texts]
         places: dict[str, list[str]] = {}
         by_source: dict[int, list[tuple[int, str]]] = {}
         for code, record, states in self.empty:
@@ -303,7 +301,7 @@ class Reader:
         total = self.n_empty
         listed = "; ".join(f"{path}, row{'s' if len(rows) > 1 else ''} {', '.join(rows)}" for path, rows in places.items())
         more = f" (the first {EMPTY_SHOWN} of {total:,})" if total > EMPTY_SHOWN else ""
-        column = " or ".join(shown(c) for c in named)
+        column = " or ".join(shown(c) for c in self.roles.texts)
         return (f"{total:,} row{'s' if total > 1 else ''} with no text (the text is empty or missing in column "
                 f"{column}): {listed}{more}. Fill in or remove {'these rows' if total > 1 else 'the row'}, or set "
                 "`drop_empty = true` in [data] (or data.drop_empty=true) to drop every such row; the cache "

@@ -159,6 +159,14 @@ def as_number(value, plain: bool = False) -> float | None:
         return None
 
 
+def as_target(value) -> float:
+    """A raw label's regression target (a list of one number is that number), NaN when it is none."""
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    number = None if isinstance(value, (list, dict)) else as_number(value)
+    return math.nan if number is None else number
+
+
 def as_list(value) -> list:
     return value if isinstance(value, list) else [value]
 

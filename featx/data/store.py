@@ -105,12 +105,16 @@ class RowStore:
             start = end
         return out
 
+    def _by_batch(self, positions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(positions as int64, their stable sorting order, the batch of each in that order)."""
+        positions = np.asarray(positions, dtype=np.int64)
+        order = np.argsort(positions, kind="stable")
+        return positions, order, np.searchsorted(self._starts, positions[order], side="right") - 1
+
     def take(self, name: str, positions: np.ndarray) -> list:
         """The values at `positions` (any order), each batch decoded once."""
-        positions = np.asarray(positions, dtype=np.int64)
+        positions, order, batches = self._by_batch(positions)
         out: list = [None] * len(positions)
-        order = np.argsort(positions, kind="stable")
-        batches = np.searchsorted(self._starts, positions[order], side="right") - 1
         for batch in np.unique(batches):
             values = self._values(int(batch), name)
             first = self._starts[batch]
@@ -131,9 +135,7 @@ class RowStore:
         """The values at `positions` (any order) as one Arrow array, nothing decoded to Python."""
         import pyarrow as pa
 
-        positions = np.asarray(positions, dtype=np.int64)
-        order = np.argsort(positions, kind="stable")
-        batches = np.searchsorted(self._starts, positions[order], side="right") - 1
+        positions, order, batches = self._by_batch(positions)
         with self._lock:
             parts = [self._reader.get_batch(int(b)).column(name).take(
                 pa.array(positions[order[batches == b]] - self._starts[b])) for b in np.unique(batches)]
@@ -150,7 +152,19 @@ class RowStore:
         return Column(self, name, np.arange(len(self)) if positions is None else positions)
 
 
-class Column(Sequence):
+class Values(Sequence):
+    """A sequence of str made when read, equal to a sequence of the same values (a list, another
+    column)."""
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return not isinstance(other, str) and len(other) == len(self) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None
+
+
+class Column(Values):
     """A column of the store at some rows' positions: a sequence of str read from disk."""
 
     def __init__(self, store: RowStore, name: str, positions: np.ndarray):
@@ -189,14 +203,6 @@ class Column(Sequence):
     def __iter__(self):
         for start in range(0, len(self), BATCH_ROWS):
             yield from self[start:start + BATCH_ROWS]
-
-    def __eq__(self, other) -> bool:
-        """Equal to a sequence of the same values (a list, another column)."""
-        if not isinstance(other, Sequence) or isinstance(other, str) or len(other) != len(self):
-            return NotImplemented if not isinstance(other, Sequence) else False
-        return all(a == b for a, b in zip(self, other))
-
-    __hash__ = None
 
     def take(self, rows) -> list:
         """The values at `rows` (positions within the column, any order)."""
