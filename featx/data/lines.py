@@ -47,9 +47,11 @@ class Lines:
         """(line number, line) of every non-blank line, a block's list at a time."""
         number, carry = 0, ""
         for text in decoded_blocks(self.path, self.encoding):
-            text = carry + text
+            text, held = carry + text, ""
+            if self.fmt == "jsonl" and text.endswith("\r"):
+                text, held = text[:-1], "\r"  # a "\r\n" may be cut between blocks: one break, judged with the next
             pieces = LINE_BREAK.split(text) if self.fmt == "jsonl" else text.splitlines(True)
-            carry = pieces.pop() if pieces else ""
+            carry = (pieces.pop() if pieces else "") + held
             if self.fmt != "jsonl" and pieces and pieces[-1].endswith("\r"):
                 carry = pieces.pop() + carry  # a "\r\n" may be cut between blocks
             out = []

@@ -150,6 +150,21 @@ def test_a_bad_json_line_is_named(tmp_path, line, message):
     refused(message, read, path)
 
 
+@pytest.mark.parametrize("fmt", ["jsonl", "label-text"])
+def test_a_crlf_cut_between_read_blocks_is_one_line_break(tmp_path, monkeypatch, fmt):
+    """Rows are numbered by line however the file's blocks fall: a "\r\n" whose "\r" ends one
+    block and whose "\n" starts the next is one break, so a later row's number is its line's."""
+    import featx.data.files as files
+
+    good = ['{"text": "a", "label": 1}', '{"text": "b", "label": 2}'] if fmt == "jsonl" else ["1 a", "2 b"]
+    bad = '{"text": "c", "label": ' if fmt == "jsonl" else "3"
+    path = tmp_path / f"rows.{'jsonl' if fmt == 'jsonl' else 'txt'}"
+    path.write_bytes(("\r\n".join(good + [bad]) + "\r\n").encode())
+    monkeypatch.setattr(files, "BLOCK_BYTES", len(good[0]) + 1)  # the first block ends at the first "\r"
+    message = "row 3: not valid JSON" if fmt == "jsonl" else r"rows.txt, row 3"
+    refused(message, read, path, **({} if fmt == "jsonl" else {"format": "label-text"}))
+
+
 def test_label_text_is_the_first_word_and_the_text_after_it(tmp_path):
     path = tmp_path / "q.label"
     path.write_text("NUM:dist How far ?\nLOC:city\tWhere is it ?\n\nNUM:dist  How  long ?\n" * 10)
