@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from featx.config.pipeline import Pipeline
+from featx.data.splits import label_assignment
 from featx.errors import FeatxError
 from featx.files import writable_dir
 from featx.runs.records import (curve_dir, curve_hash, point_name, read_predictions, read_record, record_name,
@@ -58,23 +59,34 @@ def plan_curve(pipeline: Pipeline, frozen: Record, tuned: Record) -> CurvePlan:
 
     path = find_cache(pipeline)
     with Cache(path) as cache:
-        task, y = cache.task, cache.labels("train")
+        task, y, splits = cache.task, cache.labels("train"), cache.splits
+    eligible = _eligible(pipeline, task, y, splits)
     unit = ladder.unit_of(task)
-    largest = int(np.bincount(y).max()) if unit == "per_class" else len(y)
+    largest = int(np.bincount(y[eligible]).max()) if unit == "per_class" else len(eligible)
     cfg = pipeline.curve
     rungs = ladder.ladder(unit, largest, budgets=cfg.budgets, draws=cfg.draws, until=cfg.draws_until)
     digest = curve_hash(pipeline, frozen.features, frozen.head, frozen.primary_metric)[:16]
-    strata = ladder.strata(task, y)
+    strata = ladder.strata(task, y[eligible])
     places = {d: ladder.positions(strata, unit, cfg.seed, d) for d in range(max(r.draws for r in rungs))}
     points = []
     for rung in rungs[:-1]:
         for draw in range(rung.draws):
-            rows = ladder.subset(places[draw], rung.size)
+            rows = eligible[ladder.subset(places[draw], rung.size)]
             points.append(Point(rung, draw, rows, {"curve": digest, "unit": unit, "size": rung.size,
                                                    "rows": len(rows), "draw": draw, "seed": cfg.seed,
                                                    "full": False}))
     directory = curve_dir(pipeline.runs_dir, pipeline.name, frozen.cache_key, digest)
     return CurvePlan(frozen, tuned, unit, rungs, points, directory, path, len(y))
+
+
+def _eligible(pipeline: Pipeline, task: str, y: np.ndarray, splits: list[str]) -> np.ndarray:
+    """The training rows a budget may draw. Without dev and test splits both, the fine-tune picks
+    its epochs on a seeded held-out part of train (featx.finetune.stage): every point's fine-tune
+    selects on those same rows, as the full one does, so no budget trains on them."""
+    if {"dev", "test"} <= set(splits):
+        return np.arange(len(y))
+    cfg = pipeline.finetune
+    return np.flatnonzero(label_assignment(task, y, cfg.validation_fraction, 0.0, cfg.seed) != 1)
 
 
 def run_curve(pipeline: Pipeline) -> CurvePlan:

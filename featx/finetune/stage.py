@@ -111,19 +111,16 @@ def run_finetune(pipeline: Pipeline) -> Record:
 
 def run_budget(pipeline: Pipeline, train_rows: np.ndarray, directory: Path, label_budget: dict) -> Record:
     """One point of a learning curve (featx.curve): `run_finetune`'s recipe on the training rows
-    `train_rows` only, in `directory`. Without a dev split the recipe holds out its
-    validation_fraction of these rows, as it does of the full split; the report split is the full
-    one. A finished point is reused; a killed one resumes from its last epoch."""
+    `train_rows` only, in `directory`, selecting its epochs on the rows the full run selects on
+    (dev, or the part of train it holds out, which `train_rows` must not touch) and reporting on
+    the full report split. A finished point is reused; a killed one resumes from its last epoch."""
     run = prepare(pipeline)
     select_split, report_split, _, select_rows = run.rows
     train_rows = np.asarray(train_rows, np.int64)
-    if select_split == "train":
-        labels = run.dataset.splits["train"].labels[train_rows]
-        held = label_assignment(run.dataset.task, labels, pipeline.finetune.validation_fraction, 0.0,
-                                pipeline.finetune.seed) == 1
-        rows = ("train", report_split, train_rows[~held], train_rows[held])
-    else:
-        rows = (select_split, report_split, train_rows, select_rows)
+    if select_split == "train" and np.isin(train_rows, select_rows).any():
+        raise FeatxError("a curve point's training rows include the rows the fine-tune selects on; "
+                         "rerun featx curve (it draws them from the other training rows)")
+    rows = (select_split, report_split, train_rows, select_rows)
     cfg = pipeline.finetune
     run_hash = hashlib.sha256(json.dumps([run.run_hash, label_budget], sort_keys=True).encode()).hexdigest()
     run = dataclasses.replace(run, rows=rows, run_hash=run_hash, label_budget=label_budget,

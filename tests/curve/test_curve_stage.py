@@ -134,3 +134,25 @@ def test_a_curve_key_in_the_pipeline_is_checked(make_pipeline, tmp_path):
         _pipeline(make_pipeline, tmp_path, "multiclass", {"draws": [5, 3], "draws_until": [32]})
     with pytest.raises(FeatxError, match="curve.budgets"):
         _pipeline(make_pipeline, tmp_path, "multiclass", {"budgets": [8, 8]})
+
+
+def test_without_a_dev_split_no_point_trains_on_the_rows_the_fine_tune_selects_on(make_pipeline, tmp_path):
+    from featx.cache.extract import extract
+    from featx.curve.stage import run_curve
+    from featx.data.splits import label_assignment
+    from featx.runs.records import read_records
+
+    rows, _ = _rows("multiclass", 300)
+    train, test = write_rows(tmp_path / "train.csv", rows[:240]), write_rows(tmp_path / "test.csv", rows[240:])
+    pipeline = make_pipeline({"train": str(train), "test": str(test)}, extract={"store_dtype": "float32"},
+                             curve={"budgets": [8, 40], "draws": [2]}, **FAST)
+    extract(pipeline)
+    plan = run_curve(pipeline)
+    labels = np.array([r["label"] for r in rows[:240]])
+    codes = np.unique(labels, return_inverse=True)[1]
+    held = np.flatnonzero(label_assignment("multiclass", codes, 0.1, 0.0, 0) == 1)
+    assert len(held) and all(not set(p.rows.tolist()) & set(held.tolist()) for p in plan.points)
+    probe, = read_records(plan.directory / "size-8-draw-0" / "probe")
+    tuned, = read_records(plan.directory / "size-8-draw-0" / "finetune")
+    assert probe.protocol["name"] == "cv" and probe.n_train == 24  # cross-validation within the point's rows
+    assert tuned.protocol["select_on"] == "10% of train" and tuned.n_train == 24
