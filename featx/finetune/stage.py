@@ -276,13 +276,15 @@ def _announce(setup: "Setup", plan: Prepared) -> None:
     cap = (f"a wall-time cap of {setup.max_seconds:.0f} s (finetune.max_seconds): the result then "
            "depends on this machine's speed and load" if setup.max_seconds else "no wall-time cap")
     floor = f", and at least {cfg.min_delta:g}" if cfg.min_delta else ""
+    every = math.ceil(len(setup.select.labels) / max(1, len(setup.train.labels)))
+    scored = "every epoch" if every == 1 else f"every {every} epochs (as many rows as the selection split)"
     log.info("fine-tune plan: %s on %d training rows, %d learning rate(s) %s (%s), each up to %d "
-             "epochs of %d steps of %d rows at the peak rate until %d epochs in a row gain no more "
-             "than the selection split's noise over the last gain (one paired standard error%s), "
+             "epochs of %d steps of %d rows at the peak rate, scored %s, until %d scores in a row gain no "
+             "more than the selection split's noise over the last gain (one paired standard error%s), "
              "then a cooldown; at most %d optimizer steps in all, %s; %s, %s", plan.model.name,
              len(setup.train.labels), len(cfg.learning_rates), ", ".join(f"{lr:g}" for lr in cfg.learning_rates),
              setup.strategy if len(cfg.learning_rates) > 1 else "no search",
-             setup.max_epochs, steps, cfg.batch_size, cfg.patience, floor,
+             setup.max_epochs, steps, cfg.batch_size, scored, cfg.patience, floor,
              setup.worst_steps, cap, setup.device, str(setup.dtype).removeprefix("torch."))
 
 

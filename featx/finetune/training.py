@@ -154,14 +154,19 @@ def _spent(candidates: list[Candidate]) -> float:
 
 
 def train(setup: Setup, candidate: Candidate, everyone: list[Candidate], until: int) -> None:
-    """Train `candidate` up to epoch `until` unless it stops first (patience, budget, divergence)."""
+    """Train `candidate` up to epoch `until` unless it stops first (patience, budget, divergence).
+    An epoch is scored, judged and committed when it is due (`_due`)."""
     if candidate.stopped_by or candidate.epoch >= until:
         return
     model, optimizer, scaler_fp16 = _start(setup, candidate)
     y = targets(setup.task, setup.train.labels, setup.scaler)  # (n_train,) classes, or (n_train, L | T)
     model.train()
+    scored = candidate.epoch  # the last epoch scored and committed (a run resumes from one)
     while candidate.epoch < until:
         if _over_budget(setup, candidate, everyone):
+            if scored != candidate.epoch:  # the epochs since the last score are scored before it stops
+                _judged(setup, model, optimizer, candidate, candidate.epoch,
+                        *_evaluate(setup, model, candidate, candidate.epoch))
             break
         epoch = candidate.epoch + 1
         _cool_before_cap(setup, candidate, epoch)
@@ -169,16 +174,37 @@ def train(setup: Setup, candidate: Candidate, everyone: list[Candidate], until: 
         if not _steps(setup, candidate, everyone, epoch=epoch, started=started, y=y, model=model,
                       optimizer=optimizer, scaler_fp16=scaler_fp16):
             return  # diverged: the candidate is out, its state saved
-        score, now = _evaluate(setup, model, candidate, epoch)
+        candidate.epoch = epoch
+        due = _due(setup, candidate, epoch, until, since=epoch - scored)
+        if due:
+            score, now = _evaluate(setup, model, candidate, epoch)
+            scored = epoch
         candidate.seconds += time.perf_counter() - started
         candidate.epoch_seconds.append(round(candidate.seconds, 3))
-        judge(setup, candidate, epoch, score, now)
-        if candidate.stopped_by and candidate.cooling and candidate.best_epoch != epoch:
-            _keep_annealed(setup, model, candidate, epoch, score, now)
-        commit(setup, model, optimizer, candidate)
+        if due:
+            _judged(setup, model, optimizer, candidate, epoch, score, now)
         if candidate.stopped_by:
             break
     save_state(setup, candidate)
+
+
+def _judged(setup: Setup, model, optimizer, candidate: Candidate, epoch: int, score: float, now) -> None:
+    """A scored epoch judged by the plateau rule and committed."""
+    judge(setup, candidate, epoch, score, now)
+    if candidate.stopped_by and candidate.cooling and candidate.best_epoch != epoch:
+        _keep_annealed(setup, model, candidate, epoch, score, now)
+    commit(setup, model, optimizer, candidate)
+
+
+def _due(setup: Setup, candidate: Candidate, epoch: int, until: int, since: int) -> bool:
+    """Whether epoch `epoch` is scored on the selection split (and judged, and committed): once
+    the epochs since the last score trained on at least as many rows as the selection split
+    holds, so that scoring costs at most a third of training (a forward pass against a forward
+    and a backward); and always at `until`, at the cap and when the cooldown is over. With a
+    training split as large as the selection split that is every epoch."""
+    cooled = candidate.cooling and candidate.step >= candidate.cooldown_from + candidate.cooldown_steps
+    return (since * len(setup.train.labels) >= len(setup.select.labels) or epoch >= until
+            or epoch >= setup.max_epochs or cooled)
 
 
 def _cool_before_cap(setup: Setup, candidate: Candidate, epoch: int) -> None:
@@ -200,7 +226,7 @@ def judge(setup: Setup, candidate: Candidate, epoch: int, score: float, now: tup
     if not candidate.cooling and candidate.stale >= setup.cfg.patience:
         candidate.plateau_epoch = epoch
         cooldown = min(convergence.cooldown_epochs(epoch), setup.max_epochs - epoch)
-        log.info("%s: no gain beyond the selection split's noise in %d epochs: plateau at epoch %d, "
+        log.info("%s: no gain beyond the selection split's noise in %d scored epochs: plateau at epoch %d, "
                  "the rate decays over %d more", candidate.name, candidate.stale, epoch, cooldown)
         if cooldown:
             candidate.cooldown_from, candidate.cooldown_epoch = candidate.step, epoch + 1
@@ -319,7 +345,9 @@ def _estimate(setup: Setup, everyone: list[Candidate], candidate: Candidate, rat
     setup.estimated = True
     done = sum(c.step for c in everyone)
     left = max(0, setup.worst_steps - done)
-    evals = worst_case_epochs(len(everyone), setup.max_epochs, setup.strategy) * len(setup.select.labels)
+    # Scoring costs at most about a third of training (`_due`), or an epoch's worth when train is larger.
+    epochs = worst_case_epochs(len(everyone), setup.max_epochs, setup.strategy)
+    evals = min(epochs * len(setup.select.labels), epochs * len(setup.train.labels) + len(setup.select.labels))
     log.info("%.1f optimizer steps/s on this machine (%s): the search takes at most about %s more "
              "(%d steps, and %d rows scored on the selection split), less when it converges early; "
              "a frozen-only answer needs no fine-tune (featx report after featx probe)",
@@ -342,7 +370,6 @@ def _evaluate(setup: Setup, model, candidate: Candidate, epoch: int) -> tuple[fl
     threshold = M.choose_threshold(setup.select.labels, scores) if TASKS[setup.task].thresholded else 0.5
     score = M.evaluate(setup.task, setup.select.labels, scores, threshold)[setup.metric]
     candidate.select.append([epoch, score])
-    candidate.epoch = epoch
     log.info("%s epoch %d: %s on the selection split = %.4f", candidate.name, epoch, setup.metric, score)
     if math.isfinite(score) and score > candidate.best_score:
         _keep_best(setup, model, candidate, epoch, score, (scores, threshold))

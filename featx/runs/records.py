@@ -88,9 +88,10 @@ PROBE_UNHASHED = ("n_jobs", "save_heads")
 # a larger one (same run, same checkpoints), so they are not part of the run's hash.
 BUDGET_FIELDS = ("max_epochs", "max_seconds", "keep_checkpoints", "log_every")
 # The training recipe beyond the configuration's fields (featx.finetune.convergence: warmup-stable-decay,
-# the plateau rule, the annealed epoch kept unless beaten beyond noise); a run of another recipe is
-# not this configuration's result.
-FINETUNE_RECIPE = "wsd-plateau-annealed"
+# the plateau rule, the annealed epoch kept unless beaten beyond noise; featx.finetune.training: an
+# epoch scored once the epochs since the last score trained on as many rows as the selection split
+# holds); a run of another recipe is not this configuration's result.
+FINETUNE_RECIPE = "wsd-plateau-annealed-scored-by-rows"
 
 
 def settings_hash(fields: dict) -> str:

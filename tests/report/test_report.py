@@ -160,7 +160,7 @@ def test_report_of_every_task_type(tmp_path, task):
     assert "`" not in html_text  # commands are set as <code>, never as literal backticks
     parser = Images()
     parser.feed(html_text)
-    assert len(parser.sources) == 4  # layers, heads, learning curve, cost
+    assert len(parser.sources) == 4  # layers, heads, training curve, cost
     for source in parser.sources:
         assert source.startswith("data:image/png;base64,")
         assert base64.b64decode(source.split(",", 1)[1]).startswith(b"\x89PNG")

@@ -172,7 +172,7 @@ def test_converged_is_never_said_to_be_stopped_by_a_cap():
     import matplotlib
 
     matplotlib.use("Agg")
-    from featx.report.plots import _plot_curve
+    from featx.report.plots import _plot_training
     from featx.report.collected import Collected
     from tests.report.test_report import fake
 
@@ -183,7 +183,7 @@ def test_converged_is_never_said_to_be_stopped_by_a_cap():
                            "stopped_by": "budget", "converged": True},
                           {"params": {"learning_rate": 1e-4}, "curve": [[1, 0.6]], "stopped_by": "halving",
                            "converged": False}])
-    figure = _plot_curve(Collected("fx", [record], []))
+    figure = _plot_training(Collected("fx", [record], []))
     labels = [t.get_text() for axis in figure.axes if axis.get_legend() for t in axis.get_legend().get_texts()]
     assert any("lr 2e-05: converged" in label for label in labels), labels
     assert not any("budget" in label or "cap" in label for label in labels), labels
