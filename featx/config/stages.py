@@ -321,8 +321,14 @@ class CurveConfig:
     """The largest budget of each `draws` entry; empty: 32 and 128 per class (256 and 1,024 rows)."""
     seed: int = 0
     """Seed of the draws."""
+    max_cost: float = 2.0
+    """The most training rows the curve's points take together, in full training splits: past it
+    the costliest budget loses a draw, and an automatic ladder its largest budget (the curve's
+    fine-tunes then cost about this many full fine-tunes)."""
 
     def __post_init__(self):
+        if not self.max_cost > 0:
+            raise FeatxError(f"curve.max_cost must be positive (2.0: twice the full split's rows), got {self.max_cost}")
         if any(b < 2 for b in self.budgets) or len(set(self.budgets)) != len(self.budgets):
             raise FeatxError(f"curve.budgets must be distinct counts of at least 2, got {list(self.budgets)}")
         if not self.draws or any(d < 1 for d in self.draws):

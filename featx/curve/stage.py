@@ -62,9 +62,10 @@ def plan_curve(pipeline: Pipeline, frozen: Record, tuned: Record) -> CurvePlan:
         task, y, splits = cache.task, cache.labels("train"), cache.splits
     eligible = _eligible(pipeline, task, y, splits)
     unit = ladder.unit_of(task)
-    largest = int(np.bincount(y[eligible]).max()) if unit == "per_class" else len(eligible)
+    counts = np.bincount(y[eligible]) if unit == "per_class" else np.array([len(eligible)])
     cfg = pipeline.curve
-    rungs = ladder.ladder(unit, largest, budgets=cfg.budgets, draws=cfg.draws, until=cfg.draws_until)
+    rungs = ladder.ladder(unit, counts[counts > 0], budgets=cfg.budgets, draws=cfg.draws, until=cfg.draws_until,
+                          max_cost=cfg.max_cost)
     digest = curve_hash(pipeline, frozen.features, frozen.head, frozen.primary_metric)[:16]
     strata = ladder.strata(task, y[eligible])
     places = {d: ladder.positions(strata, unit, cfg.seed, d) for d in range(max(r.draws for r in rungs))}

@@ -4,7 +4,8 @@ No torch.
 A classification curve counts its budgets per class (8, 16, 32, ... rows of each class; a class
 with fewer rows gives all it has), a regression or multilabel curve in rows (64, 128, 256, ...);
 the ladder doubles until the full training split, which is its last rung. Small budgets are
-drawn several times (their scores vary most), larger ones once.
+drawn several times (their scores vary most), larger ones once, within a cost: the rungs' rows,
+draws included, at most twice the full split's (`ladder`).
 
 Each draw orders the training rows once, and every budget of that draw takes a prefix of the
 order: a budget's rows hold every smaller budget's rows of the same draw (nested), so the curve
@@ -43,15 +44,55 @@ def unit_of(task: str) -> str:
     return "per_class" if TASKS[task].classes else "rows"
 
 
-def ladder(unit: str, largest: int, *, budgets: tuple[int, ...] = (), draws: tuple[int, ...] = (5, 3),
-           until: tuple[int, ...] = ()) -> list[Rung]:
-    """The rungs below `largest` (the largest class's training rows, or all training rows) and the
-    full split: `budgets` when given, else doubling from FIRST[unit]. A rung up to until[i]
-    (default DRAWS_UNTIL[unit]) is drawn draws[i] times (the first such i); a larger one once."""
-    sizes = sorted({int(b) for b in budgets}) if budgets else _doubling(FIRST[unit], largest)
+def ladder(unit: str, counts: np.ndarray, *, budgets: tuple[int, ...] = (), draws: tuple[int, ...] = (5, 3),
+           until: tuple[int, ...] = (), max_cost: float = 2.0) -> list[Rung]:
+    """The rungs below the full split and the full split. `counts`: the training rows of each
+    class (per_class), or one count, all rows (rows).
+
+    `budgets` when given, else doubling from FIRST[unit], each rung at least SPACING times fewer
+    rows than the next (with a long tail of small classes, per-class budgets past the small
+    classes' size add few rows: such a rung costs a fine-tune and shows little). A rung up to
+    until[i] (default DRAWS_UNTIL[unit]) is drawn draws[i] times (the first such i), a larger
+    one once. Then, while the rungs' rows (draws included) pass `max_cost` times the full
+    split's, the rung costing most loses a draw, or, with one draw each, an automatic ladder
+    loses its largest rung: the curve's fine-tunes cost about `max_cost` full ones at most."""
+    counts = np.asarray(counts, np.int64)
+    largest, total = int(counts.max()), int(counts.sum())
+    sizes = sorted({int(b) for b in budgets if b < largest}) if budgets else _doubling(FIRST[unit], largest)
+    if not budgets:
+        sizes = _spaced(sizes, counts, total)
     table = list(zip(until or DRAWS_UNTIL[unit], draws))
-    rungs = [Rung(size, next((d for bound, d in table if size <= bound), 1)) for size in sizes if size < largest]
-    return rungs + [Rung(largest, 1, full=True)]
+    drawn = {size: next((d for bound, d in table if size <= bound), 1) for size in sizes}
+    while sizes and sum(drawn[k] * rows_at(counts, k) for k in sizes) > max_cost * total:
+        several = [k for k in sizes if drawn[k] > 1]
+        if several:
+            drawn[max(several, key=lambda k: drawn[k] * rows_at(counts, k))] -= 1
+        elif budgets:
+            break  # the sizes asked for stay, each drawn once
+        else:
+            sizes = sizes[:-1]
+    return [Rung(size, drawn[size]) for size in sizes] + [Rung(largest, 1, full=True)]
+
+
+def rows_at(counts: np.ndarray, size: int) -> int:
+    """The rows a budget of `size` takes: min(size, rows) of each class (one count: all rows)."""
+    return int(np.minimum(counts, size).sum())
+
+
+# A rung of an automatic ladder has at least this many times fewer rows than the next one.
+SPACING = 1.5
+
+
+def _spaced(sizes: list[int], counts: np.ndarray, total: int) -> list[int]:
+    """`sizes` without those whose rows are within SPACING of the next kept rung's (the full split
+    first), from the top down."""
+    kept, above = [], total
+    for size in reversed(sizes):
+        rows = rows_at(counts, size)
+        if rows * SPACING <= above:
+            kept.append(size)
+            above = rows
+    return kept[::-1]
 
 
 def _doubling(first: int, largest: int) -> list[int]:

@@ -9,21 +9,42 @@ from featx.stats import ladder
 
 
 def test_the_ladder_doubles_to_the_full_split_with_more_draws_at_small_budgets():
-    rungs = ladder.ladder("per_class", 300)
+    counts = np.array([1000, 1000, 900, 800, 700, 600])  # 5,000 rows: the draws take 1.95 splits
+    rungs = ladder.ladder("per_class", counts)
     assert [(r.size, r.draws, r.full) for r in rungs] == [
         (8, 5, False), (16, 5, False), (32, 5, False), (64, 3, False), (128, 3, False), (256, 1, False),
-        (300, 1, True)]
-    rows = ladder.ladder("rows", 1000)
-    assert [r.size for r in rows] == [64, 128, 256, 512, 1000] and [r.draws for r in rows] == [5, 5, 5, 3, 1]
+        (512, 1, False), (1000, 1, True)]
+    rows = ladder.ladder("rows", np.array([10_000]))
+    assert [r.size for r in rows] == [64, 128, 256, 512, 1024, 2048, 4096, 10_000]
+    assert [r.draws for r in rows] == [5, 5, 5, 3, 3, 1, 1, 1]
+
+
+def test_a_rung_that_adds_few_rows_is_left_out():
+    # 47 classes, most of them small: past 32 per class a doubling adds few rows.
+    counts = np.array([900, 700, 500] + [40] * 14 + [10] * 30)
+    sizes = [r.size for r in ladder.ladder("per_class", counts, draws=(1,))]
+    rows = [ladder.rows_at(counts, k) for k in sizes]
+    assert all(b >= 1.5 * a for a, b in zip(rows, rows[1:])) and sizes[-1] == 900
+
+
+def test_draws_and_rungs_give_way_to_the_cost_cap():
+    counts = np.array([300, 300])
+    rungs = ladder.ladder("per_class", counts)
+    cost = sum(r.draws * ladder.rows_at(counts, r.size) for r in rungs[:-1])
+    assert cost <= 2.0 * counts.sum() and rungs[0].draws == 5  # the costliest rungs lost draws first
+    assert sum(r.draws * ladder.rows_at(counts, r.size) for r in ladder.ladder("per_class", counts, max_cost=0.5)[:-1]) \
+        <= 0.5 * counts.sum()
 
 
 def test_a_given_ladder_keeps_budgets_below_the_full_split_and_its_own_draws():
-    rungs = ladder.ladder("per_class", 100, budgets=(50, 10, 400), draws=(4, 2), until=(10, 50))
+    rungs = ladder.ladder("per_class", np.array([100, 100]), budgets=(50, 10, 400), draws=(4, 2), until=(10, 50))
     assert [(r.size, r.draws, r.full) for r in rungs] == [(10, 4, False), (50, 2, False), (100, 1, True)]
+    capped = ladder.ladder("per_class", np.array([100, 100]), budgets=(50, 90), max_cost=0.5)
+    assert [(r.size, r.draws) for r in capped] == [(50, 1), (90, 1), (100, 1)]  # asked for: kept, drawn once
 
 
 def test_a_split_smaller_than_the_first_budget_is_one_full_rung():
-    assert ladder.ladder("per_class", 5) == [ladder.Rung(5, 1, full=True)]
+    assert ladder.ladder("per_class", np.array([5, 3])) == [ladder.Rung(5, 1, full=True)]
 
 
 def _classes(counts) -> np.ndarray:
