@@ -156,3 +156,33 @@ def test_without_a_dev_split_no_point_trains_on_the_rows_the_fine_tune_selects_o
     tuned, = read_records(plan.directory / "size-8-draw-0" / "finetune")
     assert probe.protocol["name"] == "cv" and probe.n_train == 24  # cross-validation within the point's rows
     assert tuned.protocol["select_on"] == "10% of train" and tuned.n_train == 24
+
+
+def test_featx_all_runs_the_curve_when_the_pipeline_asks(tmp_path, tiny_bert, capsys):
+    from featx.cli import main
+
+    data = write_rows(tmp_path / "rows.csv", classification_rows(150))
+    pipeline = tmp_path / "p.toml"
+    pipeline.write_text(f"""name = "p"
+data_dir = "{tmp_path / 'data'}"
+progress = false
+[data]
+path = "{data}"
+[model]
+name = "{tiny_bert}"
+[probe]
+heads = ["logistic"]
+baselines = ["majority"]
+sweep = false
+[finetune]
+learning_rates = [1e-3]
+max_epochs = 2
+head_input = "mean"
+[curve]
+enabled = true
+budgets = [8]
+draws = [1]
+""")
+    assert main(["-q", "all", str(pipeline)]) == 0
+    out = capsys.readouterr().out
+    assert "curve" in out.splitlines()[-1] and "On the learning curve" in out  # the stage times, the verdict
