@@ -183,8 +183,8 @@ def _plot_training(collected: Collected):
 
 def _plot_label_curve(curve: dict | None):
     """Both sides against the labelled rows they trained on (log axis): each budget's mean with its
-    interval as a band, each draw as a dot, the fitted power laws dashed, the full split (the
-    user's budget) and the measured crossover marked."""
+    interval as a band, each draw as a dot, the supported power-law fits dashed, the full split
+    (the user's budget) and the measured crossover marked."""
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -205,9 +205,9 @@ def _plot_label_curve(curve: dict | None):
         for b in budgets:
             axis.scatter([b["rows"]] * len(b[side]["per_draw"]), b[side]["per_draw"], s=8, color=color, alpha=0.5)
         fit = curve["fits"][side]
-        if fit is not None:
+        if fit is not None and fit["supported"]:  # an unsupported fit says nothing the points do not
             axis.plot(grid, power_law(grid, fit["a"], fit["b"], fit["c"]), linestyle="--", color=color, linewidth=1,
-                      label=f"{label}, fitted" + ("" if fit["supported"] else " (poor fit)"))
+                      label=f"{label}, fitted power law")
     axis.axvline(budgets[-1]["rows"], color="black", linewidth=1, label=f"your labels ({budgets[-1]['rows']:,} rows)")
     if curve["crossover"] is not None:
         axis.axvline(curve["crossover"]["rows"], color="tab:green", linestyle=":", linewidth=1.5,
