@@ -101,8 +101,9 @@ def run_curve(pipeline: Pipeline) -> CurvePlan:
     frozen = _frozen_choice(pipeline)
     plan = plan_curve(pipeline, frozen, tuned)
     writable_dir(plan.directory, root=pipeline.root)
-    status = {"config_hash": plan.points[0].label_budget["curve"] if plan.points else "", "planned": len(plan.points),
-              "finished": False}
+    # The points of this ladder: a folder may hold more, of another ladder of the same draws.
+    status = {"config_hash": plan.directory.name.removeprefix("curve-"), "planned": len(plan.points),
+              "points": [point_name(p.label_budget) for p in plan.points], "finished": False}
     write_run_status(plan.directory, status)
     _announce(plan, pipeline)
     start = time.perf_counter()
@@ -154,7 +155,7 @@ def _frozen_point(pipeline: Pipeline, plan: CurvePlan, point: Point, directory: 
 
     frozen = plan.frozen
     done = directory / record_name(frozen.features, frozen.head)
-    reused = _reused(done, point.label_budget)
+    reused = _reused(done, point.label_budget, frozen.config_hash)
     if reused is not None:
         return reused
     features = Features(frozen.pooling, tuple(frozen.layers), frozen.combine)
@@ -164,13 +165,14 @@ def _frozen_point(pipeline: Pipeline, plan: CurvePlan, point: Point, directory: 
     return write_record(writable_dir(directory, root=pipeline.root), record, predictions)
 
 
-def _reused(done: Path, label_budget: dict) -> Record | None:
-    """A point's probe record when it is this point's and its predictions are there, else None."""
-    if not done.is_file():
+def _reused(done: Path, label_budget: dict, config_hash: str | None) -> Record | None:
+    """A point's probe record when it is this point's, of this probe configuration, and its
+    predictions are there, else None."""
+    if not done.is_file() or done.is_symlink():
         return None
     try:
         record = read_record(done)
-        if record.label_budget != label_budget:
+        if record.label_budget != label_budget or record.config_hash != config_hash:
             return None
         read_predictions(done.parent, record)
     except FeatxError:

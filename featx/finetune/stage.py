@@ -45,7 +45,7 @@ from featx.tasks import TASKS
 from featx.finetune.convergence import auto_max_epochs
 from featx.finetune.record import CAPS, build_record, evaluate
 from featx.finetune.search import search
-from featx.finetune.training import Setup, check_learning_rate, worst_case_epochs
+from featx.finetune.training import Setup, check_learning_rate, scoring_period, worst_case_epochs
 
 log = logging.getLogger("featx")
 
@@ -276,8 +276,8 @@ def _announce(setup: "Setup", plan: Prepared) -> None:
     cap = (f"a wall-time cap of {setup.max_seconds:.0f} s (finetune.max_seconds): the result then "
            "depends on this machine's speed and load" if setup.max_seconds else "no wall-time cap")
     floor = f", and at least {cfg.min_delta:g}" if cfg.min_delta else ""
-    every = math.ceil(len(setup.select.labels) / max(1, len(setup.train.labels)))
-    scored = "every epoch" if every == 1 else f"every {every} epochs (as many rows as the selection split)"
+    every = scoring_period(setup)
+    scored = "every epoch" if every == 1 else f"every {every} epochs"
     log.info("fine-tune plan: %s on %d training rows, %d learning rate(s) %s (%s), each up to %d "
              "epochs of %d steps of %d rows at the peak rate, scored %s, until %d scores in a row gain no "
              "more than the selection split's noise over the last gain (one paired standard error%s), "

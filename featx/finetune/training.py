@@ -164,9 +164,9 @@ def train(setup: Setup, candidate: Candidate, everyone: list[Candidate], until: 
     scored = candidate.epoch  # the last epoch scored and committed (a run resumes from one)
     while candidate.epoch < until:
         if _over_budget(setup, candidate, everyone):
-            if scored != candidate.epoch:  # the epochs since the last score are scored before it stops
-                _judged(setup, model, optimizer, candidate, candidate.epoch,
-                        *_evaluate(setup, model, candidate, candidate.epoch))
+            if scored != candidate.epoch:  # scored before it stops (not judged: the cap, not a plateau, ends it)
+                _evaluate(setup, model, candidate, candidate.epoch)
+                commit(setup, model, optimizer, candidate)
             break
         epoch = candidate.epoch + 1
         _cool_before_cap(setup, candidate, epoch)
@@ -197,14 +197,19 @@ def _judged(setup: Setup, model, optimizer, candidate: Candidate, epoch: int, sc
 
 
 def _due(setup: Setup, candidate: Candidate, epoch: int, until: int, since: int) -> bool:
-    """Whether epoch `epoch` is scored on the selection split (and judged, and committed): once
-    the epochs since the last score trained on at least as many rows as the selection split
-    holds, so that scoring costs at most a third of training (a forward pass against a forward
-    and a backward); and always at `until`, at the cap and when the cooldown is over. With a
-    training split as large as the selection split that is every epoch."""
+    """Whether epoch `epoch` is scored on the selection split (and judged, and committed): every
+    `scoring_period` epochs, and always at `until`, at the cap and when the cooldown is over."""
     cooled = candidate.cooling and candidate.step >= candidate.cooldown_from + candidate.cooldown_steps
-    return (since * len(setup.train.labels) >= len(setup.select.labels) or epoch >= until
-            or epoch >= setup.max_epochs or cooled)
+    return since >= scoring_period(setup) or epoch >= until or epoch >= setup.max_epochs or cooled
+
+
+def scoring_period(setup: Setup) -> int:
+    """Epochs between scores: enough to train on as many rows as the selection split holds, so
+    that scoring costs at most about a third of training (a forward pass against a forward and a
+    backward), but short enough that the plateau rule's `patience` scores, and one more, fit in
+    half the epoch cap. A training split as large as the selection split is scored every epoch."""
+    rows = math.ceil(len(setup.select.labels) / max(1, len(setup.train.labels)))
+    return max(1, min(rows, setup.max_epochs // (2 * (setup.cfg.patience + 1))))
 
 
 def _cool_before_cap(setup: Setup, candidate: Candidate, epoch: int) -> None:

@@ -55,8 +55,10 @@ def verdict(collected: Collected, runs_dir: str | Path | None = None,
     that continues it. With `pipeline`, each verdict ends with the command that acts on it."""
     judged = _verdict(collected, runs_dir, pipeline)
     curve = label_curve(collected, runs_dir, pipeline) if runs_dir is not None and judged.tuned is not None else None
-    if curve is not None:
-        judged = dataclasses.replace(judged, text=f"{judged.text} {curve_text(curve)}", label_curve=curve)
+    if curve is not None:  # before the closing command, which stays last
+        head, mark, act = judged.text.rpartition(" Next: ")
+        text = f"{head} {curve_text(curve)}{mark}{act}" if mark else f"{judged.text} {curve_text(curve)}"
+        judged = dataclasses.replace(judged, text=text, label_curve=curve)
     if collected.caution:  # the printed verdict, not only the report's notes, says so first
         return dataclasses.replace(judged, text=f"{collected.caution} {judged.text}")
     return judged

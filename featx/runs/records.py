@@ -63,10 +63,11 @@ def point_name(label_budget: dict) -> str:
 
 
 def curve_hash(pipeline, features: str, head: str, metric: str) -> str:
-    """What makes a learning curve's points: its ladder and draws, the probe's and the
-    fine-tune's settings (their budget aside), the metric, and the frozen choice it retrains."""
-    curve = {k: v for k, v in dataclasses.asdict(pipeline.curve).items() if k != "enabled"}
-    return settings_hash({"curve": curve, "probe": probe_config_hash(pipeline.probe),
+    """What makes a learning curve's points: the seed of its draws, the probe's and the fine-tune's
+    settings (their budget aside), the metric, and the frozen choice it retrains. Which budgets
+    and how many draws (the ladder's keys) choose among points, so another ladder of the same
+    seed reuses the points it shares."""
+    return settings_hash({"curve": {"seed": pipeline.curve.seed}, "probe": probe_config_hash(pipeline.probe),
                           "finetune": finetune_config_hash(pipeline.finetune), "metric": metric,
                           "max_length": pipeline.extract.max_length, "frozen": [features, head],
                           "recipe": FINETUNE_RECIPE})

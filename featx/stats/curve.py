@@ -72,14 +72,16 @@ def fit_power_law(n: np.ndarray, score: np.ndarray, sigma: np.ndarray | None = N
     return {"a": float(a), "b": float(b), "c": float(c), "chi2": chi2, "supported": bool(supported)}
 
 
-def crossing(frozen: dict, tuned: dict, low: float, high: float) -> float | None:
+def crossing(frozen: dict, tuned: dict, low: float, high: float) -> float:
     """The fewest rows in [low, high] from which the fitted tuned curve stays above the fitted
-    frozen one, when below them it is not (None: no such change of sign in the range)."""
+    frozen one: -inf when it is above across the range, +inf when it is not above at its end."""
     grid = np.geomspace(low, high, 400)
     gap = power_law(grid, tuned["a"], tuned["b"], tuned["c"]) - power_law(grid, frozen["a"], frozen["b"], frozen["c"])
     ahead = gap > 0
-    if ahead.all() or not ahead[-1]:
-        return None
+    if ahead.all():
+        return -math.inf
+    if not ahead[-1]:
+        return math.inf
     last_behind = int(np.flatnonzero(~ahead)[-1])
     # Between the last grid point behind and the first ahead, linear in log n.
     x0, x1, g0, g1 = np.log(grid[last_behind]), np.log(grid[last_behind + 1]), gap[last_behind], gap[last_behind + 1]
@@ -93,7 +95,7 @@ def analyse(task: str, metric: str, y: np.ndarray, budgets: list[BudgetPredictio
     budgets up to which the frozen side is ahead; what doubling the largest budget's rows adds."""
     flat = [p for b in budgets for side in (b.frozen, b.tuned) for p in side]
     samples = bootstrap.shared_samples(task, metric, y, flat, n_resamples=n_resamples, seed=seed, groups=groups)
-    values = np.array([_point(task, metric, y, p) for p in flat])
+    values = np.array([_point(task, metric, y, p) for p in flat])  # NaN where the rows leave it undefined
     distinct_groups = bootstrap.distinct_rows(groups, len(y))
     distinct = len(y) if distinct_groups is None else int(distinct_groups.max()) + 1
     rng = np.random.default_rng([seed, 1])
@@ -103,9 +105,9 @@ def analyse(task: str, metric: str, y: np.ndarray, budgets: list[BudgetPredictio
         f_points, t_points = values[at:at + d], values[at + d:at + 2 * d]
         f_draws, t_draws = samples[at:at + d], samples[at + d:at + 2 * d]  # (D, B)
         at += 2 * d
-        # Each resample redraws the draws too: a weight per draw, how often it was drawn / D.
-        weight = rng.multinomial(d, np.full(d, 1 / d), size=samples.shape[1]).T / d  # (D, B)
-        f_mean, t_mean = (f_draws * weight).sum(axis=0), (t_draws * weight).sum(axis=0)  # (B,)
+        # Each resample redraws the draws too: a weight per draw, how often it was drawn.
+        weight = rng.multinomial(d, np.full(d, 1 / d), size=samples.shape[1]).T.astype(float)  # (D, B)
+        f_mean, t_mean = _weighted(f_draws, weight), _weighted(t_draws, weight)  # (B,)
         sides["frozen"].append(f_mean)
         sides["tuned"].append(t_mean)
         rows.append({"size": budget.size, "rows": budget.rows, "full": budget.full, "draws": d,
@@ -121,6 +123,15 @@ def analyse(task: str, metric: str, y: np.ndarray, budgets: list[BudgetPredictio
             "doubling": _doubling(n, fits, refits)}
 
 
+def _weighted(draws: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """(B,): each resample's mean over the draws it drew (`weight`: how often), of those whose
+    metric is defined there; NaN where none is."""
+    defined = np.isfinite(draws)  # (D, B)
+    total = np.where(defined, weight, 0.0).sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, np.where(defined, draws * weight, 0.0).sum(axis=0) / total, np.nan)
+
+
 def _point(task: str, metric: str, y: np.ndarray, prediction) -> float:
     stack, threshold = prediction
     ones = np.ones((1, len(y)))
@@ -128,8 +139,12 @@ def _point(task: str, metric: str, y: np.ndarray, prediction) -> float:
 
 
 def _side(points: np.ndarray, samples: np.ndarray, distinct: int) -> dict:
+    """A budget's side (or difference): the mean over its draws where defined (NaN when none
+    is), its interval, standard error and each draw's value."""
     finite = samples[np.isfinite(samples)]
-    return {"value": float(np.mean(points)), "ci": bootstrap.percentile_interval(samples, distinct),
+    defined = points[np.isfinite(points)]
+    return {"value": float(np.mean(defined)) if len(defined) else math.nan,
+            "ci": bootstrap.percentile_interval(samples, distinct),
             "se": float(np.std(finite, ddof=1)) if len(finite) > 1 else None,
             "per_draw": [float(v) for v in points]}
 
@@ -161,7 +176,9 @@ def frozen_ahead_until(rows: list[dict]) -> dict | None:
 def _fit(n: np.ndarray, points: np.ndarray, samples: np.ndarray) -> tuple[dict | None, list]:
     """The fit of the budgets' values, weighted by their standard errors, with the plateau's
     interval; and the refits of the first FIT_RESAMPLES resamples (`samples`: (budgets, B))."""
-    se = np.nanstd(samples, axis=1, ddof=1)
+    keep = np.isfinite(points)  # a budget its rows leave undefined is left out of the fit
+    n, points, samples = n[keep], points[keep], samples[keep]
+    se = np.nanstd(samples, axis=1, ddof=1) if samples.shape[1] > 1 else None
     fit = fit_power_law(n, points, se)
     if fit is None:
         return None, []
@@ -172,21 +189,27 @@ def _fit(n: np.ndarray, points: np.ndarray, samples: np.ndarray) -> tuple[dict |
 
 
 def _fitted_crossing(n: np.ndarray, fits: dict, refits: dict) -> dict | None:
-    """Where the fitted curves cross (tuned ahead from there on), with the interval of the
-    crossing over the refits; `extrapolated` when it lies outside the measured budgets."""
+    """Where the fitted curves cross (tuned ahead from there on: `crossing`), with its interval
+    over the refits, each resample's crossing counted even when it lies beyond an end of the
+    range (then the interval is open there); `extrapolated` when it lies outside the budgets."""
     if fits["frozen"] is None or fits["tuned"] is None:
         return None
     low, high = n.min() / SPAN, n.max() * SPAN
     point = crossing(fits["frozen"], fits["tuned"], low, high)
-    pairs = list(zip(refits["frozen"], refits["tuned"]))
-    found = [crossing(f, t, low, high) for f, t in pairs if f is not None and t is not None]
-    crossed = np.array([x for x in found if x is not None])
-    # Resamples without a crossing in the range put it beyond an end: no interval unless most cross.
-    ci = ([float(v) for v in np.percentile(crossed, [2.5, 97.5])] if len(crossed) >= 0.5 * max(1, len(pairs))
+    pairs = [(f, t) for f, t in zip(refits["frozen"], refits["tuned"]) if f is not None and t is not None]
+    found = np.array([crossing(f, t, low, high) for f, t in pairs])
+    # Too few refits to speak for the resamples: no interval (as percentile_interval asks).
+    ci = ([float(v) for v in np.percentile(found, [2.5, 97.5], method="nearest")] if len(pairs) >= 0.9 * max(1, len(refits["frozen"]))
           else [math.nan, math.nan])
     supported = fits["frozen"]["supported"] and fits["tuned"]["supported"]
-    return {"rows": point, "ci": ci, "share_crossing": round(len(crossed) / max(1, len(pairs)), 3),
-            "extrapolated": point is not None and not (n.min() <= point <= n.max()), "supported": bool(supported)}
+    inside = math.isfinite(point) and n.min() <= point <= n.max()
+    return {"rows": point if math.isfinite(point) else None, "side": _beyond(point), "ci": ci,
+            "extrapolated": math.isfinite(point) and not inside, "supported": bool(supported)}
+
+
+def _beyond(point: float) -> str | None:
+    """Which way a crossing lies outside the range it is looked for in (None: inside it)."""
+    return None if math.isfinite(point) else ("tuned ahead throughout" if point < 0 else "no crossing in range")
 
 
 def _doubling(n: np.ndarray, fits: dict, refits: dict) -> dict | None:
@@ -201,5 +224,6 @@ def _doubling(n: np.ndarray, fits: dict, refits: dict) -> dict | None:
     out = {}
     for side, fit in fits.items():
         gains = np.array([gain(f) for f in refits[side] if f is not None])
-        out[side] = {"gain": gain(fit), "ci": bootstrap.percentile_interval(gains) if len(gains) else [math.nan] * 2}
+        enough = len(gains) >= 0.9 * max(1, len(refits[side]))
+        out[side] = {"gain": gain(fit), "ci": bootstrap.percentile_interval(gains) if enough else [math.nan] * 2}
     return out | {"from_rows": int(top), "to_rows": int(2 * top), "extrapolated": True}

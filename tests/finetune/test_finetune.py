@@ -436,15 +436,17 @@ def test_a_state_past_a_lowered_epoch_cap_is_stopped_by_it(tmp_path):
 
 def test_a_small_train_is_scored_once_it_trained_on_as_many_rows_as_the_selection_split(make_pipeline, tmp_path):
     """16 training rows against 100 selection rows: an epoch is scored every 7 epochs (and at the
-    cap), so scoring costs no more than training; a large train is scored every epoch."""
+    end), so scoring costs no more than training, while 3 scores and one more fit in half of the
+    60-epoch cap; with a cap of 24 epochs, every 3 epochs."""
     rows = separable_rows(140)
     train, dev, test = (write_rows(tmp_path / f"{name}.csv", part)
                         for name, part in (("train", rows[:16]), ("dev", rows[16:116]), ("test", rows[116:])))
-    pipeline = make_pipeline({"train": str(train), "dev": str(dev), "test": str(test)},
-                             finetune={"learning_rates": [1e-3], "max_epochs": 12, "patience": 20,
-                                       "head_input": "mean", "batch_size": 8})
-    extract(pipeline)
-    record = run_finetune(pipeline)
-    assert [epoch for epoch, _ in record.curve["select"]] == [7, 12]
-    assert record.epochs == 12 and record.steps == 12 * 2 and record.best_epoch in (7, 12)
-    assert record.eval_rows_processed == 2 * 100 + 24  # two scores of dev, one of test
+    for cap, period, lr in ((60, 7, 1e-3), (24, 3, 5e-4)):  # another rate: another run, not the first continued
+        pipeline = make_pipeline({"train": str(train), "dev": str(dev), "test": str(test)},
+                                 finetune={"learning_rates": [lr], "max_epochs": cap, "head_input": "mean",
+                                           "batch_size": 8})
+        extract(pipeline)
+        record = run_finetune(pipeline)
+        scored = [epoch for epoch, _ in record.curve["select"]]
+        assert scored[:-1] == list(range(period, scored[-1], period))[:len(scored) - 1] and scored[-1] == record.epochs
+        assert record.eval_rows_processed == len(scored) * 100 + 24  # each score of dev, one of test

@@ -35,8 +35,8 @@ def test_the_crossing_of_two_fitted_curves():
     frozen, tuned = {"a": 0.8, "b": 0.6, "c": 0.3}, {"a": 0.93, "b": 2.0, "c": 0.45}
     truth = brentq(lambda n: power_law(n, **tuned) - power_law(n, **frozen), 2, 1e5)
     assert crossing(frozen, tuned, 1, 1e5) == pytest.approx(truth, rel=0.01)
-    assert crossing(tuned, frozen, 1, 1e5) is None  # frozen overtakes: not a crossover
-    assert crossing(frozen, {"a": 0.99, "b": 0.0, "c": 0.5}, 1, 1e5) is None  # tuned ahead everywhere
+    assert crossing(tuned, frozen, 1, 1e5) == math.inf  # frozen overtakes: not a crossover
+    assert crossing(frozen, {"a": 0.99, "b": 0.0, "c": 0.5}, 1, 1e5) == -math.inf  # tuned ahead everywhere
 
 
 def _rows(lows_highs):
@@ -117,3 +117,23 @@ def test_noisy_draws_widen_the_intervals_and_the_doubling_is_an_extrapolation():
     assert doubling["extrapolated"] and doubling["to_rows"] == 2 * N[-1]
     expected = power_law(2 * N[-1], 0.93, 2.0, 0.45) - power_law(N[-1], 0.93, 2.0, 0.45)
     assert math.isclose(doubling["tuned"]["gain"], expected, abs_tol=0.01)
+
+
+def test_an_undefined_draw_leaves_its_budget_to_the_defined_ones():
+    """A draw whose metric its rows leave undefined (a constant prediction's correlation) is left
+    out of its budget's mean, in the point value and in every resample, instead of making the
+    budget, the fits and the crossing undefined."""
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=400)
+    budgets = []
+    for i, rows in enumerate((16, 32, 64, 128, 256)):
+        quality = 1 - 4 / np.sqrt(rows)
+        side = lambda q: (((q * y + (1 - q) * rng.normal(size=400))[None]), 0.5)  # noqa: E731
+        frozen = [side(quality) for _ in range(3)]
+        if i == 0:
+            frozen[1] = (np.zeros((1, 400)), 0.5)  # constant: pearson undefined
+        budgets.append(BudgetPredictions(rows, rows, i == 4, frozen, [side(quality + 0.05) for _ in range(3)]))
+    curve = analyse("regression", "pearson", y, budgets)
+    first = curve["budgets"][0]["frozen"]
+    assert math.isnan(first["per_draw"][1]) and math.isfinite(first["value"])
+    assert all(math.isfinite(v) for v in first["ci"]) and curve["fits"]["frozen"] is not None
