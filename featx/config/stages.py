@@ -323,8 +323,8 @@ class CurveConfig:
     """Seed of the draws."""
     max_cost: float = 2.0
     """The most training rows the curve's points take together, in full training splits: past it
-    the costliest budget loses a draw, and an automatic ladder its largest budget (the curve's
-    fine-tunes then cost about this many full fine-tunes)."""
+    the costliest budget loses a draw, and an automatic ladder its largest budget. It bounds
+    rows, not work: small budgets train more epochs per row (the report gives the measured cost)."""
 
     def __post_init__(self):
         if not self.max_cost > 0:
