@@ -450,3 +450,36 @@ def test_a_small_train_is_scored_once_it_trained_on_as_many_rows_as_the_selectio
         scored = [epoch for epoch, _ in record.curve["select"]]
         assert scored[:-1] == list(range(period, scored[-1], period))[:len(scored) - 1] and scored[-1] == record.epochs
         assert record.eval_rows_processed == len(scored) * 100 + 24  # each score of dev, one of test
+
+
+def test_a_run_killed_between_scores_resumes_from_the_last_scored_epoch(make_pipeline, tmp_path, monkeypatch):
+    """Scored every 3 epochs and killed in epoch 5: the rerun continues from epoch 3 (its last
+    commit) and ends with the model, scores and steps of a run never killed."""
+    import featx.finetune.training as training
+
+    rows = separable_rows(100)
+    files = {name: str(write_rows(tmp_path / f"{name}.csv", part))
+             for name, part in (("train", rows[:16]), ("dev", rows[16:64]), ("test", rows[64:]))}
+    settings = {"learning_rates": [1e-3], "max_epochs": 24, "head_input": "mean", "batch_size": 8}
+    killed = make_pipeline(files, finetune=settings)
+    extract(killed)
+    real = training._steps
+
+    def kill_in_epoch_5(*args, epoch, **kw):
+        if epoch == 5:
+            raise KeyboardInterrupt
+        return real(*args, epoch=epoch, **kw)
+    monkeypatch.setattr(training, "_steps", kill_in_epoch_5)
+    with pytest.raises(KeyboardInterrupt):
+        run_finetune(killed)
+    monkeypatch.setattr(training, "_steps", real)
+    resumed = run_finetune(killed)
+    clean = make_pipeline(files, finetune=settings, data_dir=str(tmp_path / "clean"))
+    extract(clean)
+    reference = run_finetune(clean)
+    assert resumed.steps == reference.steps and resumed.best_epoch == reference.best_epoch
+    assert [e for e, _ in resumed.curve["select"]] == [e for e, _ in reference.curve["select"]]
+    assert [v for _, v in resumed.curve["select"]] == pytest.approx([v for _, v in reference.curve["select"]], abs=1e-6)
+    assert [e for e, _ in resumed.curve["select"]][:2] == [3, 6]
+    for name, value in reference.metrics.items():
+        assert resumed.metrics[name] == pytest.approx(value, abs=1e-6), name
