@@ -40,7 +40,7 @@ def label_curve(collected: Collected, runs_dir, pipeline) -> dict | None:
     digest = curve_hash(pipeline, frozen.features, frozen.head, frozen.primary_metric)[:16]
     directory = curve_dir(runs_dir, pipeline.name, frozen.cache_key, digest)
     try:
-        full = (read_predictions(record_dir(runs_dir, frozen), frozen), read_predictions(record_dir(runs_dir, tuned), tuned))
+        full = tuple(read_predictions(record_dir(runs_dir, r), r) for r in (frozen, tuned))
     except FeatxError:
         return None
     planned, finished = _status(directory, digest)
@@ -216,8 +216,9 @@ def _crossover_sentences(curve: dict) -> list[str]:
         return [f"On the learning curve the fine-tune is measurably better at every budget, from the smallest "
                 f"({_size_text(crossover['size'], unit)})"]
     else:
-        said = [f"On the learning curve the fine-tune becomes measurably better from {_size_text(crossover['size'], unit)} "
-                f"({crossover['rows']:,} rows); at {_size_text(crossover['after_size'], unit)} it is not"]
+        said = [f"On the learning curve the fine-tune becomes measurably better from "
+                f"{_size_text(crossover['size'], unit)} ({crossover['rows']:,} rows); at "
+                f"{_size_text(crossover['after_size'], unit)} it is not"]
         below = [b for b in budgets if b["size"] is not None and b["size"] < crossover["after_size"]]
         if any(b["difference"]["ci"][0] > 0 for b in below):  # not monotone: say so instead of a rule
             said.append("at a smaller budget it was again, so where it starts to pay is not settled")
@@ -244,7 +245,8 @@ def _crossing_text(curve: dict) -> str:
     if (crossover is not None and rows > crossover["rows"]) or (crossover is None and rows <= largest):
         return ""  # the fits disagree with what the budgets measured: the budgets speak
     per_class = _per_class(rows, curve)
-    said = (" The fitted curves " + ("would cross" if crossing["extrapolated"] else "cross") + f" at about {rows:,.0f} rows"
+    said = (" The fitted curves " + ("would cross" if crossing["extrapolated"] else "cross")
+            + f" at about {rows:,.0f} rows"
             + (f" ({per_class:,.0f} per class)" if per_class is not None and math.isfinite(per_class) else ""))
     if not (math.isfinite(low) or math.isfinite(high)):
         said += " (no interval: in the resamples the fits do not cross in the budgets' range)"

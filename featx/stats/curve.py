@@ -199,8 +199,8 @@ def _fitted_crossing(n: np.ndarray, fits: dict, refits: dict) -> dict | None:
     pairs = [(f, t) for f, t in zip(refits["frozen"], refits["tuned"]) if f is not None and t is not None]
     found = np.array([crossing(f, t, low, high) for f, t in pairs])
     # Too few refits to speak for the resamples: no interval (as percentile_interval asks).
-    ci = ([float(v) for v in np.percentile(found, [2.5, 97.5], method="nearest")] if len(pairs) >= 0.9 * max(1, len(refits["frozen"]))
-          else [math.nan, math.nan])
+    enough = len(pairs) >= 0.9 * max(1, len(refits["frozen"]))
+    ci = [float(v) for v in np.percentile(found, [2.5, 97.5], method="nearest")] if enough else [math.nan, math.nan]
     supported = fits["frozen"]["supported"] and fits["tuned"]["supported"]
     inside = math.isfinite(point) and n.min() <= point <= n.max()
     return {"rows": point if math.isfinite(point) else None, "side": _beyond(point), "ci": ci,

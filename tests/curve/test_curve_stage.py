@@ -119,7 +119,8 @@ def test_an_interrupted_curve_resumes_with_the_points_it_finished(make_pipeline,
     assert len(first) == 1
     from featx.report.write import write_report
 
-    said = json.loads(write_report(pipeline.runs_dir, pipeline.reports_dir, pipeline.name, pipeline)["json"].read_text())
+    paths = write_report(pipeline.runs_dir, pipeline.reports_dir, pipeline.name, pipeline)
+    said = json.loads(paths["json"].read_text())
     assert not said["label_curve"]["complete"] and "The curve is incomplete" in said["text"]
     monkeypatch.setattr(stage, "run_budget", real)
     plan = run_curve(pipeline)
