@@ -196,7 +196,8 @@ def curve_text(curve: dict) -> str:
     unconverged, measured = curve["not_converged"], tuned_points(curve)
     if unconverged:
         text += (f" {len(unconverged)} of the curve's {len(measured)} fine-tunes below the full split stopped "
-                 "at a cap while still improving (lower bounds): the crossover may come earlier.")
+                 "at a cap while still improving: their scores are lower bounds, so the fine-tune's lead there may be "
+                 "larger.")
     if not curve["complete"]:
         text += (f" The curve is incomplete ({len(measured)} of {curve['planned'] or '?'} points): "
                  f"`{curve['command']}` finishes it.")
@@ -209,7 +210,15 @@ def _crossover_sentences(curve: dict) -> list[str]:
     unit, budgets = curve["unit"], curve["budgets"]
     crossover, ahead = curve["crossover"], curve["frozen_ahead_until"]
     full_rows = budgets[-1]["rows"]
-    if crossover is None:
+    lead = curve["tuned_ahead_until"]
+    if crossover is None and lead is not None:  # ahead with few labels, not with all of them
+        shown = [b for b in budgets if b["size"] is not None and b["size"] <= lead["size"]]
+        gaps = [100 * b["difference"]["value"] for b in shown]
+        said = [f"On the learning curve the fine-tune is measurably better at every budget up to "
+                f"{_size_text(lead['size'], unit)} ({lead['rows']:,} rows), by {min(gaps):.1f} to {max(gaps):.1f} "
+                f"points, but not at your {full_rows:,} rows: with {lead['rows']:,} labelled rows or fewer, fine-tuning "
+                "pays, while with all of yours the frozen probe is as good as the test rows can tell"]
+    elif crossover is None:
         said = [f"On the learning curve ({len(budgets)} budgets up to your {full_rows:,} rows) the fine-tune is not "
                 f"measurably better at the full split, so there is no crossover up to {full_rows:,} rows"]
     elif crossover["at_smallest"]:

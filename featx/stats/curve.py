@@ -119,7 +119,8 @@ def analyse(task: str, metric: str, y: np.ndarray, budgets: list[BudgetPredictio
         stacked = np.stack(parts)  # (budgets, B)
         fits[side], refits[side] = _fit(n, np.array([r[side]["value"] for r in rows]), stacked)
     return {"metric": metric, "budgets": rows, "fits": fits, "crossover": measured_crossover(rows),
-            "frozen_ahead_until": frozen_ahead_until(rows), "fitted_crossing": _fitted_crossing(n, fits, refits),
+            "frozen_ahead_until": frozen_ahead_until(rows), "tuned_ahead_until": tuned_ahead_until(rows),
+            "fitted_crossing": _fitted_crossing(n, fits, refits),
             "doubling": _doubling(n, fits, refits)}
 
 
@@ -166,9 +167,19 @@ def measured_crossover(rows: list[dict]) -> dict | None:
 def frozen_ahead_until(rows: list[dict]) -> dict | None:
     """The largest budget up to which the frozen side is measurably better (the difference's
     interval below zero there and at every smaller budget), or None."""
-    below = [r["difference"]["ci"][1] < 0 for r in rows]
+    return _ahead_until(rows, [r["difference"]["ci"][1] < 0 for r in rows])
+
+
+def tuned_ahead_until(rows: list[dict]) -> dict | None:
+    """The largest budget up to which the tuned side is measurably better (the difference's
+    interval above zero there and at every smaller budget), or None: with a crossover, every
+    budget; without one, where the fine-tune's lead ends before the full split."""
+    return _ahead_until(rows, [r["difference"]["ci"][0] > 0 for r in rows])
+
+
+def _ahead_until(rows: list[dict], ahead: list[bool]) -> dict | None:
     last = 0
-    while last < len(below) and below[last]:
+    while last < len(ahead) and ahead[last]:
         last += 1
     return None if last == 0 else {"size": rows[last - 1]["size"], "rows": rows[last - 1]["rows"]}
 

@@ -137,3 +137,11 @@ def test_an_undefined_draw_leaves_its_budget_to_the_defined_ones():
     first = curve["budgets"][0]["frozen"]
     assert math.isnan(first["per_draw"][1]) and math.isfinite(first["value"])
     assert all(math.isfinite(v) for v in first["ci"]) and curve["fits"]["frozen"] is not None
+
+
+def test_a_lead_of_the_fine_tune_that_ends_before_the_full_split_is_found():
+    from featx.stats.curve import tuned_ahead_until
+
+    rows = _rows([(0.01, 0.06), (0.09, 0.16), (0.06, 0.12), (-0.004, 0.05)])  # TREC coarse's shape
+    assert measured_crossover(rows) is None and frozen_ahead_until(rows) is None
+    assert tuned_ahead_until(rows) == {"size": 32, "rows": 64}
