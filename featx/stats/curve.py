@@ -47,28 +47,36 @@ def power_law(n, a: float, b: float, c: float):
     return a - b * np.power(n, -c)
 
 
+# Every primary metric is at most 1 (accuracy, F1, MCC, AUC, correlations, r2): a plateau above it
+# is a curve the data cannot bound.
+CEILING = 1.0
+
+
 def fit_power_law(n: np.ndarray, score: np.ndarray, sigma: np.ndarray | None = None) -> dict | None:
-    """a, b, c of score = a - b * n^-c (b >= 0, 0 < c <= 3) by weighted least squares, with the
-    reduced chi-square and whether the fit is `supported`; None when it cannot be fitted (fewer
-    than three budgets, a non-finite score, or no convergence)."""
+    """a, b, c of score = a - b * n^-c (a <= CEILING, b >= 0, 0 < c <= 3) by weighted least squares,
+    with the reduced chi-square and whether the fit is `supported`: four budgets or more,
+    residuals within the noise, and a plateau below the ceiling (one at it means the budgets
+    show no saturation: nothing beyond them can be read off the fit). None when it cannot be
+    fitted (fewer than three budgets, a non-finite score, or no convergence)."""
     from scipy.optimize import OptimizeWarning, curve_fit
 
     n, score = np.asarray(n, float), np.asarray(score, float)
     if len(n) < 3 or not np.isfinite(score).all():
         return None
     sigma = None if sigma is None else np.maximum(np.asarray(sigma, float), 1e-4)
-    start = (float(score.max()) + 0.01, max(1e-3, float(score.max() - score.min())) * float(n.min()) ** 0.5, 0.5)
+    start = (min(float(score.max()) + 0.01, CEILING - 1e-3),
+             max(1e-3, float(score.max() - score.min())) * float(n.min()) ** 0.5, 0.5)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", OptimizeWarning)
             (a, b, c), _ = curve_fit(power_law, n, score, p0=start, sigma=sigma, absolute_sigma=True,
-                                     bounds=([-np.inf, 0.0, 1e-3], [np.inf, np.inf, 3.0]), maxfev=20_000)
+                                     bounds=([-np.inf, 0.0, 1e-3], [CEILING, np.inf, 3.0]), maxfev=20_000)
     except (RuntimeError, ValueError):
         return None
     residual = (score - power_law(n, a, b, c)) / (sigma if sigma is not None else 1.0)
     dof = len(n) - 3
     chi2 = float(np.sum(residual ** 2) / dof) if dof > 0 and sigma is not None else None
-    supported = len(n) >= MIN_FIT_BUDGETS and chi2 is not None and chi2 <= MAX_CHI2
+    supported = len(n) >= MIN_FIT_BUDGETS and chi2 is not None and chi2 <= MAX_CHI2 and a < CEILING - 1e-4
     return {"a": float(a), "b": float(b), "c": float(c), "chi2": chi2, "supported": bool(supported)}
 
 

@@ -145,3 +145,12 @@ def test_a_lead_of_the_fine_tune_that_ends_before_the_full_split_is_found():
     rows = _rows([(0.01, 0.06), (0.09, 0.16), (0.06, 0.12), (-0.004, 0.05)])  # TREC coarse's shape
     assert measured_crossover(rows) is None and frozen_ahead_until(rows) is None
     assert tuned_ahead_until(rows) == {"size": 32, "rows": 64}
+
+
+def test_a_curve_still_rising_at_its_largest_budget_is_not_extrapolated():
+    """Scores climbing by the same step per doubling fit a power law only with a plateau above 1
+    (TREC fine's frozen side fitted a = 2.0): the plateau is held at the ceiling and the fit is not
+    supported, so nothing beyond the budgets is read off it."""
+    score = 0.40 + 0.08 * np.log2(N / N[0])  # 0.40 .. 0.96, no sign of saturation
+    fit = fit_power_law(N, score, np.full(len(N), 0.005))
+    assert fit is not None and fit["a"] <= 1.0 and not fit["supported"]
