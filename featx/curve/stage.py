@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 
 from featx.config.pipeline import Pipeline
-from featx.data.splits import label_assignment
 from featx.errors import FeatxError
 from featx.files import writable_dir
 from featx.runs.records import (curve_dir, curve_hash, point_name, read_predictions, read_record, record_name,
@@ -42,7 +41,6 @@ class Point:
 class CurvePlan:
     """The curve of a pipeline as configured: the frozen choice it retrains, its folder and points."""
     frozen: Record
-    tuned: Record
     unit: str
     rungs: list
     points: list
@@ -51,16 +49,19 @@ class CurvePlan:
     n_train: int
 
 
-def plan_curve(pipeline: Pipeline, frozen: Record, tuned: Record) -> CurvePlan:
+def plan_curve(pipeline: Pipeline, frozen: Record) -> CurvePlan:
     """The ladder and the points of the pipeline's curve, retraining `frozen` (the verdict's frozen
-    choice) against the recipe of `tuned` (the full-data fine-tune)."""
+    choice) against the pipeline's fine-tune recipe."""
     from featx.cache.plan import find_cache
     from featx.cache.reader import Cache
+    from featx.finetune.stage import held_for_selection
 
     path = find_cache(pipeline)
     with Cache(path) as cache:
         task, y, splits = cache.task, cache.labels("train"), cache.splits
-    eligible = _eligible(pipeline, task, y, splits)
+    # A budget never draws the rows the fine-tune picks its epochs on: every point's fine-tune
+    # selects on them, as the full one does.
+    eligible = np.flatnonzero(~held_for_selection(task, y, splits, pipeline.finetune))
     unit = ladder.unit_of(task)
     counts = np.bincount(y[eligible]) if unit == "per_class" else np.array([len(eligible)])
     cfg = pipeline.curve
@@ -77,29 +78,19 @@ def plan_curve(pipeline: Pipeline, frozen: Record, tuned: Record) -> CurvePlan:
                                                    "rows": len(rows), "draw": draw, "seed": cfg.seed,
                                                    "full": False}))
     directory = curve_dir(pipeline.runs_dir, pipeline.name, frozen.cache_key, digest)
-    return CurvePlan(frozen, tuned, unit, rungs, points, directory, path, len(y))
-
-
-def _eligible(pipeline: Pipeline, task: str, y: np.ndarray, splits: list[str]) -> np.ndarray:
-    """The training rows a budget may draw. Without dev and test splits both, the fine-tune picks
-    its epochs on a seeded held-out part of train (featx.finetune.stage): every point's fine-tune
-    selects on those same rows, as the full one does, so no budget trains on them."""
-    if {"dev", "test"} <= set(splits):
-        return np.arange(len(y))
-    cfg = pipeline.finetune
-    return np.flatnonzero(label_assignment(task, y, cfg.validation_fraction, 0.0, cfg.seed) != 1)
+    return CurvePlan(frozen, unit, rungs, points, directory, path, len(y))
 
 
 def run_curve(pipeline: Pipeline) -> CurvePlan:
     """Train (or reuse) every point of the pipeline's curve; returns its plan. The probe and the
     full-data fine-tune run first when they have not (each reuses a finished run)."""
-    from featx.finetune.stage import run_finetune
+    from featx.finetune.stage import run_budget, run_finetune
     from featx.probe.stage import run_probe
 
     run_probe(pipeline)
-    tuned = run_finetune(pipeline)
+    run_finetune(pipeline)  # the full split's tuned side, which the report reads with the verdict
     frozen = _frozen_choice(pipeline)
-    plan = plan_curve(pipeline, frozen, tuned)
+    plan = plan_curve(pipeline, frozen)
     writable_dir(plan.directory, root=pipeline.root)
     # The points of this ladder: a folder may hold more, of another ladder of the same draws.
     status = {"config_hash": plan.directory.name.removeprefix("curve-"), "planned": len(plan.points),
@@ -110,7 +101,7 @@ def run_curve(pipeline: Pipeline) -> CurvePlan:
     for k, point in enumerate(plan.points, 1):
         where = plan.directory / point_name(point.label_budget)
         frozen_record = _frozen_point(pipeline, plan, point, where / "probe")
-        tuned_record = _tuned_point(pipeline, point, where / "finetune")
+        tuned_record = run_budget(pipeline, point.rows, where / "finetune", point.label_budget)
         metric = frozen.primary_metric
         log.info("curve point %d of %d: %s, draw %d (%d rows): frozen %s = %.4f, fine-tune %.4f%s", k,
                  len(plan.points), _budget_text(point.rung.size, plan.unit), point.draw, len(point.rows), metric,
@@ -178,10 +169,3 @@ def _reused(done: Path, label_budget: dict, config_hash: str | None) -> Record |
     except FeatxError:
         return None
     return record
-
-
-def _tuned_point(pipeline: Pipeline, point: Point, directory: Path) -> Record:
-    from featx.finetune.stage import run_budget
-
-    return run_budget(pipeline, point.rows, directory, point.label_budget)
-

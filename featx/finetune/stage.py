@@ -297,9 +297,16 @@ def _protocol_rows(dataset, cfg: FinetuneConfig):
     if {"dev", "test"} <= set(dataset.splits):
         return "dev", "test", np.arange(n_train), np.arange(len(dataset.splits["dev"]))
     report = "test" if "test" in dataset.splits else "dev"
-    held = label_assignment(dataset.task, dataset.splits["train"].labels, cfg.validation_fraction, 0.0,
-                            cfg.seed) == 1
+    held = held_for_selection(dataset.task, dataset.splits["train"].labels, list(dataset.splits), cfg)
     return "train", report, np.flatnonzero(~held), np.flatnonzero(held)
+
+
+def held_for_selection(task: str, train_labels: np.ndarray, splits: list[str], cfg: FinetuneConfig) -> np.ndarray:
+    """(n_train,) bool: the training rows the fine-tune picks its epochs on, a seeded stratified
+    slice of train when the data has not both dev and test splits (dev does then: none)."""
+    if {"dev", "test"} <= set(splits):
+        return np.zeros(len(train_labels), bool)
+    return label_assignment(task, train_labels, cfg.validation_fraction, 0.0, cfg.seed) == 1
 
 
 def model_spec(pipeline: Pipeline, plan) -> ModelSpec:

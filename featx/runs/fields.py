@@ -20,6 +20,7 @@ import datetime
 import re
 
 from featx.config.rules import HEAD_INPUT_NAMES, INITS, PAIR_FEATURES, POOLING_NAMES
+from featx.stats.ladder import UNITS
 from featx.tasks import TASKS
 
 # A fine-tune's head (featx/finetune/stage.py): a linear head, LP-FT's, or with head_input = "model"
@@ -235,7 +236,7 @@ def _label_budget(raw: dict) -> str | None:
     counts = ("size", "rows", "draw", "seed")
     if not (isinstance(budget, dict) and set(budget) == {"curve", "unit", "full", *counts}
             and isinstance(budget["curve"], str) and re.fullmatch(r"[0-9a-f]{16}", budget["curve"])
-            and budget["unit"] in ("per_class", "rows") and isinstance(budget["full"], bool)
+            and budget["unit"] in UNITS and isinstance(budget["full"], bool)
             and all(type(budget[k]) is int and 0 <= budget[k] <= 10 ** 12 for k in counts)):
         return (f"'label_budget' is {_shown(budget)}, not a curve's point {{curve: 16 hex digits, unit: "
                 "per_class or rows, size, rows, draw, seed: counts, full: true or false}")
