@@ -322,13 +322,14 @@ class CurveConfig:
     seed: int = 0
     """Seed of the draws."""
     max_cost: float = 2.0
-    """The most training rows the curve's points take together, in full training splits: past it
-    the costliest budget loses a draw, and an automatic ladder its largest budget. It bounds
-    rows, not work: small budgets train more epochs per row (the report gives the measured cost)."""
+    """The most work the curve's fine-tunes are expected to take together, in full-data
+    fine-tunes (backbone forward passes; a small budget trains more epochs per row, which the
+    estimate counts): past it the costliest budget loses a draw, and an automatic ladder its
+    largest budget. On a small dataset 2.0 leaves one draw per budget; raise it for more draws."""
 
     def __post_init__(self):
         if not self.max_cost > 0:
-            raise FeatxError(f"curve.max_cost must be positive (2.0: twice the full split's rows), got {self.max_cost}")
+            raise FeatxError(f"curve.max_cost must be positive (2.0: twice the full-data fine-tune's work), got {self.max_cost}")
         if any(b < 2 for b in self.budgets) or len(set(self.budgets)) != len(self.budgets):
             raise FeatxError(f"curve.budgets must be distinct counts of at least 2, got {list(self.budgets)}")
         if not self.draws or any(d < 1 for d in self.draws):

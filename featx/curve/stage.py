@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,11 +48,15 @@ class CurvePlan:
     directory: Path
     cache_path: Path
     n_train: int
+    work: Callable[[int], float]
+    """The expected forward passes of a point's fine-tune on that many rows (`point_work`)."""
+    full_work: float
+    """The same estimate for the rows the full fine-tune trains on."""
 
 
-def plan_curve(pipeline: Pipeline, frozen: Record) -> CurvePlan:
+def plan_curve(pipeline: Pipeline, frozen: Record, tuned: Record) -> CurvePlan:
     """The ladder and the points of the pipeline's curve, retraining `frozen` (the verdict's frozen
-    choice) against the pipeline's fine-tune recipe."""
+    choice) against the pipeline's fine-tune recipe, whose run on the full split is `tuned`."""
     from featx.cache.plan import find_cache
     from featx.cache.reader import Cache
     from featx.finetune.stage import held_for_selection
@@ -59,14 +64,17 @@ def plan_curve(pipeline: Pipeline, frozen: Record) -> CurvePlan:
     path = find_cache(pipeline)
     with Cache(path) as cache:
         task, y, splits = cache.task, cache.labels("train"), cache.splits
+        held = held_for_selection(task, y, splits, pipeline.finetune)
+        n_select = int(held.sum()) or cache.n_rows("dev")
     # A budget never draws the rows the fine-tune picks its epochs on: every point's fine-tune
     # selects on them, as the full one does.
-    eligible = np.flatnonzero(~held_for_selection(task, y, splits, pipeline.finetune))
+    eligible = np.flatnonzero(~held)
     unit = ladder.unit_of(task)
     counts = np.bincount(y[eligible]) if unit == "per_class" else np.array([len(eligible)])
     cfg = pipeline.curve
+    work = point_work(pipeline, tuned, n_select)
     rungs = ladder.ladder(unit, counts[counts > 0], budgets=cfg.budgets, draws=cfg.draws, until=cfg.draws_until,
-                          max_cost=cfg.max_cost)
+                          max_cost=cfg.max_cost, work=work)
     digest = curve_hash(pipeline, frozen.features, frozen.head, frozen.primary_metric)[:16]
     strata = ladder.strata(task, y[eligible])
     places = {d: ladder.positions(strata, unit, cfg.seed, d) for d in range(max(r.draws for r in rungs))}
@@ -78,7 +86,26 @@ def plan_curve(pipeline: Pipeline, frozen: Record) -> CurvePlan:
                                                    "rows": len(rows), "draw": draw, "seed": cfg.seed,
                                                    "full": False}))
     directory = curve_dir(pipeline.runs_dir, pipeline.name, frozen.cache_key, digest)
-    return CurvePlan(frozen, unit, rungs, points, directory, path, len(y))
+    return CurvePlan(frozen, unit, rungs, points, directory, path, len(y), work, work(len(eligible)))
+
+
+def point_work(pipeline: Pipeline, tuned: Record, n_select: int) -> Callable[[int], float]:
+    """rows -> the backbone forward-pass equivalents a point's fine-tune on that many rows is
+    expected to cost: the full run `tuned` trained its rows for `tuned.epochs` epochs, and a run
+    on fewer rows trains more epochs of fewer steps (featx.finetune.convergence.expected_epochs).
+    The ladder's cost cap counts this work, not rows: a small budget's fine-tune costs far more
+    than its share of the rows."""
+    from featx.finetune.convergence import auto_max_epochs, expected_epochs, expected_forward_passes
+
+    cfg = pipeline.finetune
+
+    def work(rows: int) -> float:
+        cap = cfg.max_epochs or auto_max_epochs(rows, cfg.batch_size)
+        epochs = expected_epochs(rows, tuned.n_train, tuned.epochs, cap)
+        return expected_forward_passes(rows, n_select, tuned.n_eval, epochs=epochs, candidates=len(cfg.learning_rates),
+                                       strategy=tuned.hyperparameters["search"], max_epochs=cap,
+                                       patience=cfg.patience)
+    return work
 
 
 def run_curve(pipeline: Pipeline) -> CurvePlan:
@@ -88,9 +115,8 @@ def run_curve(pipeline: Pipeline) -> CurvePlan:
     from featx.probe.stage import run_probe
 
     run_probe(pipeline)
-    run_finetune(pipeline)  # the full split's tuned side, which the report reads with the verdict
-    frozen = _frozen_choice(pipeline)
-    plan = plan_curve(pipeline, frozen)
+    tuned = run_finetune(pipeline)  # the full split's tuned side, which the report reads with the verdict
+    plan = plan_curve(pipeline, _frozen_choice(pipeline), tuned)
     writable_dir(plan.directory, root=pipeline.root)
     # The points of this ladder: a folder may hold more, of another ladder of the same draws.
     status = {"config_hash": plan.directory.name.removeprefix("curve-"), "planned": len(plan.points),
@@ -102,7 +128,7 @@ def run_curve(pipeline: Pipeline) -> CurvePlan:
         where = plan.directory / point_name(point.label_budget)
         frozen_record = _frozen_point(pipeline, plan, point, where / "probe")
         tuned_record = run_budget(pipeline, point.rows, where / "finetune", point.label_budget)
-        metric = frozen.primary_metric
+        metric = plan.frozen.primary_metric
         log.info("curve point %d of %d: %s, draw %d (%d rows): frozen %s = %.4f, fine-tune %.4f%s", k,
                  len(plan.points), _budget_text(point.rung.size, plan.unit), point.draw, len(point.rows), metric,
                  frozen_record.metrics[metric], tuned_record.metrics[metric],
@@ -124,15 +150,18 @@ def _frozen_choice(pipeline: Pipeline) -> Record:
 
 
 def _announce(plan: CurvePlan, pipeline: Pipeline) -> None:
-    """The curve's expected work before it starts: its points, and their training rows against
-    the full fine-tune's (the fine-tunes' cost grows with the rows they train on)."""
+    """The curve's expected work before it starts: its points, and their fine-tunes' expected
+    forward passes against the full fine-tune's."""
     rows = sum(len(p.rows) for p in plan.points)
+    expected = sum(plan.work(len(p.rows)) for p in plan.points)
     ladder_text = ", ".join(f"{_budget_text(r.size, plan.unit)}{f' x{r.draws}' if r.draws > 1 else ''}"
                             for r in plan.rungs[:-1])
     log.info("curve plan: %s on %s: budgets %s, then the full split (%s rows: the verdict's records); "
-             "%d points, each a probe and a fine-tune, training on %s rows in all, %.1fx the full split's",
+             "%d points, each a probe and a fine-tune, training on %s rows in all; their fine-tunes are expected "
+             "to cost about %s backbone forward-pass equivalents, %.1fx the full fine-tune's (curve.max_cost = %g)",
              plan.frozen.features + "/" + plan.frozen.head, pipeline.name, ladder_text or "none",
-             f"{plan.n_train:,}", len(plan.points), f"{rows:,}", rows / max(1, plan.n_train))
+             f"{plan.n_train:,}", len(plan.points), f"{rows:,}", f"{expected:,.0f}",
+             expected / plan.full_work, pipeline.curve.max_cost)
 
 
 def _budget_text(size: int, unit: str) -> str:

@@ -42,10 +42,10 @@ from featx.runs.records import (cache_facts, checkpoint_path, finetune_dir, fine
 from featx.cache.plan import CachedPlan, cached_plan
 from featx.data.splits import label_assignment
 from featx.tasks import TASKS
-from featx.finetune.convergence import auto_max_epochs
+from featx.finetune.convergence import auto_max_epochs, worst_case_epochs
 from featx.finetune.record import CAPS, build_record, evaluate
 from featx.finetune.search import search
-from featx.finetune.training import Setup, check_learning_rate, scoring_period, worst_case_epochs
+from featx.finetune.training import Setup, check_learning_rate, scoring_period
 
 log = logging.getLogger("featx")
 

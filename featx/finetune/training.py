@@ -137,18 +137,6 @@ def check_learning_rate(lr: float) -> None:
                     lr, WARN_LR)
 
 
-def worst_case_epochs(n_candidates: int, max_epochs: int, strategy: str) -> int:
-    """Epochs the search trains at most: full trains every candidate to the cap; halving trains
-    every alive candidate one more epoch per round, then the last one to the cap."""
-    if n_candidates == 1 or strategy == "full":
-        return n_candidates * max_epochs
-    alive, rung, epochs = n_candidates, 1, 0
-    while alive > 1:
-        epochs += alive
-        alive, rung = math.ceil(alive / 2), rung + 1
-    return epochs + max(0, max_epochs - (rung - 1))
-
-
 def _spent(candidates: list[Candidate]) -> float:
     return sum(c.seconds for c in candidates)
 
@@ -204,12 +192,9 @@ def _due(setup: Setup, candidate: Candidate, epoch: int, until: int, since: int)
 
 
 def scoring_period(setup: Setup) -> int:
-    """Epochs between scores: enough to train on as many rows as the selection split holds, so
-    that scoring costs at most about a third of training (a forward pass against a forward and a
-    backward), but short enough that the plateau rule's `patience` scores, and one more, fit in
-    half the epoch cap. A training split as large as the selection split is scored every epoch."""
-    rows = math.ceil(len(setup.select.labels) / max(1, len(setup.train.labels)))
-    return max(1, min(rows, setup.max_epochs // (2 * (setup.cfg.patience + 1))))
+    """Epochs between scores of this run (featx.finetune.convergence.scoring_period)."""
+    return convergence.scoring_period(len(setup.select.labels), len(setup.train.labels), setup.max_epochs,
+                                      setup.cfg.patience)
 
 
 def _cool_before_cap(setup: Setup, candidate: Candidate, epoch: int) -> None:
@@ -351,7 +336,7 @@ def _estimate(setup: Setup, everyone: list[Candidate], candidate: Candidate, rat
     done = sum(c.step for c in everyone)
     left = max(0, setup.worst_steps - done)
     # Scoring costs at most about a third of training (`_due`), or an epoch's worth when train is larger.
-    epochs = worst_case_epochs(len(everyone), setup.max_epochs, setup.strategy)
+    epochs = convergence.worst_case_epochs(len(everyone), setup.max_epochs, setup.strategy)
     evals = min(epochs * len(setup.select.labels), epochs * len(setup.train.labels) + len(setup.select.labels))
     log.info("%.1f optimizer steps/s on this machine (%s): the search takes at most about %s more "
              "(%d steps, and %d rows scored on the selection split), less when it converges early; "

@@ -4,8 +4,8 @@ No torch.
 A classification curve counts its budgets per class (8, 16, 32, ... rows of each class; a class
 with fewer rows gives all it has), a regression or multilabel curve in rows (64, 128, 256, ...);
 the ladder doubles until the full training split, which is its last rung. Small budgets are
-drawn several times (their scores vary most), larger ones once, within a cost: the rungs' rows,
-draws included, at most twice the full split's (`ladder`).
+drawn several times (their scores vary most), larger ones once, within a cost: the points'
+expected work, draws included, at most twice the full split's (`ladder`).
 
 Each draw orders the training rows once, and every budget of that draw takes a prefix of the
 order: a budget's rows hold every smaller budget's rows of the same draw (nested), so the curve
@@ -15,6 +15,7 @@ interleaved in proportion, so that every prefix holds each stratum's share.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,7 +46,8 @@ def unit_of(task: str) -> str:
 
 
 def ladder(unit: str, counts: np.ndarray, *, budgets: tuple[int, ...] = (), draws: tuple[int, ...] = (5, 3),
-           until: tuple[int, ...] = (), max_cost: float = 2.0) -> list[Rung]:
+           until: tuple[int, ...] = (), max_cost: float = 2.0,
+           work: Callable[[int], float] = float) -> list[Rung]:
     """The rungs below the full split and the full split. `counts`: the training rows of each
     class (per_class), or one count, all rows (rows).
 
@@ -53,9 +55,11 @@ def ladder(unit: str, counts: np.ndarray, *, budgets: tuple[int, ...] = (), draw
     rows than the next (with a long tail of small classes, per-class budgets past the small
     classes' size add few rows: such a rung costs a fine-tune and shows little). A rung up to
     until[i] (default DRAWS_UNTIL[unit]) is drawn draws[i] times (the first such i), a larger
-    one once. Then, while the rungs' rows (draws included) pass `max_cost` times the full
+    one once. Then, while the rungs' work (draws included) passes `max_cost` times the full
     split's, the rung costing most loses a draw, or, with one draw each, an automatic ladder
-    loses its largest rung: the curve's fine-tunes cost about `max_cost` full ones at most."""
+    loses its largest rung: the curve's fine-tunes cost about `max_cost` full ones at most.
+    `work(rows)`: the expected work of a point training on `rows` rows (default: the rows; a
+    fine-tune on fewer rows trains more epochs, which featx.curve.stage's estimate counts)."""
     counts = np.asarray(counts, np.int64)
     largest, total = int(counts.max()), int(counts.sum())
     sizes = sorted({int(b) for b in budgets if b < largest}) if budgets else _doubling(FIRST[unit], largest)
@@ -63,10 +67,11 @@ def ladder(unit: str, counts: np.ndarray, *, budgets: tuple[int, ...] = (), draw
         sizes = _spaced(sizes, counts, total)
     table = list(zip(until or DRAWS_UNTIL[unit], draws))
     drawn = {size: next((d for bound, d in table if size <= bound), 1) for size in sizes}
-    while sizes and sum(drawn[k] * rows_at(counts, k) for k in sizes) > max_cost * total:
+    cost = {size: work(rows_at(counts, size)) for size in sizes}
+    while sizes and sum(drawn[k] * cost[k] for k in sizes) > max_cost * work(total):
         several = [k for k in sizes if drawn[k] > 1]
         if several:
-            drawn[max(several, key=lambda k: drawn[k] * rows_at(counts, k))] -= 1
+            drawn[max(several, key=lambda k: drawn[k] * cost[k])] -= 1
         elif budgets:
             break  # the sizes asked for stay, each drawn once
         else:

@@ -86,7 +86,7 @@ def test_the_report_and_open_curve_carry_the_curve_and_finished_points_are_reuse
     curve = verdict["label_curve"]
     assert [b["size"] for b in curve["budgets"]] == [4, 16, None] and curve["complete"]
     assert [b["draws"] for b in curve["budgets"]] == [2, 2, 1] and curve["unit"] == "per_class"
-    assert "On the learning curve" in verdict["text"]
+    assert "On the learning curve" in verdict["text"] and "one draw of rows" not in verdict["text"]
     full = curve["budgets"][-1]  # the verdict's own two records
     assert full["frozen"]["value"] == pytest.approx(verdict["frozen"]["metrics"]["accuracy"])
     assert full["tuned"]["value"] == pytest.approx(verdict["tuned"]["metrics"]["accuracy"])
@@ -187,3 +187,4 @@ draws = [1]
     assert main(["-q", "all", str(pipeline)]) == 0
     out = capsys.readouterr().out
     assert "curve" in out.splitlines()[-1] and "On the learning curve" in out  # the stage times, the verdict
+    assert "Each budget is one draw of rows" in out  # its intervals leave out which rows were drawn

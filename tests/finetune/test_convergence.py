@@ -121,6 +121,18 @@ def test_the_automatic_cap_is_generous():
     assert C.cooldown_epochs(5) == 1 and C.cooldown_epochs(15) == 2
 
 
+def test_the_expected_work_of_a_fine_tune_counts_as_its_record_does():
+    # TREC coarse's 8-per-class point, as measured: 48 rows, two learning rates by halving, the
+    # kept one 60 epochs scored every 7 on 538 rows, then the 538-row report split: 15,240.
+    assert C.scoring_period(538, 48, 60, 3) == 7
+    assert C.expected_forward_passes(48, 538, 538, epochs=60, candidates=2, strategy="halving", max_epochs=60,
+                                     patience=3) == 3 * 48 * 61 + 538 * 11 + 538 == 15_240
+    # Fewer rows train more epochs, at most the cap; the full split's own epochs are its own.
+    assert C.expected_epochs(4305, 4305, 7, 45) == 7
+    assert 7 < C.expected_epochs(384, 4305, 7, 60) < C.expected_epochs(96, 4305, 7, 60) < 60
+    assert C.expected_epochs(10, 100_000, 7, 60) == 60
+
+
 @pytest.mark.parametrize("lost, won, kept", [(40, 35, "annealed"), (120, 20, "best")])
 def test_the_annealed_epoch_is_kept_unless_the_best_is_better_beyond_noise(tmp_path, lost, won, kept):
     """The best of many noisy epochs is partly luck: the cooldown's last epoch is kept unless

@@ -223,7 +223,7 @@ def test_a_capped_run_continues_from_its_last_epoch_under_a_larger_cap(make_pipe
 
 
 def test_the_plan_and_an_estimate_are_said_before_training(make_pipeline, tmp_path, caplog):
-    from featx.finetune.training import worst_case_epochs
+    from featx.finetune.convergence import worst_case_epochs
 
     assert worst_case_epochs(2, 10, "halving") == 2 + 9  # both one epoch, the better one to 10
     assert worst_case_epochs(4, 10, "halving") == 4 + 2 + 8 and worst_case_epochs(3, 5, "full") == 15

@@ -36,6 +36,17 @@ def test_draws_and_rungs_give_way_to_the_cost_cap():
         <= 0.5 * counts.sum()
 
 
+def test_the_cost_cap_counts_the_expected_work_of_a_point_not_its_rows():
+    counts = np.array([1000, 1000, 900, 800, 700, 600])  # 5,000 rows
+    by_rows = ladder.ladder("per_class", counts)
+    # A fine-tune on a few rows trains many epochs of few steps: every point costs at least 20%
+    # of the full split's work here, so fewer draws and rungs fit in twice the full work.
+    work = lambda rows: max(rows, 1000.0)  # noqa: E731
+    rungs = ladder.ladder("per_class", counts, work=work)
+    spent = sum(r.draws * work(ladder.rows_at(counts, r.size)) for r in rungs[:-1])
+    assert spent <= 2.0 * work(5000) and sum(r.draws for r in rungs) < sum(r.draws for r in by_rows)
+
+
 def test_a_given_ladder_keeps_budgets_below_the_full_split_and_its_own_draws():
     rungs = ladder.ladder("per_class", np.array([100, 100]), budgets=(50, 10, 400), draws=(4, 2), until=(10, 50))
     assert [(r.size, r.draws, r.full) for r in rungs] == [(10, 4, False), (50, 2, False), (100, 1, True)]
