@@ -324,8 +324,8 @@ class CurveConfig:
     max_cost: float = 2.0
     """The most work the curve's fine-tunes are expected to take together, in full-data
     fine-tunes (backbone forward passes; a small budget trains more epochs per row, which the
-    estimate counts): past it the costliest budget loses a draw, and an automatic ladder its
-    largest budget. On a small dataset 2.0 leaves one draw per budget; raise it for more draws."""
+    estimate counts): past it the largest budget drawn more than once loses a draw, and an automatic ladder its
+    largest budget. 2.0 leaves one or two draws at the smallest budgets; raise it for more."""
 
     def __post_init__(self):
         if not self.max_cost > 0:

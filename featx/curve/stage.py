@@ -65,7 +65,8 @@ def plan_curve(pipeline: Pipeline, frozen: Record, tuned: Record) -> CurvePlan:
     with Cache(path) as cache:
         task, y, splits = cache.task, cache.labels("train"), cache.splits
         held = held_for_selection(task, y, splits, pipeline.finetune)
-        n_select = int(held.sum()) or cache.n_rows("dev")
+        # The fine-tune selects on dev when there are dev and test splits, else on the held rows.
+        n_select = cache.n_rows("dev") if {"dev", "test"} <= set(splits) else int(held.sum())
     # A budget never draws the rows the fine-tune picks its epochs on: every point's fine-tune
     # selects on them, as the full one does.
     eligible = np.flatnonzero(~held)
@@ -92,9 +93,10 @@ def plan_curve(pipeline: Pipeline, frozen: Record, tuned: Record) -> CurvePlan:
 def point_work(pipeline: Pipeline, tuned: Record, n_select: int) -> Callable[[int], float]:
     """rows -> the backbone forward-pass equivalents a point's fine-tune on that many rows is
     expected to cost: the full run `tuned` trained its rows for `tuned.epochs` epochs, and a run
-    on fewer rows trains more epochs of fewer steps (featx.finetune.convergence.expected_epochs).
-    The ladder's cost cap counts this work, not rows: a small budget's fine-tune costs far more
-    than its share of the rows."""
+    on fewer rows trains more epochs of fewer steps (featx.finetune.convergence.expected_epochs),
+    with the search `tuned` ran (a curve on another device may search otherwise). The ladder's
+    cost cap counts this work, not rows: a small budget's fine-tune costs far more than its
+    share of the rows."""
     from featx.finetune.convergence import auto_max_epochs, expected_epochs, expected_forward_passes
 
     cfg = pipeline.finetune
@@ -158,7 +160,8 @@ def _announce(plan: CurvePlan, pipeline: Pipeline) -> None:
                             for r in plan.rungs[:-1])
     log.info("curve plan: %s on %s: budgets %s, then the full split (%s rows: the verdict's records); "
              "%d points, each a probe and a fine-tune, training on %s rows in all; their fine-tunes are expected "
-             "to cost about %s backbone forward-pass equivalents, %.1fx the full fine-tune's (curve.max_cost = %g)",
+             "to cost about %s backbone forward-pass equivalents, %.1fx the estimate for the full fine-tune "
+             "(curve.max_cost = %g)",
              plan.frozen.features + "/" + plan.frozen.head, pipeline.name, ladder_text or "none",
              f"{plan.n_train:,}", len(plan.points), f"{rows:,}", f"{expected:,.0f}",
              expected / plan.full_work, pipeline.curve.max_cost)

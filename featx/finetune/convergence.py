@@ -1,4 +1,5 @@
-"""When a fine-tune has learned what it can: its learning-rate schedule and its plateau rule.
+"""When a fine-tune has learned what it can: its learning-rate schedule and its plateau rule, how
+often it is scored, and how much work it is expected to take (the learning curve's cost cap).
 No torch: the training loop (featx.finetune.training) asks these functions and keeps their state.
 
 The schedule is warmup-stable-decay: the rate rises linearly to its peak, stays there while the
@@ -30,8 +31,8 @@ NOMINAL_STEPS, NOMINAL_EPOCHS = 1500, (4, 20)
 CAP_STEPS, CAP_EPOCHS = 6000, (10, 60)
 # How a fine-tune's epochs grow as its rows shrink (expected_epochs): measured on TREC coarse
 # and fine, whose budgets of 48 to 2,716 rows trained 7 to 60 epochs against the full 4,305
-# rows' 7 and 13. With it, their curves' summed forward passes are estimated at 1.02x and 1.33x
-# what they measured (single points 0.6x to 1.9x).
+# rows' 7 and 13. With it, their curves' summed forward passes are estimated at 1.00x and 1.32x
+# what they measured; single points at 0.6x to 2.0x (the smallest budgets under, the middle over).
 EPOCHS_EXPONENT = 0.4
 # The cooldown: this share of the epochs trained before it, at least one epoch.
 COOLDOWN_SHARE = 0.1
@@ -85,12 +86,21 @@ def expected_epochs(n_train: int, full_rows: int, full_epochs: int, max_epochs: 
 def expected_forward_passes(n_train: int, n_select: int, n_report: int, *, epochs: float, candidates: int,
                             strategy: str, max_epochs: int, patience: int) -> float:
     """Backbone forward-pass equivalents of a fine-tune (as its record counts them: a training row
-    3, a scored row 1) whose kept learning rate trains `epochs` epochs: the search's epochs
-    (worst_case_epochs with `epochs` as the cap), the selection split scored every
-    scoring_period epochs and for every epoch the other candidates train, the report split once."""
+    3, a scored row 1) whose learning rates each train `epochs` epochs at most: the search's
+    epochs (worst_case_epochs with `epochs` as the cap), the selection split scored as the
+    training loop scores it, the report split once. Halving scores every candidate after each
+    of its rounds (one epoch each), then the last one every scoring_period epochs; a full search
+    scores each candidate every scoring_period epochs."""
     kept = max(1, math.ceil(epochs))
+    period = scoring_period(n_select, n_train, max_epochs, patience)
     trained = worst_case_epochs(candidates, kept, strategy)
-    scores = (trained - kept) + math.ceil(kept / scoring_period(n_select, n_train, max_epochs, patience)) + 1
+    if candidates == 1 or strategy == "full":
+        scores = candidates * math.ceil(kept / period)
+    else:
+        alive, rounds = candidates, 0
+        while alive > 1:
+            alive, rounds = math.ceil(alive / 2), rounds + 1
+        scores = (trained - kept) + rounds + math.ceil(max(0, kept - rounds) / period)
     return float(3 * n_train * trained + n_select * scores + n_report)
 
 

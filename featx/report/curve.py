@@ -193,10 +193,11 @@ def curve_text(curve: dict) -> str:
                  f"{curve['metric']} to the frozen side and {_gain_text(doubling['tuned'])} to the fine-tune "
                  "(extrapolated from the fitted curves).")
     text += _cost_text(curve)
-    if len(curve["budgets"]) > 1 and curve["budgets"][0]["draws"] == 1:
-        text += (" Each budget is one draw of rows: its interval covers the test rows, not which rows were "
-                 "drawn, which moves a small budget's scores by several points (a larger curve.max_cost "
-                 "draws the small budgets again).")
+    below = curve["budgets"][:-1]
+    if curve["complete"] and below and all(b["draws"] == 1 for b in below):
+        text += (" Each budget below your rows is one draw of rows: its interval covers the test rows, not which "
+                 "rows were drawn, which moves a small budget's scores by several points (`curve.draws`, within "
+                 "`curve.max_cost`, draws the small budgets again).")
     unconverged, measured = curve["not_converged"], tuned_points(curve)
     if unconverged:
         text += (f" {len(unconverged)} of the curve's {len(measured)} fine-tunes below the full split stopped "

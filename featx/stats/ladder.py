@@ -5,7 +5,7 @@ A classification curve counts its budgets per class (8, 16, 32, ... rows of each
 with fewer rows gives all it has), a regression or multilabel curve in rows (64, 128, 256, ...);
 the ladder doubles until the full training split, which is its last rung. Small budgets are
 drawn several times (their scores vary most), larger ones once, within a cost: the points'
-expected work, draws included, at most twice the full split's (`ladder`).
+expected work, draws included, at most `max_cost` times the full split's (`ladder`).
 
 Each draw orders the training rows once, and every budget of that draw takes a prefix of the
 order: a budget's rows hold every smaller budget's rows of the same draw (nested), so the curve
@@ -56,8 +56,10 @@ def ladder(unit: str, counts: np.ndarray, *, budgets: tuple[int, ...] = (), draw
     classes' size add few rows: such a rung costs a fine-tune and shows little). A rung up to
     until[i] (default DRAWS_UNTIL[unit]) is drawn draws[i] times (the first such i), a larger
     one once. Then, while the rungs' work (draws included) passes `max_cost` times the full
-    split's, the rung costing most loses a draw, or, with one draw each, an automatic ladder
-    loses its largest rung: the curve's fine-tunes cost about `max_cost` full ones at most.
+    split's, the largest budget drawn more than once loses a draw, or, with one draw each, an
+    automatic ladder loses its largest rung, and the work a lost rung leaves gives the smallest
+    budgets their draws back: an automatic ladder's points cost at most `max_cost` full-split
+    points (budgets given stay, each drawn once at least).
     `work(rows)`: the expected work of a point training on `rows` rows (default: the rows; a
     fine-tune on fewer rows trains more epochs, which featx.curve.stage's estimate counts)."""
     counts = np.asarray(counts, np.int64)
@@ -68,14 +70,25 @@ def ladder(unit: str, counts: np.ndarray, *, budgets: tuple[int, ...] = (), draw
     table = list(zip(until or DRAWS_UNTIL[unit], draws))
     drawn = {size: next((d for bound, d in table if size <= bound), 1) for size in sizes}
     cost = {size: work(rows_at(counts, size)) for size in sizes}
-    while sizes and sum(drawn[k] * cost[k] for k in sizes) > max_cost * work(total):
+    cap, wanted = max_cost * work(total), dict(drawn)
+
+    def spent() -> float:
+        return sum(drawn[k] * cost[k] for k in sizes)
+    while sizes and spent() > cap:
         several = [k for k in sizes if drawn[k] > 1]
         if several:
-            drawn[max(several, key=lambda k: drawn[k] * cost[k])] -= 1
+            drawn[max(several)] -= 1
         elif budgets:
             break  # the sizes asked for stay, each drawn once
         else:
             sizes = sizes[:-1]
+    # What a dropped rung left: the smallest budgets get draws back, one each in turn.
+    added = True
+    while added:
+        added = False
+        for k in sizes:
+            if drawn[k] < wanted[k] and spent() + cost[k] <= cap:
+                drawn[k], added = drawn[k] + 1, True
     return [Rung(size, drawn[size]) for size in sizes] + [Rung(largest, 1, full=True)]
 
 

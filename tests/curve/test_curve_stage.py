@@ -187,4 +187,4 @@ draws = [1]
     assert main(["-q", "all", str(pipeline)]) == 0
     out = capsys.readouterr().out
     assert "curve" in out.splitlines()[-1] and "On the learning curve" in out  # the stage times, the verdict
-    assert "Each budget is one draw of rows" in out  # its intervals leave out which rows were drawn
+    assert "Each budget below your rows is one draw of rows" in out  # its intervals leave out which rows were drawn

@@ -127,6 +127,12 @@ def test_the_expected_work_of_a_fine_tune_counts_as_its_record_does():
     assert C.scoring_period(538, 48, 60, 3) == 7
     assert C.expected_forward_passes(48, 538, 538, epochs=60, candidates=2, strategy="halving", max_epochs=60,
                                      patience=3) == 3 * 48 * 61 + 538 * 11 + 538 == 15_240
+    # The full run it was drawn from, exactly as measured: 4,305 rows, 7 epochs scored every epoch.
+    assert C.expected_forward_passes(4305, 538, 538, epochs=7, candidates=2, strategy="halving", max_epochs=45,
+                                     patience=3) == 108_162
+    # A full search (on CUDA) trains and scores every candidate every period to its end.
+    assert C.expected_forward_passes(48, 538, 538, epochs=60, candidates=2, strategy="full", max_epochs=60,
+                                     patience=3) == 3 * 48 * 120 + 538 * 2 * 9 + 538
     # Fewer rows train more epochs, at most the cap; the full split's own epochs are its own.
     assert C.expected_epochs(4305, 4305, 7, 45) == 7
     assert 7 < C.expected_epochs(384, 4305, 7, 60) < C.expected_epochs(96, 4305, 7, 60) < 60

@@ -45,6 +45,19 @@ def test_the_cost_cap_counts_the_expected_work_of_a_point_not_its_rows():
     rungs = ladder.ladder("per_class", counts, work=work)
     spent = sum(r.draws * work(ladder.rows_at(counts, r.size)) for r in rungs[:-1])
     assert spent <= 2.0 * work(5000) and sum(r.draws for r in rungs) < sum(r.draws for r in by_rows)
+    # The largest budgets lose their draws first: the smallest, whose scores vary most, keep theirs.
+    three = ladder.ladder("per_class", counts, work=work, max_cost=3.0)
+    assert [r.draws for r in three[:3]] == [5, 2, 1] and all(a.draws >= b.draws for a, b in zip(three, three[1:]))
+
+
+def test_the_work_a_dropped_rung_leaves_draws_the_smallest_budgets_again():
+    counts = np.array([5000])  # rows: 64, 128, ..., 2048, then the full 5,000
+    work = lambda rows: 1500.0 + rows  # noqa: E731  every point costs 1,500 more than its rows
+    rungs = ladder.ladder("rows", counts, work=work, max_cost=2.0)
+    spent = sum(r.draws * work(ladder.rows_at(counts, r.size)) for r in rungs[:-1])
+    # One draw each costs 13,032 > 2 x 6,500: 2,048 goes, and its work draws 64 and 128 again.
+    assert [(r.size, r.draws) for r in rungs] == [(64, 2), (128, 2), (256, 1), (512, 1), (1024, 1), (5000, 1)]
+    assert spent <= 2.0 * work(5000)
 
 
 def test_a_given_ladder_keeps_budgets_below_the_full_split_and_its_own_draws():
