@@ -2,13 +2,17 @@
 
     featx extract pipelines/trec.toml [section.key=value ...]
 
-User errors (`FeatxError`) print one message and exit with status 2, without a traceback.
+User errors (`FeatxError`) print one message and exit with status 2, without a traceback. Ctrl-C
+and SIGTERM stop a command the same way (files written whole or not at all, a fine-tune
+resumable from its last score) and say so: status 130 and 143.
 """
 from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from featx.config.pipeline import Pipeline
@@ -218,7 +222,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the command is, as Ctrl-C's KeyboardInterrupt is (a BaseException
+    like it, so that `except Exception` passes it on; not a KeyboardInterrupt, which
+    scikit-learn's MLP catches and returns from half-trained)."""
+
+
+def _terminated(signum, frame) -> None:
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
+    # Python's default SIGTERM ends the process where it is, without its `finally` blocks: the
+    # temporary files of a write in progress would stay, and nothing would say how to resume.
+    previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() \
+        else None
+    try:
+        return _main(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     # Overrides may follow a flag (`featx predict P in.csv --finetuned key=value`), where
     # argparse has already closed the positional list: such leftovers are overrides too.
@@ -227,9 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     if stray:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
     args.overrides = list(getattr(args, "overrides", [])) + rest  # `keys` takes none
-    level = logging.DEBUG if args.verbose else logging.INFO
-    logging.basicConfig(level=level,
-                        format="featx: %(message)s", stream=sys.stderr)
+    # -v is featx's own debug lines; the libraries it calls (matplotlib's font search: ~30 lines)
+    # stay at INFO.
+    logging.basicConfig(level=logging.INFO, format="featx: %(message)s", stream=sys.stderr)
+    logging.getLogger("featx").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     try:
         if args.command == "keys":
             return cmd_keys(args.section)
@@ -243,10 +270,10 @@ def main(argv: list[str] | None = None) -> int:
     except FeatxError as exc:
         print(f"featx: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("featx: interrupted; rerun the same command to resume where it stopped",
-              file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, Terminated) as exc:
+        stopped = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"featx: {stopped}; rerun the same command to resume where it stopped", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
     return 0
 
 

@@ -171,3 +171,10 @@ def test_an_export_folder_where_a_pipeline_goes_is_named(project, tmp_path, caps
         assert main(command) == 2
         err = capsys.readouterr().err
         assert "written by featx export, not a pipeline file" in err and "featx.load_predictor(" in err, err
+
+
+def test_verbose_adds_featx_s_debug_lines_not_the_libraries(project, tmp_path):
+    # A report draws its plots with matplotlib, whose font search logs ~30 lines at DEBUG.
+    result = run_featx("-v", "report", str(pipeline_toml(tmp_path, project)))
+    assert result.returncode == 0, result.stderr
+    assert not [line for line in result.stderr.splitlines() if "matplotlib" in line or "findfont" in line]

@@ -22,7 +22,8 @@ class _Loading:
         return self
 
     def __exit__(self, kind, exc, tb):
-        if exc is None or isinstance(exc, (FeatxError, KeyboardInterrupt, MemoryError)):
+        # An interrupt (Ctrl-C, SIGTERM: BaseExceptions) or a featx error passes as it is.
+        if exc is None or not isinstance(exc, Exception) or isinstance(exc, (FeatxError, MemoryError)):
             return False
         raise FeatxError(f"the {self.what} in {self.path} cannot be loaded ({type(exc).__name__}: "
                          f"{str(exc).splitlines()[0][:300] if str(exc) else ''}); the model files are "

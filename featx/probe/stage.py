@@ -25,7 +25,7 @@ from featx.config.pipeline import MODEL_POOLING_NAMES, Pipeline, ProbeConfig
 from featx.errors import FeatxError
 from featx.files import writable_dir
 from featx.probe.job import TEXT, Features, probe_one
-from featx.runs.schema import Record, metric_text
+from featx.runs.schema import Record, metric_text, spread_text
 from featx.runs.records import configuration, probe_config_hash, probe_dir, read_records, read_run_status, record_name, write_json, write_record, write_run_status
 from featx.runs.choice import selection_difference_se, selection_score, stored_selection
 from featx.probe.search import choose_protocol
@@ -430,7 +430,7 @@ def format_table(records: list[Record], runs_dir=None) -> str:
         for k in names:
             value = r.metrics[k]
             std = r.metrics_std[k]
-            cells.append(metric_text(value) + (f"±{metric_text(std)}" if std else ""))
+            cells.append(metric_text(value) + spread_text(std, value))
         low, high = r.metrics_ci[primary] or (float("nan"), float("nan"))
         rows.append(["*" if choice is not None and r is choice.record else "", r.features, r.head,
                      r.protocol["name"], *cells, f"[{metric_text(low)}, {metric_text(high)}]", f"{r.fit_seconds or 0:.1f}"])

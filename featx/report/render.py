@@ -10,7 +10,7 @@ import html
 import io
 import math
 
-from featx.runs.schema import Record, metric_text
+from featx.runs.schema import Record, metric_text, spread_text
 from featx.runs.choice import selection_score
 from featx.report.collected import Collected
 from featx.report.curve import curve_rows
@@ -60,9 +60,7 @@ def table_rows(all_rows: list[dict]) -> tuple[list[str], list[list[str]]]:
               *[m for m in task_metrics if m != primary], "train s", "backbone passes", "cache MB", "note"]
     cells = []
     for row in all_rows:
-        spread = row["primary_std"]  # over seeds: none shown for one seed, or seeds alike to rounding
-        std = (f" ± {metric_text(spread)}" if _finite(spread)
-               and spread > 1e-12 * max(1.0, abs(row["primary"]) if _finite(row["primary"]) else 1.0) else "")
+        std = spread_text(row["primary_std"], row["primary"])  # over seeds
         interval = (f" [{metric_text(row['primary_ci_low'])}, {metric_text(row['primary_ci_high'])}]"
                     if _finite(row["primary_ci_low"]) and _finite(row["primary_ci_high"]) else "")
         note = {"majority": "baseline: majority", "lexical": "baseline: TF-IDF"}.get(row["baseline"], "")

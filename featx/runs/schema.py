@@ -9,6 +9,7 @@ runs' status are `featx.runs.records`'; the choice among records `featx.runs.cho
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -268,3 +269,13 @@ def metric_text(value: float, digits: int = 4) -> str:
     if value == value and magnitude != float("inf") and (0 < magnitude < 0.5 * 10 ** -digits or magnitude >= 1e6):
         return f"{value:.{digits}g}"
     return f"{value:.{digits}f}"
+
+
+def spread_text(spread, value) -> str:
+    """A spread over seeds as the tables print it after the value (" ± 0.0123"), or "" for none:
+    one seed, a spread that is not a number, or seeds alike up to floating-point rounding
+    (1.1e-16 is the order of a summation, not a spread)."""
+    if not (isinstance(spread, (int, float)) and math.isfinite(spread)):
+        return ""
+    scale = abs(value) if isinstance(value, (int, float)) and math.isfinite(value) else 1.0
+    return f" ± {metric_text(spread)}" if spread > 1e-12 * max(1.0, scale) else ""

@@ -179,6 +179,12 @@ def _export_finetuned(m: Manifest, out: Path) -> None:
     _rescale_outputs(m, config, model)
     model.save_pretrained(out)
     B.load_tokenizer(resolved.path).save_pretrained(out)
+    # transformers writes model.safetensors through a private temporary file (mode 0600): every
+    # file of the export takes the mode of config.json, which the user's umask made.
+    mode = (out / "config.json").stat().st_mode & 0o777
+    for file in out.iterdir():
+        if file.is_file() and not file.is_symlink():
+            file.chmod(mode)
 
 
 def _classifier_config(m: Manifest, model_path):

@@ -33,3 +33,32 @@ def test_ctrl_c_during_the_mlp_interrupts(project, monkeypatch, ctrl_c):
     assert json.loads((runs(other) / "run.json").read_text())["finished"] is False
     assert mlp_record.read_bytes() == before  # no record of the interrupted fit
     FIGURES["checks"]["Ctrl-C in the MLP interrupts"] += 1
+
+
+def test_sigterm_during_the_mlp_stops_the_command_as_ctrl_c_does(project, tmp_path, monkeypatch, capsys):
+    """SIGTERM is not swallowed by scikit-learn (which catches KeyboardInterrupt and returns a
+    half-trained MLP): the command stops, writes no record of the fit, and says how to resume."""
+    from sklearn.neural_network import MLPClassifier
+
+    from featx.cli import main
+    from featx.config.load import load_pipeline
+    from tests.finished_project import pipeline_toml
+
+    real = MLPClassifier._backprop
+    calls = []
+
+    def terminated(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            signal.raise_signal(signal.SIGTERM)  # a real SIGTERM, in the middle of scikit-learn's loop
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(MLPClassifier, "_backprop", terminated)
+    toml = pipeline_toml(tmp_path, project)
+    other = load_pipeline(toml, ["probe.metric=mcc"])
+    mlp_record = runs(project) / "mean@2__mlp.json"
+    before, handler = mlp_record.read_bytes(), signal.getsignal(signal.SIGTERM)
+    assert main(["probe", str(toml), "probe.metric=mcc"]) == 143
+    assert "featx: terminated (SIGTERM); rerun the same command to resume" in capsys.readouterr().err
+    assert json.loads((runs(other) / "run.json").read_text())["finished"] is False
+    assert mlp_record.read_bytes() == before and not (runs(other) / "mean@2__mlp.json").exists()
+    assert signal.getsignal(signal.SIGTERM) == handler  # the caller's handler again

@@ -524,6 +524,24 @@ def test_metrics_far_from_one_are_printed_with_their_digits():
     assert metric_text(2.5e13) == "2.5e+13" and metric_text(float("nan")) == "nan"
 
 
+def test_a_spread_of_seeds_alike_to_rounding_is_no_spread_in_either_table(project):
+    """The probe's terminal table printed `0.6671±1.11e-16` for seeds that agreed to the last bit
+    but the order of a sum; both tables now print a spread by one rule."""
+    import dataclasses
+
+    from featx.probe.stage import format_table
+    from featx.runs.schema import spread_text
+    from tests.finished_project import runs
+
+    assert spread_text(1.11e-16, 0.6671) == "" and spread_text(None, 0.6671) == "" and spread_text(0.0, 0.5) == ""
+    assert spread_text(0.0123, 0.6671) == " ± 0.0123" and spread_text(float("nan"), 0.5) == ""
+    from featx.runs.records import read_records
+
+    record = next(r for r in read_records(runs(project)) if not r.baseline)
+    noisy = dataclasses.replace(record, metrics_std={k: 1.11e-16 for k in record.metrics})
+    assert "e-16" not in format_table([noisy]) and "±" not in format_table([noisy])
+
+
 def test_a_regression_fine_tune_near_the_training_mean_is_no_baseline_whatever_its_correlation(tmp_path):
     """Red team: a fine-tune whose loss stayed flat predicted the training mean to within 1e-3
     of the targets' spread, Pearson 0.89 with them, and the verdict said frozen features reach

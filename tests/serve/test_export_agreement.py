@@ -51,6 +51,14 @@ def edit_json(path: Path, change) -> None:
     path.write_text(json.dumps(change(json.loads(path.read_text()))))
 
 
+def test_every_file_of_an_export_has_one_mode(exports):
+    """transformers writes model.safetensors as 0600; the rest of an export is the umask's."""
+    for kind in ("finetuned", "frozen"):
+        modes = {f.relative_to(exports[kind]).as_posix(): f.stat().st_mode & 0o777
+                 for f in exports[kind].rglob("*") if f.is_file()}
+        assert len(set(modes.values())) == 1, modes
+
+
 def test_a_fine_tunes_manifest_agrees_with_its_config(copy):
     original = copy("finetuned")
     names = json.loads((original / "featx-predictor.json").read_text())["label_names"]
