@@ -240,19 +240,55 @@ def _floor_text(record: Record, floor: dict, primary: str) -> str:
 def _learned_nothing(described: str, frozen: Record, tuned: Record, floor: dict, *, primary: str,
                      pipeline: "Pipeline | None") -> str:
     """The verdict when the fine-tune is no better than predicting the majority class: it is no
-    baseline, so no ratio against it and no "frozen features beat it"."""
-    rates = tuned.hyperparameters["learning_rates"]
-    others = sorted({2e-5, 3e-5, 5e-5} - {float(r) for r in rates if r is not None}) or [1e-5]
-    rerun = _command_quoted(pipeline, "finetune", "finetune.learning_rates=" + str(others).replace(" ", ""))
+    baseline, so no ratio against it and no "frozen features beat it". The advice follows from
+    its training loss (`_what_went_wrong`)."""
+    collapsed = "a constant" if floor.get("correlation") or floor.get("regression") else "one class"
+    reason, rerun = _what_went_wrong(tuned, collapsed, pipeline)
     return (f"No verdict against the fine-tune: it is not measurably better than {_baseline_name(floor)} "
-            f"({_floor_text(tuned, floor, primary)}): it learned nothing this "
-            f"{tuned.protocol['report_on']} split can see (a run collapsed to "
-            f"{'a constant' if floor.get('correlation') or floor.get('regression') else 'one class'}, "
-            "too few epochs, or learning rates that did "
-            "not suit), so it is no baseline to judge frozen features by. Rerun it with other "
-            f"learning rates or more epochs, e.g. {rerun}. "
+            f"({_floor_text(tuned, floor, primary)}): it learned nothing this {tuned.protocol['report_on']} "
+            f"split can see ({reason}), so it is no baseline to judge frozen features by. {rerun} "
             f"Meanwhile, {described[0].lower() + described[1:]} reach {primary} = "
             f"{_with_ci(frozen, primary)} on {frozen.n_eval:,} {frozen.protocol['report_on']} rows.")
+
+
+# A training loss whose last logged quarter averages at least this share of its first value
+# stayed flat.
+FLAT_LOSS = 0.9
+LARGER_RATES, SMALLER_RATES = (5e-5, 1e-4), (1e-5, 2e-5, 3e-5)
+
+
+def _what_went_wrong(tuned: Record, collapsed: str, pipeline: "Pipeline | None") -> tuple[str, str]:
+    """(why a fine-tune learned nothing, the rerun that addresses it), from its training loss: a
+    loss that stayed flat did not learn (more epochs, a larger rate); a loss that fell fitted the
+    training rows without what carries to new ones, or a rate too large collapsed it (smaller
+    rates). Without a loss curve, the possible causes and other rates."""
+    tried = {float(r) for r in tuned.hyperparameters["learning_rates"] if r is not None}
+    logged = tuned.curve["loss"] if tuned.curve and "loss" in tuned.curve else []
+    losses = [float(value) for _, value in logged]
+    if len(losses) >= 2 and all(math.isfinite(v) for v in losses):
+        last = losses[-max(1, len(losses) // 4):]
+        first, end = losses[0], sum(last) / len(last)
+        trend = f"{metric_text(first)} to {metric_text(end)}"
+        if end >= FLAT_LOSS * first:
+            larger = [r for r in LARGER_RATES if not tried or r > max(tried)]
+            epochs = 2 * max(int(tuned.hyperparameters["max_epochs"] or 0), int(tuned.epochs or 0), 1)
+            extra = ([f"finetune.learning_rates={_rates(larger)}"] if larger else []) + [f"finetune.max_epochs={epochs}"]
+            return (f"its training loss stayed flat, {trend}: it did not learn",
+                    f"Rerun it with more epochs{' or a larger learning rate' if larger else ''}, e.g. "
+                    f"{_command_quoted(pipeline, 'finetune', *extra)}.")
+        smaller = [r for r in SMALLER_RATES if not tried or r < min(tried)] or [SMALLER_RATES[0]]
+        return (f"though its training loss fell, {trend}: it fitted the training rows without what carries to new "
+                f"ones, or a learning rate too large collapsed it to {collapsed}",
+                "Rerun it with smaller learning rates, e.g. "
+                f"{_command_quoted(pipeline, 'finetune', 'finetune.learning_rates=' + _rates(smaller))}.")
+    others = sorted({2e-5, 3e-5, 5e-5} - tried) or [1e-5]
+    return (f"a run collapsed to {collapsed}, too few epochs, or learning rates that did not suit",
+            "Rerun it with other learning rates or more epochs, e.g. "
+            f"{_command_quoted(pipeline, 'finetune', 'finetune.learning_rates=' + _rates(others))}.")
+
+
+def _rates(rates) -> str:
+    return str(list(rates)).replace(" ", "")
 
 
 def _overlap_note(frozen: Record) -> str:

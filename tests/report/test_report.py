@@ -311,8 +311,35 @@ def test_a_fine_tune_no_better_than_the_majority_class_is_no_baseline(tmp_path):
     assert text.startswith("No verdict against the fine-tune: it is not measurably better than predicting "
                            "the majority class"), text
     assert "beat the fine-tune" not in text and "of the fine-tuned" not in text and judged.quality_ratio is None
-    assert "finetune.learning_rates=[2e-05,3e-05,5e-05]" in text and "frozen features (mean, layer 3" in text
+    # Its training loss fell (1.0 to 0.4) at 1e-4: smaller rates, not more of the same.
+    assert "though its training loss fell, 1.0000 to 0.4000" in text, text
+    assert "finetune.learning_rates=[1e-05,2e-05,3e-05]" in text and "frozen features (mean, layer 3" in text
     assert "The frozen choice is not measurably better" not in text
+
+
+def test_the_advice_for_a_fine_tune_that_learned_nothing_follows_from_its_loss(tmp_path):
+    """A tiny model's collapsed fine-tune was told to rerun with `finetune.max_epochs=2` and lower
+    rates: a loss that stayed flat did not learn, which takes more epochs or a larger rate."""
+    y = labels(600)
+    frozen = with_predictions(fake("probe", "multiclass", "mean@3", "logistic", 0), predictions_for(y, 0.80, 1))
+    flat = {"loss": [[10, 1.386], [20, 1.384], [30, 1.389], [40, 1.385]], "select": [[1, 0.25], [2, 0.25]]}
+    # Twice the larger of its cap (2) and the epochs it trained (3).
+    for rates, said in (([2e-5], "'finetune.learning_rates=[5e-05,0.0001]' finetune.max_epochs=6`"),
+                        ([1e-4], "finetune.max_epochs=6`")):
+        tuned = with_predictions(fake("finetune", "multiclass", "finetune:pooler", "linear", 0, converged=True,
+                                      hyperparameters={"learning_rates": rates, "max_epochs": 2}, curve=flat),
+                                 majority_of(y)[1])
+        runs = tmp_path / str(rates[0])
+        write_pairs(runs, [frozen, tuned, majority_of(y)])
+        text = verdict(collect(runs, "fx"), runs).text
+        assert "its training loss stayed flat, 1.3860 to 1.3850: it did not learn" in text, text
+        assert said in text and ("or a larger learning rate" in text) == (rates == [2e-5]), text
+        assert "smaller learning rates" not in text
+    no_curve = with_predictions(fake("finetune", "multiclass", "finetune:pooler", "linear", 0, converged=True,
+                                     hyperparameters={"learning_rates": [1e-4]}, curve=None), majority_of(y)[1])
+    write_pairs(tmp_path / "none", [frozen, no_curve, majority_of(y)])
+    text = verdict(collect(tmp_path / "none", "fx"), tmp_path / "none").text
+    assert "a run collapsed to one class, too few epochs" in text and "[2e-05,3e-05,5e-05]" in text
 
 
 def test_a_frozen_choice_no_better_than_the_majority_class_is_said(tmp_path):
@@ -346,7 +373,7 @@ def test_regression_targets_nothing_predicts_get_no_verdict_at_a_correlation_flo
     judged = verdict(collect(tmp_path / "runs", "fx"))
     assert judged.text.startswith("No verdict against the fine-tune: it is not measurably better than predicting "
                                   "the training mean (pearson -0.0307 [-0.2563, 0.2039], against 0"), judged.text
-    assert "collapsed to a constant" in judged.text and judged.quality_ratio is None
+    assert "collapsed it to a constant" in judged.text and judged.quality_ratio is None
     assert "The frozen choice is not measurably better than predicting the training mean" in judged.text
     good = at("probe", "mean@4", "logistic", 0.83, [0.79, 0.86])  # its interval above 0: no floor said
     write_all(tmp_path / "good", [good, mean])
