@@ -85,6 +85,7 @@ class Plan:
             "dataset_name": self.pipeline.name, "dataset_source": self.dataset.source,
             "task": self.dataset.task, "label_names": list(self.dataset.label_names),
             "text_pair": self.dataset.pairs, "dropped_empty": self.dataset.dropped_empty,
+            "dropped_in_train": self.dataset.dropped_in_train,
             "sentence_pooling": dataclasses.asdict(self.sentence) if self.sentence else None,
         }
 

@@ -38,7 +38,7 @@ import numpy as np
 from featx.data import Split
 from featx.errors import FeatxError
 from featx.files import loads_json, utc_now
-from featx.stats.duplicates import SAME_TEXT, text_key
+from featx.stats.duplicates import SAME_TEXT, row_hashes
 from featx.tasks import TASKS
 from featx.version import __version__
 
@@ -259,7 +259,7 @@ def _record_in_train(file: h5py.File, held: dict[str, np.ndarray], in_train: np.
     log = logging.getLogger("featx")
     if any(shared.values()):
         log.warning("%s have a text train holds too (%s): scores there reward memorising train; the "
-                    "report says so", " and ".join(f"{k:,} of the {len(held[s]):,} {s} rows"
+                    "report says so, and data.drop_in_train = true drops them", " and ".join(f"{k:,} of the {len(held[s]):,} {s} rows"
                                                    for s, k in shared.items() if k), SAME_TEXT)
     repeated = {split: len(h) - len(np.unique(h)) for split, h in held.items()}
     if any(repeated.values()):
@@ -291,8 +291,7 @@ def _strings(group: h5py.Group, name: str, values) -> None:
 
 def _texts(group: h5py.Group, split: Split, hashed=None) -> None:
     """A split's `text` (and `text_pair`) datasets, as `_strings` writes them; `hashed(keys)`
-    gets each block's rows as int64 hashes of their text (and pair) as `text_key` gives it
-    (this process's hashes: compared within it)."""
+    gets each block's rows as `featx.stats.duplicates.row_hashes` gives them."""
     columns = {"text": split.texts} | ({"text_pair": split.text_pairs} if split.text_pairs is not None else {})
     _string_columns(group, columns, hashed)
 
@@ -303,16 +302,13 @@ def _string_columns(group: h5py.Group, columns: dict, hashed=None) -> None:
     sets = {name: group.create_dataset(name, shape=(n,), dtype=h5py.string_dtype()) for name in columns}
     crcs = dict.fromkeys(columns, 0)
     for start in range(0, n, STRINGS_BLOCK):
-        keys = None
+        blocks = {}
         for name, values in columns.items():
-            block = values[start:start + STRINGS_BLOCK]
+            blocks[name] = block = values[start:start + STRINGS_BLOCK]
             sets[name][start:start + len(block)] = np.array(block, dtype=object)
             crcs[name] = strings_crc32(block, crcs[name], first=start == 0)
-            if hashed is not None:  # a pair's two hashes as one (int64 products wrap, as a hash may)
-                h = np.fromiter((hash(text_key(v)) for v in block), dtype=np.int64, count=len(block))
-                keys = h if keys is None else keys * np.int64(1_000_003) ^ h
         if hashed is not None:
-            hashed(keys)
+            hashed(row_hashes(blocks["text"], blocks["text_pair"] if "text_pair" in blocks else None))
     for name, ds in sets.items():
         ds.attrs["crc32"] = crcs[name]
 

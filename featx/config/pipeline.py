@@ -92,6 +92,11 @@ class DataConfig:
     drop_empty: bool = False
     """Drop the rows whose text (or second text) is empty or missing, instead of refusing the data
     with the list of them; the cache and every record say how many rows were dropped per split."""
+    drop_in_train: bool = False
+    """Drop the dev and test rows whose text (and second text) train holds too, the same text up
+    to case, Unicode normalisation, invisible format characters and spacing: scores on them
+    reward memorising the training rows. The cache and every record say how many were dropped;
+    without it the report counts them."""
 
     def __post_init__(self):
         check_finite(self)

@@ -24,9 +24,10 @@ from featx.data import files as files_, formats, labels as L, rules
 from featx.data.columns import JSON_BLOCK, json_pieces
 from featx.data.lines import LINE_BREAK, InMemory
 from featx.data.rows import Reader, Roles, TooManyLabels
-from featx.data.splits import SPLITS, check_own_split, label_assignment, stratified_assignment
+from featx.data.splits import SPLITS, check_own_split, drop_in_train, label_assignment, stratified_assignment
 from featx.data.store import Values
 from featx.errors import FeatxError, shown
+from featx.stats.duplicates import SAME_TEXT
 from featx.tasks import TASKS
 
 log = logging.getLogger("featx")
@@ -120,6 +121,8 @@ class Dataset:
     """The files read (a later stage knows the cache is still this data's when none changed)."""
     dropped_empty: dict[str, int] = field(default_factory=dict)
     """Rows data.drop_empty dropped per split ("all": of one file featx split itself)."""
+    dropped_in_train: dict[str, int] = field(default_factory=dict)
+    """Dev and test rows data.drop_in_train dropped, per split."""
 
     @property
     def pairs(self) -> bool:
@@ -217,11 +220,14 @@ def _assemble(cfg, name: str, task, roles: Roles, reader: Reader, read: dict, fi
             positions = {s: np.flatnonzero(assignment == k) for k, s in enumerate(SPLITS) if (assignment == k).any()}
     if "train" not in positions or not len(positions["train"]):
         raise FeatxError(f"{source}: the training split is empty")
+    in_train = drop_in_train(reader.store, roles.pair is not None, positions) if cfg.drop_in_train else {}
     for split in ("dev", "test"):  # a file of a header only (or of rows drop_empty dropped)
         if split in positions and not len(positions[split]):
             given = read[split].path if split in read else source
             raise FeatxError(f"{given}: the {split} split holds no rows"
                              + (" (data.drop_empty dropped them all)" if reader.dropped.get(split) else "")
+                             + (" (data.drop_in_train dropped them all: train holds every text)"
+                                if in_train.get(split) else "")
                              + f"; give it rows, or leave data.{split} unset (the probe then "
                              "chooses by cross-validation on train)")
     task = task or L.infer_task(labels, positions["train"])
@@ -237,7 +243,12 @@ def _assemble(cfg, name: str, task, roles: Roles, reader: Reader, read: dict, fi
     if len(reader.store) > 100_000:
         log.info("read %s (%s rows) into a row store: texts are read back from it when needed",
                  source, f"{len(reader.store):,}")
-    return Dataset(name, task, tuple(names), splits, source, dropped_empty=dict(reader.dropped))
+    if in_train:
+        log.warning("data.drop_in_train: dropped %s whose text train holds too (%s)",
+                    " and ".join(f"{n:,} {s} row(s)" for s, n in in_train.items()), SAME_TEXT)
+    return Dataset(name, task, tuple(names), splits, source, dropped_empty=dict(reader.dropped),
+                   dropped_in_train=in_train)
+
 
 
 def _labels(reader: Reader, roles: Roles, read: dict) -> L.Labels:

@@ -1,6 +1,7 @@
 """Assigning rows to train / dev / test by a seeded split stratified as the task allows
 (classes, label sets, target deciles): featx's own split of one file, and the fine-tune's
-held-out rows (`label_assignment`). No torch.
+held-out rows (`label_assignment`); the held rows whose text train holds, dropped on request
+(`drop_in_train`). No torch.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import logging
 import numpy as np
 
 from featx.errors import FeatxError
+from featx.stats.duplicates import row_hashes
 from featx.stats.stratify import iterative_assignment, proportional_sizes
 from featx.tasks import TASKS
 
@@ -82,3 +84,20 @@ def stratified_assignment(strata: np.ndarray, dev_fraction: float, test_fraction
         out[members[:n_test]] = 2
         out[members[n_test:n_test + n_dev]] = 1
     return out
+
+
+def drop_in_train(store, pairs: bool, positions: dict[str, np.ndarray]) -> dict[str, int]:
+    """data.drop_in_train: the dev and test rows (`positions`: each split's rows of the row
+    store) whose text, and second text of a pair, a training row has too, compared as the cache
+    counts them (`row_hashes`), taken out of `positions`; returns how many per split that lost
+    rows."""
+    def hashes(rows: np.ndarray) -> np.ndarray:
+        return row_hashes(store.column("text", rows), store.column("pair", rows) if pairs else None)
+    train = np.unique(hashes(positions["train"]))
+    dropped = {}
+    for split in ("dev", "test"):
+        if split in positions:
+            held = np.isin(hashes(positions[split]), train)
+            if held.any():
+                positions[split], dropped[split] = positions[split][~held], int(held.sum())
+    return dropped

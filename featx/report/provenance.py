@@ -81,6 +81,7 @@ def _extraction_line(described: dict, repeats) -> str:
     layers = extraction["layers"] or {}
     stored = "; ".join(f"{p} {_span(v)}" for p, v in layers.items()) if isinstance(layers, dict) else ""
     dropped = extraction["dropped_empty"] or {}
+    dropped_held = extraction["dropped_in_train"] or {}  # None: a cache of an older featx
     in_train = extraction["in_train"]  # None: a cache of an older featx
     max_length = extraction["max_length"]
     if max_length is None and "max_length" in extract:  # a record of an older featx: its setting
@@ -90,6 +91,8 @@ def _extraction_line(described: dict, repeats) -> str:
             f"{_code_or(extraction['prompt'], 'none')}; compute {extraction['compute_dtype'] or '?'}, "
             f"stored {extraction['store_dtype'] or '?'}; rows dropped for an empty text: "
             + (", ".join(f"{s} {n}" for s, n in dropped.items()) if dropped else "none")
+            + ("; rows dropped because train holds their text (data.drop_in_train): "
+               + ", ".join(f"{s} {n}" for s, n in dropped_held.items()) if dropped_held else "")
             + "; rows whose text train holds too: "
             + ("not counted (a cache of an older featx)" if not isinstance(in_train, dict)
                else ", ".join(f"{s} {n}" for s, n in in_train.items()) if any(in_train.values()) else "none")

@@ -303,8 +303,8 @@ def _overlap_note(frozen: Record) -> str:
         return ""
     return (f" {shared:,} of the {frozen.n_eval:,} {split} rows ({shared / frozen.n_eval:.0%}) have a text "
             f"that train holds too ({SAME_TEXT}): scores on them "
-            "reward memorising the training rows, TF-IDF's most of all; remove them from the "
-            f"{split} split for a fair comparison.")
+            "reward memorising the training rows, TF-IDF's most of all; for a fair comparison, "
+            f"`data.drop_in_train = true` drops them from the {split} split (a new extraction).")
 
 
 def _positive_note(frozen: Record, primary: str) -> str:

@@ -359,6 +359,7 @@ def cache_facts(meta: dict) -> dict:
                            "store_dtype": meta.get("store_dtype"), "attention": meta.get("attention"),
                            "data_fingerprint": meta.get("dataset_fingerprint"),
                            "dropped_empty": meta.get("dropped_empty") or {},
+                           "dropped_in_train": meta.get("dropped_in_train") or {},
                            "in_train": meta.get("in_train")}}  # None: not counted (a cache of an older featx)
 
 

@@ -159,7 +159,7 @@ def parse_record(raw: dict, path) -> Record:
 # it did not record, so no reader needs a fallback.
 BACKBONE_KEYS = ("name", "fingerprint", "revision", "init", "init_seed", "source")
 EXTRACTION_KEYS = ("layers", "max_length", "prompt", "compute_dtype", "store_dtype", "attention",
-                   "data_fingerprint", "dropped_empty", "in_train")
+                   "data_fingerprint", "dropped_empty", "dropped_in_train", "in_train")
 SECTIONS = ("data", "model", "extract", "probe")
 RUN_KEYS = ("learning_rate", "max_epochs", "max_seconds", "search", "max_length", "dtype", "eval_dtype")
 PROBE_ENTRY_KEYS = ("params",)  # a skipped candidate has no score

@@ -35,6 +35,18 @@ def text_key(text: str) -> str:
     return " ".join(text.split())
 
 
+def row_hashes(texts, pairs=None) -> np.ndarray:
+    """(n,) int64: each row's text (and second text) as `text_key` compares them, hashed (this
+    process's hashes: compared within it); a pair's two hashes are one (int64 products wrap, as a
+    hash may). The cache counts the held rows train holds with them, and data.drop_in_train
+    drops those rows."""
+    keys = np.fromiter((hash(text_key(v)) for v in texts), dtype=np.int64, count=len(texts))
+    if pairs is not None:
+        keys = keys * np.int64(1_000_003) ^ np.fromiter((hash(text_key(v)) for v in pairs), dtype=np.int64,
+                                                       count=len(pairs))
+    return keys
+
+
 @functools.cache
 def _format_characters() -> re.Pattern:
     """A pattern of every format character (category Cf) of this Python's Unicode database, as

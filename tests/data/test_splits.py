@@ -94,6 +94,29 @@ def test_a_dev_split_drop_empty_empties_is_refused(tmp_path):
     refused(r"dev.csv: the dev split holds no rows \(data.drop_empty dropped them all\)", load_dataset, cfg)
 
 
+def test_drop_in_train_drops_the_held_rows_whose_text_train_holds(tmp_path):
+    """Test rows that repeat a training text (up to case, Unicode form, format characters and
+    spacing) reward memorising; data.drop_in_train takes them out, and says how many."""
+    rows = classification_rows(40, seed=3)
+    test = rows[30:] + [dict(rows[0], text="  " + rows[0]["text"].upper()), dict(rows[1], text=rows[1]["text"] + " "),
+                        dict(rows[2], text=rows[2]["text"].replace(" ", " \u200b", 1))]
+    files = {"train": str(write_rows(tmp_path / "train.csv", rows[:30])),
+             "test": str(write_rows(tmp_path / "test.csv", test))}
+    kept, dropped = dataset(**files), dataset(**files, drop_in_train=True)
+    assert len(kept.splits["test"].texts) == 13 and kept.dropped_in_train == {}
+    assert len(dropped.splits["test"].texts) == 10 and dropped.dropped_in_train == {"test": 3}
+    assert list(dropped.splits["test"].texts) == [r["text"] for r in rows[30:]]
+    assert dropped.fingerprint() != kept.fingerprint()  # another cache
+    # A pair is dropped when train holds both of its texts together, not one of them.
+    pairs = classification_rows(20, seed=4, pairs=True)
+    held = [dict(pairs[0]), dict(pairs[1], text2=pairs[2]["text2"])]
+    files = {"train": str(write_rows(tmp_path / "ptrain.csv", pairs)),
+             "test": str(write_rows(tmp_path / "ptest.csv", held + classification_rows(4, seed=5, pairs=True)))}
+    assert dataset(**files, text_pair="text2", drop_in_train=True).dropped_in_train == {"test": 1}
+    refused(r"all.csv: the test split holds no rows \(data.drop_in_train dropped them all", dataset,
+            train=str(tmp_path / "train.csv"), test=str(write_rows(tmp_path / "all.csv", rows[:5])), drop_in_train=True)
+
+
 @pytest.mark.parametrize("layout", ["one file", "split files"])
 def test_max_rows_keeps_each_splits_first_rows(tmp_path, layout):
     rows = classification_rows(300, seed=2)

@@ -168,6 +168,29 @@ def test_empty_rows_dropped_are_counted_in_the_cache_records_and_report(tmp_path
     assert "rows dropped for an empty text: all 2" in text
 
 
+def test_held_rows_train_holds_are_counted_then_dropped_in_the_cache_records_and_report(tmp_path, tiny_bert):
+    from featx.cache.reader import Cache
+
+    rows = classification_rows(120)
+    for i in range(100, 104):  # four rows of the last 20 repeat a training row's text
+        rows[i] = dict(rows[i], text=rows[i - 100]["text"].upper())
+    train, test = write_rows(tmp_path / "train.csv", rows[:100]), write_rows(tmp_path / "test.csv", rows[100:])
+    toml = tmp_path / "p.toml"
+    toml.write_text(f'name = "t"\ndata_dir = "{tmp_path / "data"}"\nprogress = false\n[data]\ntrain = "{train}"\n'
+                    f'test = "{test}"\n[model]\nname = "{tiny_bert}"\n')
+    counted = load_pipeline(toml, FAST)
+    with Cache(extract(counted).path) as cache:
+        assert cache.meta["in_train"] == {"test": 4}  # counted, and the report says so
+    pipeline = load_pipeline(toml, FAST + ["data.drop_in_train=true"])
+    with Cache(extract(pipeline).path) as cache:
+        assert cache.meta["dropped_in_train"] == {"test": 4} and cache.n_rows("test") == 16
+    [record, *_] = run_probe(pipeline)
+    assert record.extraction["dropped_in_train"] == {"test": 4}
+    text = write_report(pipeline.runs_dir, pipeline.reports_dir, pipeline.name, pipeline)["md"].read_text()
+    assert "rows dropped because train holds their text (data.drop_in_train): test 4" in text
+    assert "rows whose text train holds too: none" in text
+
+
 def test_converged_is_never_said_to_be_stopped_by_a_cap():
     import matplotlib
 
