@@ -95,7 +95,9 @@ def build_record(plan: Prepared, setup: Setup, candidates: list[Candidate], eval
         continue_with=command(pipeline, "curve" if plan.label_budget else "finetune", raise_cap) if capped else None,
         label_budget=plan.label_budget,
         continued=_continued(previous, setup),
-        wall_seconds=round(seconds + (previous.wall_seconds or 0.0 if previous else 0.0), 3),
+        # Every process's time: a finished run this one continues, else the committed epochs of
+        # runs killed before (their last, uncommitted minutes are lost to any count).
+        wall_seconds=round(seconds + ((previous.wall_seconds or 0.0) if previous else setup.resumed_seconds), 3),
         curve=_curve(chosen), device=str(setup.device),
         # Relative to the run's folder: a data_dir that moves keeps its records true.
         run_hash=setup.run_hash, checkpoint=str(best.relative_to(setup.directory)),

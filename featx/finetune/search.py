@@ -24,6 +24,7 @@ def search(setup: Setup) -> list[Candidate]:
     candidate's state is on disk after each epoch, so the decisions replay on resume."""
     cfg = setup.cfg
     candidates = [load_state(setup, Candidate(lr)) for lr in cfg.learning_rates]
+    setup.resumed_seconds = sum(c.seconds for c in candidates)
     if len(candidates) == 1 or setup.strategy == "full":
         for candidate in candidates:
             train(setup, candidate, candidates, until=setup.max_epochs)

@@ -102,6 +102,9 @@ class Setup:
     """Texts of each part max_length cut (train, select, report), for the record."""
     estimated: bool = False
     """Whether the time estimate was logged (once, after the first steps)."""
+    resumed_seconds: float = 0.0
+    """Training seconds the candidates had spent when this process loaded them (a run killed
+    before resumes with them): the run's cost counts every process, not only this one."""
 
     @property
     def eval_dtype(self) -> torch.dtype:

@@ -25,7 +25,7 @@ from featx.config.pipeline import MODEL_POOLING_NAMES, Pipeline, ProbeConfig
 from featx.errors import FeatxError
 from featx.files import writable_dir
 from featx.probe.job import TEXT, Features, probe_one
-from featx.runs.schema import Record, metric_text, spread_text
+from featx.runs.schema import Record, metric_text, spread_text, train_seconds
 from featx.runs.records import configuration, probe_config_hash, probe_dir, read_records, read_run_status, record_name, write_json, write_record, write_run_status
 from featx.runs.choice import selection_difference_se, selection_score, stored_selection
 from featx.probe.search import choose_protocol
@@ -423,7 +423,7 @@ def format_table(records: list[Record], runs_dir=None) -> str:
     task = records[0].task
     names = list(M.NAMES[task])
     choice = frozen_choice(records, runs_dir)
-    rows = [["", "features", "head", "protocol", *names, "95% interval", "fit s"]]
+    rows = [["", "features", "head", "protocol", *names, "95% interval", "train s"]]
     for r in sorted(records, key=lambda r: (r.stage != "probe", bool(r.baseline), r.features, r.head)):
         primary = r.primary_metric
         cells = []
@@ -433,7 +433,7 @@ def format_table(records: list[Record], runs_dir=None) -> str:
             cells.append(metric_text(value) + spread_text(std, value))
         low, high = r.metrics_ci[primary] or (float("nan"), float("nan"))
         rows.append(["*" if choice is not None and r is choice.record else "", r.features, r.head,
-                     r.protocol["name"], *cells, f"[{metric_text(low)}, {metric_text(high)}]", f"{r.fit_seconds or 0:.1f}"])
+                     r.protocol["name"], *cells, f"[{metric_text(low)}, {metric_text(high)}]", f"{train_seconds(r) or 0:.1f}"])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

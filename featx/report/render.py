@@ -10,7 +10,7 @@ import html
 import io
 import math
 
-from featx.runs.schema import Record, metric_text, spread_text
+from featx.runs.schema import Record, metric_text, spread_text, train_seconds
 from featx.runs.choice import selection_score
 from featx.report.collected import Collected
 from featx.report.curve import curve_rows
@@ -35,7 +35,7 @@ def rows(collected: Collected) -> list[dict]:
             "primary_ci_low": ci[0], "primary_ci_high": ci[1],
             "selection": selection if math.isfinite(selection) else None,
             **{f"metric:{k}": v for k, v in record.metrics.items()},
-            "train_seconds": record.wall_seconds if record.stage == "finetune" else record.fit_seconds,
+            "train_seconds": train_seconds(record),
             "backbone_forward_passes": record.backbone_forward_passes,
             "cache_mb": round(record.cache_bytes / 1e6, 1) if record.cache_bytes and not record.baseline else None,
             "seeds": len(record.seeds or [1]), "n_eval": record.n_eval,

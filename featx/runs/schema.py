@@ -279,3 +279,9 @@ def spread_text(spread, value) -> str:
         return ""
     scale = abs(value) if isinstance(value, (int, float)) and math.isfinite(value) else 1.0
     return f" ± {metric_text(spread)}" if spread > 1e-12 * max(1.0, scale) else ""
+
+
+def train_seconds(record: Record) -> float | None:
+    """The seconds a record's model took to train, as every table says them: a fine-tune's wall
+    time over all its processes (resumes included), a probe's fit."""
+    return record.wall_seconds if record.stage == "finetune" else record.fit_seconds

@@ -341,12 +341,15 @@ def test_interrupted_training_resumes_from_the_last_epoch(tmp_path, tiny_bert):
             break
         time.sleep(0.01)
     assert job.poll() is None, "training finished before it could be interrupted"
-    job.send_signal(signal.SIGKILL)
-    job.wait()
+    job.send_signal(signal.SIGTERM)  # as a scheduler stops a job (SIGKILL: tests/faults/test_kills.py)
+    _, stderr = job.communicate()
+    assert job.returncode == 143 and "terminated (SIGTERM); rerun the same command to resume" in stderr, stderr
     resumed = run_featx("finetune", str(toml))
     assert resumed.returncode == 0, resumed.stderr
     assert "continuing lr-" in resumed.stderr
     record = run_finetune(load_pipeline(toml))  # finished: reused, not retrained
+    # One cost over both processes: the epochs the first one committed count in its wall time.
+    assert record.wall_seconds >= record.fit_seconds
     # an uninterrupted run of the same configuration, elsewhere, gives the same model
     clean = tmp_path / "clean.toml"
     clean.write_text(toml.read_text().replace(str(tmp_path / "data"), str(tmp_path / "clean")))
