@@ -101,7 +101,8 @@ def cmd_verify(pipeline: Pipeline) -> None:
 
 
 def cmd_info(pipeline: Pipeline) -> None:
-    """Show where the pipeline's model resolves to, and its cache: where it is, what it holds."""
+    """Show where the pipeline's model resolves to, its cache (where it is, what it holds) and
+    what has run for the pipeline: each configuration's records, current or not, and its report."""
     from featx.cache.reader import Cache
     from featx.cache.plan import find_cache
     from featx.backbone.resolve import resolve
@@ -118,6 +119,36 @@ def cmd_info(pipeline: Pipeline) -> None:
         for key in ("model_name", "model_source", "init", "max_length", "compute_dtype",
                     "store_dtype", "created", "extract_stats"):
             print(f"  {key}: {cache.meta.get(key)}")
+    for line in _what_ran(pipeline):
+        print(line)
+
+
+def _what_ran(pipeline: Pipeline) -> list[str]:
+    """What has run for the pipeline, a line per configuration folder of each cache: its kind and
+    id, its records, whether the pipeline as configured now made them, and the report folder."""
+    from featx.runs.records import made_by, pipeline_records
+
+    records = pipeline_records(pipeline.runs_dir, pipeline.name)
+    if not records:
+        return [f"runs: none yet in {Path(pipeline.runs_dir) / pipeline.name} (featx probe, featx finetune)"]
+    folders: dict[str, list] = {}
+    for record in records:
+        where = "curve" if record.label_budget else record.stage
+        folders.setdefault(f"{record.cache_key[:16]} {where}", []).append(record)
+    lines = [f"runs in {Path(pipeline.runs_dir) / pipeline.name} (cache, kind: records):"]
+    for key, found in sorted(folders.items()):
+        ids = sorted({r.config_hash or (r.run_hash or "")[:16] for r in found} - {""})
+        current = sum(made_by(r, pipeline) for r in found)
+        lines.append(f"  {key} {', '.join(ids) or '?'}: {len(found)} record(s), {current} of this configuration, "
+                     f"newest {max(r.created for r in found)}")
+    for curve in sorted(Path(pipeline.runs_dir, pipeline.name).glob("*/curve-*")):
+        points = [p for p in curve.glob("size-*-draw-*") if p.is_dir() and not p.is_symlink()]
+        lines.append(f"  {curve.parent.name} curve {curve.name.removeprefix('curve-')}: {len(points)} point folder(s) "
+                     "(featx.open_curve reads the current one)")
+    reports = Path(pipeline.reports_dir) / pipeline.name
+    if (reports / "index.md").is_file():
+        lines.append(f"reports: {reports / 'index.md'} (every configuration's report)")
+    return lines
 
 
 def cmd_predict(pipeline: Pipeline, args) -> None:

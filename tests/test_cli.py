@@ -64,9 +64,15 @@ def test_extract_then_info(tmp_path, tiny_bert):
     assert "cache hit" in again.stderr and again.stdout.strip() == str(path)
     info = run_featx("info", str(pipeline))
     assert info.returncode == 0 and "multiclass" in info.stdout
+    assert "runs: none yet" in info.stdout
     probe = run_featx("probe", str(pipeline), 'probe.heads=["logistic"]', "probe.n_jobs=1")
     assert probe.returncode == 0, probe.stderr
     assert "mean@2" in probe.stdout and "*" in probe.stdout and "primary metric: accuracy" in probe.stdout
+    # info lists what has run: each configuration's records, and whether it is the current one's.
+    listed = run_featx("info", str(pipeline), 'probe.heads=["logistic"]', "probe.n_jobs=1").stdout
+    assert " probe " in listed and "of this configuration" in listed, listed
+    other = run_featx("info", str(pipeline), 'probe.heads=["ridge"]').stdout
+    assert ", 0 of this configuration" in other, other
 
 
 def test_version_keys_and_help_read_right():
