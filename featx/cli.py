@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from featx.config.pipeline import Pipeline
 from featx.config.load import load_pipeline
-from featx.errors import FeatxError
+from featx.errors import FeatxError, Terminated
 from featx.serve.manifest import refuse_export
 
 
@@ -253,26 +254,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class Terminated(BaseException):
-    """SIGTERM, raised where the command is, as Ctrl-C's KeyboardInterrupt is (a BaseException
-    like it, so that `except Exception` passes it on; not a KeyboardInterrupt, which
-    scikit-learn's MLP catches and returns from half-trained)."""
-
-
 def _terminated(signum, frame) -> None:
+    # A second SIGTERM ends the process at once (Python's default), whatever the first is doing.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     raise Terminated
 
 
 def main(argv: list[str] | None = None) -> int:
     # Python's default SIGTERM ends the process where it is, without its `finally` blocks: the
     # temporary files of a write in progress would stay, and nothing would say how to resume.
-    previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() \
-        else None
+    # Left alone: a handler someone else installed (or SIG_IGN), a thread other than the main
+    # one, and torchrun's ranks (a rank blocked in a collective never runs a Python handler,
+    # and torchrun kills what its SIGTERM leaves).
+    mine = (threading.current_thread() is threading.main_thread() and int(os.environ.get("WORLD_SIZE", "1")) <= 1
+            and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+    if mine:
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         return _main(argv)
+    except (KeyboardInterrupt, Terminated) as exc:
+        stopped = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"featx: {stopped}; rerun the same command to resume where it stopped", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        if mine:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _main(argv: list[str] | None) -> int:
@@ -301,10 +307,6 @@ def _main(argv: list[str] | None) -> int:
     except FeatxError as exc:
         print(f"featx: error: {exc}", file=sys.stderr)
         return 2
-    except (KeyboardInterrupt, Terminated) as exc:
-        stopped = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-        print(f"featx: {stopped}; rerun the same command to resume where it stopped", file=sys.stderr)
-        return 143 if isinstance(exc, Terminated) else 130
     return 0
 
 

@@ -30,3 +30,9 @@ def check_choice(value, choices: Iterable, what: str):
         listed = ", ".join(repr(c) for c in choices)
         raise FeatxError(f"unknown {what} {shown(value)}; choose one of: {listed}")
     return value
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where a featx command is (featx.cli), as Ctrl-C's KeyboardInterrupt is: a
+    BaseException like it, so that `except Exception` passes it on, and not a KeyboardInterrupt,
+    which scikit-learn's MLP catches and returns from half-trained."""

@@ -20,7 +20,8 @@ RANKS = {"top": 0, "config": 1, "data": 2, "backbone": 2, "heads": 2, "stats": 2
 # Edges between packages of one rank, each with why.
 ACROSS = {
     ("data", "stats"): "featx's own split of a multilabel file is the iterative stratification the probe's "
-                       "folds use (stats.stratify)",
+                       "folds use (stats.stratify); data.drop_in_train compares texts as the cache counts "
+                       "them (stats.duplicates)",
 }
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 450, 60
 

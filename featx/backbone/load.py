@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from featx.errors import FeatxError
+from featx.errors import FeatxError, Terminated
 from featx.backbone.resolve import Resolved, weight_files
 
 
@@ -22,8 +22,7 @@ class _Loading:
         return self
 
     def __exit__(self, kind, exc, tb):
-        # An interrupt (Ctrl-C, SIGTERM: BaseExceptions) or a featx error passes as it is.
-        if exc is None or not isinstance(exc, Exception) or isinstance(exc, (FeatxError, MemoryError)):
+        if exc is None or isinstance(exc, (FeatxError, KeyboardInterrupt, Terminated, MemoryError)):
             return False
         raise FeatxError(f"the {self.what} in {self.path} cannot be loaded ({type(exc).__name__}: "
                          f"{str(exc).splitlines()[0][:300] if str(exc) else ''}); the model files are "

@@ -220,7 +220,8 @@ def _assemble(cfg, name: str, task, roles: Roles, reader: Reader, read: dict, fi
             positions = {s: np.flatnonzero(assignment == k) for k, s in enumerate(SPLITS) if (assignment == k).any()}
     if "train" not in positions or not len(positions["train"]):
         raise FeatxError(f"{source}: the training split is empty")
-    in_train = drop_in_train(reader.store, roles.pair is not None, positions) if cfg.drop_in_train else {}
+    before = dict(positions)  # a dropped row's neighbours keep their numbers (`_numbering`)
+    in_train = drop_in_train(reader.store, roles.pair is not None, positions, cfg.max_rows) if cfg.drop_in_train else {}
     for split in ("dev", "test"):  # a file of a header only (or of rows drop_empty dropped)
         if split in positions and not len(positions[split]):
             given = read[split].path if split in read else source
@@ -235,7 +236,7 @@ def _assemble(cfg, name: str, task, roles: Roles, reader: Reader, read: dict, fi
     names, encoded = L.encode(task, labels, ordered, fixed, first=cfg.max_rows)
     if roles.id is not None:
         _check_unique_ids(reader, ordered)
-    splits = {s: _split(s, reader, roles, rows[:cfg.max_rows], encoded[s], numbered=_numbering(s, read, rows))
+    splits = {s: _split(s, reader, roles, rows[:cfg.max_rows], encoded[s], numbered=_numbering(s, read, rows, before[s]))
               for s, rows in ordered.items()}
     if reader.dropped:
         log.warning("data.drop_empty: dropped %d row(s) with an empty or missing text (%s)",
@@ -286,12 +287,14 @@ def _own_split(task: str, labels: L.Labels, cfg) -> np.ndarray:
     return assignment
 
 
-def _numbering(split: str, read: dict, rows: np.ndarray) -> tuple[str, np.ndarray]:
+def _numbering(split: str, read: dict, rows: np.ndarray, before: np.ndarray) -> tuple[str, np.ndarray]:
     """How rows without an id column are named: featx's own split of one file keeps each row's
-    number in the file ("row-17"); a split's own file or split column numbers it in the split."""
+    number in the file ("row-17"); a split's own file or split column numbers it in the split,
+    as it was before data.drop_in_train (`before`: the split's rows then), so that an id names
+    the same row of the file either way."""
     if None in read and read[None].split_codes is None:
         return "row-", rows - read[None].start
-    return f"{split}-", np.arange(len(rows))
+    return f"{split}-", np.searchsorted(before, rows)
 
 
 def _split(name: str, reader: Reader, roles: Roles, rows: np.ndarray, labels: np.ndarray, *, numbered) -> Split:

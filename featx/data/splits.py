@@ -86,14 +86,14 @@ def stratified_assignment(strata: np.ndarray, dev_fraction: float, test_fraction
     return out
 
 
-def drop_in_train(store, pairs: bool, positions: dict[str, np.ndarray]) -> dict[str, int]:
+def drop_in_train(store, pairs: bool, positions: dict[str, np.ndarray], max_rows: int | None = None) -> dict[str, int]:
     """data.drop_in_train: the dev and test rows (`positions`: each split's rows of the row
-    store) whose text, and second text of a pair, a training row has too, compared as the cache
-    counts them (`row_hashes`), taken out of `positions`; returns how many per split that lost
-    rows."""
+    store) whose text, and second text of a pair, a training row has too (of train's first
+    `max_rows`: the rows the cache keeps), compared as the cache counts them (`row_hashes`),
+    taken out of `positions`; returns how many per split that lost rows."""
     def hashes(rows: np.ndarray) -> np.ndarray:
         return row_hashes(store.column("text", rows), store.column("pair", rows) if pairs else None)
-    train = np.unique(hashes(positions["train"]))
+    train = np.unique(hashes(positions["train"][:max_rows]))
     dropped = {}
     for split in ("dev", "test"):
         if split in positions:

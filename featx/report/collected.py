@@ -179,7 +179,15 @@ def _same_cache_settings(record: Record, pipeline: "Pipeline", init: str,
 
     now = configuration(pipeline)
     now["model"]["init"] = init
-    return all(record.configuration[section] == now[section] for section in sections)
+    return all(_with_defaults(record.configuration[section], now[section], getattr(pipeline, section))
+               == now[section] for section in sections)
+
+
+def _with_defaults(recorded: dict, now: dict, cfg) -> dict:
+    """A record's configuration section with the keys a later featx added (absent from it) at
+    their defaults: an older record was made as the default of a key it did not know."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg) if f.default is not dataclasses.MISSING}
+    return recorded | {key: defaults[key] for key in now if key not in recorded and key in defaults}
 
 
 def _newest_cache(records: list[Record]) -> list[Record]:

@@ -24,6 +24,7 @@ from featx.report.collected import Collected
 from featx.report.comparisons import floor_not_cleared, metric_value, paired_bootstrap
 from featx.report.curve import curve_text, label_curve
 from featx.report.repeats import repeats_sentence
+from featx.tasks import TASKS
 
 GOOD_ENOUGH, CLOSE = 0.98, 0.90
 
@@ -242,7 +243,7 @@ def _learned_nothing(described: str, frozen: Record, tuned: Record, floor: dict,
     """The verdict when the fine-tune is no better than predicting the majority class: it is no
     baseline, so no ratio against it and no "frozen features beat it". The advice follows from
     its training loss (`_what_went_wrong`)."""
-    collapsed = "a constant" if floor.get("correlation") or floor.get("regression") else "one class"
+    collapsed = "one class" if TASKS[tuned.task].classes and not floor.get("correlation") else "a constant"
     reason, rerun = _what_went_wrong(tuned, collapsed, pipeline)
     return (f"No verdict against the fine-tune: it is not measurably better than {_baseline_name(floor)} "
             f"({_floor_text(tuned, floor, primary)}): it learned nothing this {tuned.protocol['report_on']} "
@@ -251,39 +252,24 @@ def _learned_nothing(described: str, frozen: Record, tuned: Record, floor: dict,
             f"{_with_ci(frozen, primary)} on {frozen.n_eval:,} {frozen.protocol['report_on']} rows.")
 
 
-# A training loss whose last logged quarter averages at least this share of its first value
-# stayed flat.
-FLAT_LOSS = 0.9
-LARGER_RATES, SMALLER_RATES = (5e-5, 1e-4), (1e-5, 2e-5, 3e-5)
+# The learning rates a rerun may take (within the range a pretrained backbone keeps).
+RERUN_RATES = (1e-5, 2e-5, 3e-5, 5e-5, 1e-4)
 
 
 def _what_went_wrong(tuned: Record, collapsed: str, pipeline: "Pipeline | None") -> tuple[str, str]:
-    """(why a fine-tune learned nothing, the rerun that addresses it), from its training loss: a
-    loss that stayed flat did not learn (more epochs, a larger rate); a loss that fell fitted the
-    training rows without what carries to new ones, or a rate too large collapsed it (smaller
-    rates). Without a loss curve, the possible causes and other rates."""
+    """(why a fine-tune learned nothing, the rerun that addresses it). A run a cap stopped while
+    still improving had too few epochs: its own command continues it (a larger cap in the same
+    run). Otherwise it converged on nothing, collapsed or at a learning rate that did not suit:
+    the rerun takes the rates of RERUN_RATES it has not tried, on both sides of those it did
+    (the epoch cap is not part of a finished run's identity: a larger one alone retrains
+    nothing)."""
+    if tuned.converged is False and tuned.continue_with:
+        return ("a cap stopped it while it was still improving: too few epochs",
+                f"Continue it with `{tuned.continue_with}`.")
     tried = {float(r) for r in tuned.hyperparameters["learning_rates"] if r is not None}
-    logged = tuned.curve["loss"] if tuned.curve and "loss" in tuned.curve else []
-    losses = [float(value) for _, value in logged]
-    if len(losses) >= 2 and all(math.isfinite(v) for v in losses):
-        last = losses[-max(1, len(losses) // 4):]
-        first, end = losses[0], sum(last) / len(last)
-        trend = f"{metric_text(first)} to {metric_text(end)}"
-        if end >= FLAT_LOSS * first:
-            larger = [r for r in LARGER_RATES if not tried or r > max(tried)]
-            epochs = 2 * max(int(tuned.hyperparameters["max_epochs"] or 0), int(tuned.epochs or 0), 1)
-            extra = ([f"finetune.learning_rates={_rates(larger)}"] if larger else []) + [f"finetune.max_epochs={epochs}"]
-            return (f"its training loss stayed flat, {trend}: it did not learn",
-                    f"Rerun it with more epochs{' or a larger learning rate' if larger else ''}, e.g. "
-                    f"{_command_quoted(pipeline, 'finetune', *extra)}.")
-        smaller = [r for r in SMALLER_RATES if not tried or r < min(tried)] or [SMALLER_RATES[0]]
-        return (f"though its training loss fell, {trend}: it fitted the training rows without what carries to new "
-                f"ones, or a learning rate too large collapsed it to {collapsed}",
-                "Rerun it with smaller learning rates, e.g. "
-                f"{_command_quoted(pipeline, 'finetune', 'finetune.learning_rates=' + _rates(smaller))}.")
-    others = sorted({2e-5, 3e-5, 5e-5} - tried) or [1e-5]
-    return (f"a run collapsed to {collapsed}, too few epochs, or learning rates that did not suit",
-            "Rerun it with other learning rates or more epochs, e.g. "
+    others = [r for r in RERUN_RATES if r not in tried] or [RERUN_RATES[0]]
+    return (f"a run collapsed to {collapsed}, or learning rates that did not suit",
+            "Rerun it with other learning rates, e.g. "
             f"{_command_quoted(pipeline, 'finetune', 'finetune.learning_rates=' + _rates(others))}.")
 
 

@@ -98,14 +98,18 @@ def test_drop_in_train_drops_the_held_rows_whose_text_train_holds(tmp_path):
     """Test rows that repeat a training text (up to case, Unicode form, format characters and
     spacing) reward memorising; data.drop_in_train takes them out, and says how many."""
     rows = classification_rows(40, seed=3)
-    test = rows[30:] + [dict(rows[0], text="  " + rows[0]["text"].upper()), dict(rows[1], text=rows[1]["text"] + " "),
-                        dict(rows[2], text=rows[2]["text"].replace(" ", " \u200b", 1))]
+    test = [dict(rows[0], text="  " + rows[0]["text"].upper())] + rows[30:] + [
+        dict(rows[1], text=rows[1]["text"] + " "), dict(rows[2], text=rows[2]["text"].replace(" ", " \u200b", 1))]
     files = {"train": str(write_rows(tmp_path / "train.csv", rows[:30])),
              "test": str(write_rows(tmp_path / "test.csv", test))}
     kept, dropped = dataset(**files), dataset(**files, drop_in_train=True)
     assert len(kept.splits["test"].texts) == 13 and kept.dropped_in_train == {}
     assert len(dropped.splits["test"].texts) == 10 and dropped.dropped_in_train == {"test": 3}
     assert list(dropped.splits["test"].texts) == [r["text"] for r in rows[30:]]
+    # Without an id column a row keeps its number in its file: test-0 was dropped, not renamed.
+    assert list(dropped.splits["test"].ids) == [f"test-{i}" for i in range(1, 11)]
+    # Only the training rows the cache keeps count: under max_rows = 2, rows[2] is not among them.
+    assert dataset(**files, drop_in_train=True, max_rows=2).dropped_in_train == {"test": 2}
     assert dropped.fingerprint() != kept.fingerprint()  # another cache
     # A pair is dropped when train holds both of its texts together, not one of them.
     pairs = classification_rows(20, seed=4, pairs=True)
