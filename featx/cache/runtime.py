@@ -9,6 +9,7 @@ threads: an iterator in the background (`in_background`) and work in order on a 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
 import gc
 import logging
@@ -238,6 +239,5 @@ def in_order(items, compute, pool=None, in_flight: int = 1):
     finally:
         for _, future in pending:  # an error, or the consumer stopped: nothing left running
             future.cancel()
-        for _, future in pending:
-            with contextlib.suppress(BaseException):
-                future.result()
+        # Their errors are nobody's now, but an interrupt while waiting (Ctrl-C, SIGTERM) is.
+        concurrent.futures.wait([future for _, future in pending])

@@ -315,6 +315,25 @@ def test_in_order_yields_in_order_and_raises_the_first_error():
     assert list(in_order(range(3), lambda i: -i)) == [(0, 0), (1, -1), (2, -2)]
 
 
+def test_an_interrupt_while_in_order_drains_its_pool_is_not_swallowed(ctrl_c):
+    """Its cleanup waited for the pending items with every BaseException suppressed: a Ctrl-C (or
+    SIGTERM) that came while it waited was lost, and the command went on."""
+    import os
+    import signal
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from featx.cache.runtime import in_order
+
+    with ThreadPoolExecutor(2) as pool:
+        items = in_order(range(4), lambda i: time.sleep(1.5) or i, pool, in_flight=3)
+        assert next(items) == (0, 0)  # items 1 and 2 are pending, 2 still running
+        threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)).start()
+        with pytest.raises(KeyboardInterrupt):
+            items.close()  # the consumer stops; the cleanup waits for item 2, and the Ctrl-C comes
+
+
 def test_an_extraction_started_during_another_gets_and_leaves_the_thread_count_as_it_was(make_pipeline, tmp_path,
                                                                                          monkeypatch):
     """Red team: a thread started while another extraction had set torch to 1 thread inherited
