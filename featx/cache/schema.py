@@ -259,8 +259,8 @@ def _record_in_train(file: h5py.File, held: dict[str, np.ndarray], in_train: np.
     log = logging.getLogger("featx")
     if any(shared.values()):
         log.warning("%s have a text train holds too (%s): scores there reward memorising train; the "
-                    "report says so, and data.drop_in_train = true drops them", " and ".join(f"{k:,} of the {len(held[s]):,} {s} rows"
-                                                   for s, k in shared.items() if k), SAME_TEXT)
+                    "report says so, and data.drop_in_train = true drops them",
+                    " and ".join(f"{k:,} of the {len(held[s]):,} {s} rows" for s, k in shared.items() if k), SAME_TEXT)
     repeated = {split: len(h) - len(np.unique(h)) for split, h in held.items()}
     if any(repeated.values()):
         log.warning("%s repeat another row of their split (%s): the report's intervals resample the "

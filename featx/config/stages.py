@@ -329,7 +329,8 @@ class CurveConfig:
 
     def __post_init__(self):
         if not self.max_cost > 0:
-            raise FeatxError(f"curve.max_cost must be positive (2.0: twice the full-data fine-tune's work), got {self.max_cost}")
+            raise FeatxError("curve.max_cost must be positive (2.0: twice the full-data fine-tune's work), "
+                             f"got {self.max_cost}")
         if any(b < 2 for b in self.budgets) or len(set(self.budgets)) != len(self.budgets):
             raise FeatxError(f"curve.budgets must be distinct counts of at least 2, got {list(self.budgets)}")
         if not self.draws or any(d < 1 for d in self.draws):

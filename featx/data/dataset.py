@@ -236,8 +236,8 @@ def _assemble(cfg, name: str, task, roles: Roles, reader: Reader, read: dict, fi
     names, encoded = L.encode(task, labels, ordered, fixed, first=cfg.max_rows)
     if roles.id is not None:
         _check_unique_ids(reader, ordered)
-    splits = {s: _split(s, reader, roles, rows[:cfg.max_rows], encoded[s], numbered=_numbering(s, read, rows, before[s]))
-              for s, rows in ordered.items()}
+    splits = {s: _split(s, reader, roles, rows[:cfg.max_rows], encoded[s],
+                        numbered=_numbering(s, read, rows, before[s])) for s, rows in ordered.items()}
     if reader.dropped:
         log.warning("data.drop_empty: dropped %d row(s) with an empty or missing text (%s)",
                     sum(reader.dropped.values()), ", ".join(f"{s} {n}" for s, n in reader.dropped.items()))
@@ -249,7 +249,6 @@ def _assemble(cfg, name: str, task, roles: Roles, reader: Reader, read: dict, fi
                     " and ".join(f"{n:,} {s} row(s)" for s, n in in_train.items()), SAME_TEXT)
     return Dataset(name, task, tuple(names), splits, source, dropped_empty=dict(reader.dropped),
                    dropped_in_train=in_train)
-
 
 
 def _labels(reader: Reader, roles: Roles, read: dict) -> L.Labels:

@@ -55,16 +55,22 @@ def auto_max_epochs(n_train: int, batch_size: int) -> int:
     return _clamp(math.ceil(CAP_STEPS / steps_per_epoch(n_train, batch_size)), CAP_EPOCHS)
 
 
+def _halving(n_candidates: int) -> list[int]:
+    """The candidates alive in each round of successive halving (one epoch each), until one is left."""
+    alive, rounds = n_candidates, []
+    while alive > 1:
+        rounds.append(alive)
+        alive = math.ceil(alive / 2)
+    return rounds
+
+
 def worst_case_epochs(n_candidates: int, max_epochs: int, strategy: str) -> int:
     """Epochs the search trains at most: full trains every candidate to the cap; halving trains
     every alive candidate one more epoch per round, then the last one to the cap."""
     if n_candidates == 1 or strategy == "full":
         return n_candidates * max_epochs
-    alive, rung, epochs = n_candidates, 1, 0
-    while alive > 1:
-        epochs += alive
-        alive, rung = math.ceil(alive / 2), rung + 1
-    return epochs + max(0, max_epochs - (rung - 1))
+    rounds = _halving(n_candidates)
+    return sum(rounds) + max(0, max_epochs - len(rounds))
 
 
 def scoring_period(n_select: int, n_train: int, max_epochs: int, patience: int) -> int:
@@ -97,9 +103,7 @@ def expected_forward_passes(n_train: int, n_select: int, n_report: int, *, epoch
     if candidates == 1 or strategy == "full":
         scores = candidates * math.ceil(kept / period)
     else:
-        alive, rounds = candidates, 0
-        while alive > 1:
-            alive, rounds = math.ceil(alive / 2), rounds + 1
+        rounds = len(_halving(candidates))
         scores = (trained - kept) + rounds + math.ceil(max(0, kept - rounds) / period)
     return float(3 * n_train * trained + n_select * scores + n_report)
 

@@ -433,7 +433,8 @@ def format_table(records: list[Record], runs_dir=None) -> str:
             cells.append(metric_text(value) + spread_text(std, value))
         low, high = r.metrics_ci[primary] or (float("nan"), float("nan"))
         rows.append(["*" if choice is not None and r is choice.record else "", r.features, r.head,
-                     r.protocol["name"], *cells, f"[{metric_text(low)}, {metric_text(high)}]", f"{train_seconds(r) or 0:.1f}"])
+                     r.protocol["name"], *cells, f"[{metric_text(low)}, {metric_text(high)}]",
+                     f"{train_seconds(r) or 0:.1f}"])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -242,7 +242,7 @@ def _learned_nothing(described: str, frozen: Record, tuned: Record, floor: dict,
                      pipeline: "Pipeline | None") -> str:
     """The verdict when the fine-tune is no better than predicting the majority class: it is no
     baseline, so no ratio against it and no "frozen features beat it". The advice follows from
-    its training loss (`_what_went_wrong`)."""
+    how the run stopped (`_what_went_wrong`)."""
     collapsed = "one class" if TASKS[tuned.task].classes and not floor.get("correlation") else "a constant"
     reason, rerun = _what_went_wrong(tuned, collapsed, pipeline)
     return (f"No verdict against the fine-tune: it is not measurably better than {_baseline_name(floor)} "
@@ -270,11 +270,7 @@ def _what_went_wrong(tuned: Record, collapsed: str, pipeline: "Pipeline | None")
     others = [r for r in RERUN_RATES if r not in tried] or [RERUN_RATES[0]]
     return (f"a run collapsed to {collapsed}, or learning rates that did not suit",
             "Rerun it with other learning rates, e.g. "
-            f"{_command_quoted(pipeline, 'finetune', 'finetune.learning_rates=' + _rates(others))}.")
-
-
-def _rates(rates) -> str:
-    return str(list(rates)).replace(" ", "")
+            f"{_command_quoted(pipeline, 'finetune', 'finetune.learning_rates=' + str(others).replace(' ', ''))}.")
 
 
 def _overlap_note(frozen: Record) -> str:
