@@ -14,24 +14,34 @@ from featx.errors import FeatxError, shown
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 
-def embed(texts, text_pairs=None, *, model: str = DEFAULT_MODEL, pooling: str = "mean", layer=-1,
-          max_length: int = 256, device: str = "auto", dtype: str = "auto",
+def embed(texts, text_pairs=None, *, model: str = DEFAULT_MODEL, pooling: str | None = None, layer=-1,
+          max_length: int | None = None, device: str = "auto", dtype: str = "auto",
           allow_pickle: bool = False, progress: bool = False, prompt: str | None = None) -> np.ndarray:
     """Vectors of `texts` (and pairs) from a frozen backbone: (n, hidden), or (n, k * hidden)
     for a list of k layers, in the texts' order. The same extractor as the cache: length-sorted
     token-budget batches, one forward pass, the named pooling (cls, mean, max, pooler,
-    sentence). `prompt`: put before every text; unset, the model's default prompt (as
+    sentence). `pooling` unset: `sentence` when the model folder describes a sentence-transformers
+    embedding (modules.json), so the vectors are `SentenceTransformer.encode`'s; else `mean` (the
+    unnormalised mean of the tokens); name a pooling to get another. `max_length` unset: the
+    sentence-transformers truncation of the `sentence` pooling (its max_seq_length), else 256
+    tokens. `prompt`: put before every text; unset, the model's default prompt (as
     sentence-transformers' `encode`), "" for none."""
     from featx.backbone import resolve as R
     from featx.config.pipeline import MODEL_POOLING_NAMES, POOLING_NAMES, resolve_layers
     from featx.errors import check_choice
 
-    check_choice(pooling, POOLING_NAMES, "pooling")
+    if pooling is not None:
+        check_choice(pooling, POOLING_NAMES, "pooling")
     _check_options(model=model, layer=layer, max_length=max_length, device=device, dtype=dtype,
                    allow_pickle=allow_pickle, progress=progress)
     texts, pairs = texts_and_pairs(texts, text_pairs)
     resolved = R.resolve(str(model))
     n_layers = R.num_layers(R.model_config(resolved.path))
+    if pooling is None:
+        pooling = _own_pooling(resolved.path, layer, n_layers)
+    if max_length is None:  # where sentence-transformers truncates this model's embedding, else 256
+        own = R.sentence_spec(resolved.path) if pooling == "sentence" else None
+        max_length = (own.max_seq_length if own is not None else None) or 256
     if pooling in MODEL_POOLING_NAMES:
         layers = (n_layers,)
         if layer not in (-1, n_layers, "last"):
@@ -45,6 +55,26 @@ def embed(texts, text_pairs=None, *, model: str = DEFAULT_MODEL, pooling: str = 
                          prompt=R.default_prompt(resolved.path) if prompt is None else prompt)
     vectors, _ = backbone.vectors(texts, pairs, {pooling: layers}, progress=progress)  # {pooling: (n, len(layers), H)}
     return vectors[pooling].reshape(len(texts), -1)  # (n, len(layers) * H)
+
+
+def _own_pooling(path: Path, layer, n_layers: int) -> str:
+    """embed's default pooling: `sentence` for a model with a sentence-transformers description,
+    else `mean`. Read before the model loads, so a description featx cannot compute, or a layer
+    the model's own embedding does not come from, is refused with the pooling that would work."""
+    from featx.backbone import resolve as R
+
+    try:
+        spec = R.sentence_spec(path)
+    except FeatxError as error:
+        raise FeatxError(f"{error}. featx.embed uses the model's own embedding (the `sentence` pooling) "
+                         "by default: pass pooling= one of cls, mean, max to embed without it") from None
+    if spec is None:
+        return "mean"
+    if layer not in (-1, n_layers, "last"):
+        raise FeatxError(f"layer {shown(layer)}: the default pooling of this model is its own embedding "
+                         "(`sentence`), from the last layer only; pass pooling= one of cls, mean, max "
+                         "for other layers")
+    return "sentence"
 
 
 def _check_options(*, model, layer, max_length, device, dtype, allow_pickle, progress) -> None:
@@ -61,7 +91,7 @@ def _check_options(*, model, layer, max_length, device, dtype, allow_pickle, pro
             or (isinstance(layer, (list, tuple)) and layer and all(integer(i) for i in layer))):
         raise FeatxError(f"layer {shown(layer)} is not a layer: give an index (0 = embeddings, -1 = "
                          f"last), a non-empty list of indices, or one of {', '.join(LAYER_SHORTHANDS)}")
-    if not integer(max_length) or not 2 <= max_length <= MAX_INT:
+    if max_length is not None and (not integer(max_length) or not 2 <= max_length <= MAX_INT):
         raise FeatxError(f"max_length must be an integer of at least 2, got {shown(max_length)}")
     if not isinstance(device, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
         raise FeatxError(f"unknown device {shown(device)}; choose one of: 'auto', 'cpu', 'cuda', 'cuda:N'")
