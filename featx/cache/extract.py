@@ -37,6 +37,7 @@ from featx.config.pipeline import Pipeline
 from featx.errors import FeatxError
 from featx.files import writable_dir
 from featx.cache.plan import Plan, make_plan, remember
+from featx.cache.reuse import copy_vectors, source_info, vectors_source
 from featx.progress import progress
 from featx.backbone.pooling import pool
 
@@ -71,7 +72,8 @@ def extract(pipeline: Pipeline) -> ExtractResult:
     with writer_lock(path):
         if path.is_file():  # another process finished it while we waited for the data
             return _hit(path, spec.key(), start)
-        stats = build(path, plan, spec, device, compute_dtype)
+        source = vectors_source(spec, plan.texts_fingerprint, pipeline.cache_dir, path)
+        stats = build(path, plan, spec, device, compute_dtype, source=source)
     remember(plan, path)
     seconds = time.perf_counter() - start
     _report(path, plan, stats, seconds)
@@ -90,24 +92,28 @@ def _warn_other_partials(path: Path) -> None:
 
 
 def build(path: Path, plan: Plan, spec, device: torch.device, compute_dtype: str, *,
-          rows: dict[str, np.ndarray] | None = None, info: dict | None = None) -> dict:
+          rows: dict[str, np.ndarray] | None = None, info: dict | None = None,
+          source: Path | None = None) -> dict:
     """Create or resume the cache file `path` for `plan` and compute its missing rows.
 
     The caller holds the writer lock. `rows` (per split, global row indices) and `info` are
     for shards of a distributed run: stored beside the vectors so rank 0 can assemble them.
+    `source`: a cache holding these texts' vectors (`featx.cache.reuse`), copied, not computed.
     """
     loaded = writer = None
     try:
-        if not partial_finished(path, list(plan.groups)):
+        if source is None and not partial_finished(path, list(plan.groups)):
             loaded = _load(plan, device, compute_dtype)
         model = None if loaded is None else loaded.model
-        writer = CacheWriter.open(path, spec, writer_info(plan, model, device, compute_dtype) | (info or {}),
+        known = (info or {}) | (source_info(source) if source is not None else {})
+        writer = CacheWriter.open(path, spec, writer_info(plan, model, device, compute_dtype) | known,
                                   list(plan.dataset.splits.values()), plan.hidden, rows=rows,
                                   singles=plan.singles, pair_rows=plan.pair_rows)
+        copied = copy_vectors(source, writer, list(plan.groups)) if source is not None else 0
         todo = {s: int((writer.done[s] == 0).sum()) for s in plan.groups}
         # Every sequence the backbone encodes: a pair task's pairs and its single texts.
         stats = {"rows_total": sum(len(s) for s in plan.groups.values()),
-                 "rows_computed": sum(todo.values())}
+                 "rows_computed": sum(todo.values()), **({"rows_copied": copied} if copied else {})}
         if stats["rows_computed"]:
             if loaded is None:
                 loaded = _load(plan, device, compute_dtype)
@@ -349,9 +355,11 @@ def embed_rows(model, tokenizer, texts: list[str], pairs: list[str] | None,
 
 
 def _report(path: Path, plan: Plan, stats: dict, seconds: float) -> None:
-    computed = stats.get("rows_computed", 0)
-    resumed = stats["rows_total"] - computed
-    log.info("wrote %s in %.1f s: %d rows computed%s", path, seconds, computed,
+    computed, copied = stats.get("rows_computed", 0), stats.get("rows_copied", 0)
+    resumed = stats["rows_total"] - computed - copied
+    log.info("wrote %s in %.1f s: %d rows computed%s%s", path, seconds, computed,
+             f", {copied} copied from the cache of the same texts (only the labels differ: "
+             "featx.cache.reuse)" if copied else "",
              f" ({resumed} kept from an earlier interrupted run)" if resumed else "")
     if computed:
         log.info("  %.0f texts/s, %.0f tokens/s, padding efficiency %.0f%%, tokenizer wait %.2f s",

@@ -6,6 +6,7 @@ Every stage starts here: `extract` writes the cache this plan names, `probe`, `f
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -18,6 +19,7 @@ import numpy as np
 
 from featx.backbone import load as backbone
 from featx.backbone import resolve
+from featx.cache.reuse import texts_fingerprint
 from featx.cache.schema import SINGLES, CacheSpec, cache_path, partial_path
 from featx.config.pipeline import MODEL_POOLING_NAMES, Pipeline, resolve_layers
 from featx.config.load import command, make_command
@@ -87,7 +89,13 @@ class Plan:
             "text_pair": self.dataset.pairs, "dropped_empty": self.dataset.dropped_empty,
             "dropped_in_train": self.dataset.dropped_in_train,
             "sentence_pooling": dataclasses.asdict(self.sentence) if self.sentence else None,
+            "texts_fingerprint": self.texts_fingerprint,
         }
+
+    @functools.cached_property
+    def texts_fingerprint(self) -> str:
+        """What the vectors depend on of the data: the splits' texts (`featx.cache.reuse`)."""
+        return texts_fingerprint(self.dataset)
 
     def find_cache(self) -> Path:
         """The complete cache this pipeline's extraction wrote (for later stages)."""
