@@ -6,6 +6,7 @@
     X, y = cache.features("train", pooling="mean", layer=-1), cache.labels("train")
     predictor = featx.load_predictor("pipelines/trec.toml")   # the verdict's choice
     predictor.predict(["What is the capital of France ?"])
+    answer = featx.run(train=df_train, test=df_test, text="text", label="label")   # data in memory
 """
 from featx.errors import FeatxError
 from featx.version import __version__
@@ -44,16 +45,19 @@ def open_curve(pipeline, overrides=()):
 
 
 def __getattr__(name: str):
-    """`featx.embed` and `featx.load_predictor` are the functions themselves, with their own
-    signatures and docs (featx.serve.embedding.embed, featx.serve.predict.load_predictor), imported when
-    first used: `import featx` stays without torch."""
+    """`featx.run`, `featx.embed` and `featx.load_predictor` are the functions themselves, with
+    their own signatures and docs (featx.inmemory.run, featx.serve.embedding.embed,
+    featx.serve.predict.load_predictor), imported when first used: `import featx` stays without torch."""
     if name == "embed":
         from featx.serve.embedding import embed
         return embed
+    if name == "run":
+        from featx.inmemory import run
+        return run
     if name == "load_predictor":
         from featx.serve.predict import load_predictor
         return load_predictor
     raise AttributeError(f"module 'featx' has no attribute {name!r}")
 
 
-__all__ = ["FeatxError", "embed", "load_predictor", "open_cache", "open_curve", "__version__"]
+__all__ = ["FeatxError", "embed", "load_predictor", "open_cache", "open_curve", "run", "__version__"]

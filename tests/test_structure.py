@@ -16,7 +16,8 @@ from tests.conftest import ROOT
 # A package imports featx's top modules and packages of a lower rank only.
 TOP = {"errors", "version", "files", "progress", "tasks"}
 RANKS = {"top": 0, "config": 1, "data": 2, "backbone": 2, "heads": 2, "stats": 2, "runs": 3, "cache": 3,
-         "probe": 4, "finetune": 5, "report": 5, "serve": 6, "curve": 6, "cli": 7, "__init__": 7, "__main__": 8}
+         "probe": 4, "finetune": 5, "report": 5, "serve": 6, "curve": 6, "cli": 7, "inmemory": 7, "__init__": 8,
+         "__main__": 8}
 # Edges between packages of one rank, each with why.
 ACROSS = {
     ("data", "stats"): "featx's own split of a multilabel file is the iterative stratification the probe's "
@@ -64,9 +65,9 @@ def imports() -> dict[str, dict[str, set[str]]]:
 
 def test_every_module_is_in_a_package():
     top = {p.stem for p in (ROOT / "featx").glob("*.py")}
-    assert top == TOP | {"cli", "__init__", "__main__"}
+    assert top == TOP | {"cli", "inmemory", "__init__", "__main__"}
     assert {p.name for p in (ROOT / "featx").iterdir() if p.is_dir() and p.name != "__pycache__"} == \
-        set(RANKS) - {"top", "cli", "__init__", "__main__"}
+        set(RANKS) - {"top", "cli", "inmemory", "__init__", "__main__"}
     for package in (ROOT / "featx").iterdir():
         if package.is_dir() and package.name != "__pycache__":
             doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text()))
