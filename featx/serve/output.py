@@ -217,9 +217,10 @@ def write_table(output: Output, table: dict[str, list], label_sep: str = ",") ->
 
 
 def _parquet(table: dict[str, list], target) -> None:
-    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    pd.DataFrame(table).to_parquet(target, index=False)
+    pq.write_table(pa.table(table), str(target))
 
 
 def _text(f, kind: str, table: dict[str, list], label_sep: str) -> None:
