@@ -220,7 +220,7 @@ def _parquet(table: dict[str, list], target) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table(table), str(target))
+    pq.write_table(pa.table(table), str(target) if isinstance(target, Path) else target)
 
 
 def _text(f, kind: str, table: dict[str, list], label_sep: str) -> None:
