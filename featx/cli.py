@@ -196,6 +196,7 @@ def cmd_export(pipeline: Pipeline, args) -> None:
     print(export(pipeline, args.directory, head=args.head, finetuned=args.finetuned))
 
 
+
 COMMANDS = {"extract": cmd_extract, "probe": cmd_probe, "finetune": cmd_finetune, "curve": cmd_curve,
             "report": cmd_report, "all": cmd_all, "info": cmd_info, "verify": cmd_verify}
 # Commands with arguments of their own besides the pipeline and its overrides.

@@ -209,6 +209,18 @@ HEADS = {
 }
 
 
+# What a head is on a regression task where its registry name says otherwise: `logistic` and
+# `logistic-torch` fit Ridge there (the table above). Records and head files keep the registry's
+# name; what users read names the model (`shown_head`), and `featx predict --head` takes either.
+REGRESSION_NAMES = {"logistic": "ridge", "logistic-torch": "ridge-torch"}
+
+
+def shown_head(head: str, task: str) -> str:
+    """A head's name as tables, plots and the verdict show it on `task`: on a regression task
+    `logistic` is `ridge` (and `logistic-torch` `ridge-torch`); every other name as it is."""
+    return REGRESSION_NAMES.get(head, head) if TASKS[task].regression else head
+
+
 def build(head: str, task: str, params: dict, seed: int = 0, threads: int = 1):
     check_choice(head, HEADS, "head")
     return HEADS[head].build(task, seed, threads, **params)

@@ -414,33 +414,33 @@ def _write_sweep(directory: Path, records: list[Record], pooling: str, head: str
 
 
 def format_table(records: list[Record], runs_dir=None) -> str:
-    """Records -> a fixed-width text table: features x head, every metric (mean ± std over
-    seeds), the primary one's 95% bootstrap interval; `*` marks the frozen choice's row."""
-    from featx.runs.choice import frozen_choice
+    """Records -> a fixed-width text table: features x head, the selection score (what a row is
+    chosen by, on its selection split), every metric (mean ± std over seeds), the primary one's
+    95% bootstrap interval; `*` marks the frozen choice's row, and the footer says by what rule."""
+    from featx.runs.choice import frozen_choice, rule_text
 
     if not records:
         return "(no records)"
-    task = records[0].task
-    names = list(M.NAMES[task])
+    names = list(M.NAMES[records[0].task])
     choice = frozen_choice(records, runs_dir)
-    rows = [["", "features", "head", "protocol", *names, "95% interval", "train s"]]
+    protocol = (choice.record if choice is not None else records[0]).protocol
+    # "dev" fits in a column's header; a sentence ("5-fold cv on train") only in the footer.
+    split = f" ({protocol['select_on']})" if " " not in protocol["select_on"] else ""
+    rows = [["", "features", "head", "protocol", f"select{split}", *names, "95% interval", "train s"]]
     for r in sorted(records, key=lambda r: (r.stage != "probe", bool(r.baseline), r.features, r.head)):
-        primary = r.primary_metric
-        cells = []
-        for k in names:
-            value = r.metrics[k]
-            std = r.metrics_std[k]
-            cells.append(metric_text(value) + spread_text(std, value))
-        low, high = r.metrics_ci[primary] or (float("nan"), float("nan"))
-        rows.append(["*" if choice is not None and r is choice.record else "", r.features, r.head,
-                     r.protocol["name"], *cells, f"[{metric_text(low)}, {metric_text(high)}]",
-                     f"{train_seconds(r) or 0:.1f}"])
+        cells = [metric_text(r.metrics[k]) + spread_text(r.metrics_std[k], r.metrics[k]) for k in names]
+        low, high = r.metrics_ci[r.primary_metric] or (float("nan"), float("nan"))
+        chosen_by = selection_score(r)  # -inf: none; NaN: undefined on the selection rows
+        rows.append(["*" if choice is not None and r is choice.record else "", r.features, r.shown_head,
+                     r.protocol["name"], metric_text(chosen_by) if math.isfinite(chosen_by) else "-", *cells,
+                     f"[{metric_text(low)}, {metric_text(high)}]", f"{train_seconds(r) or 0:.1f}"])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     first = records[0]
-    footer = (f"(primary metric: {first.primary_metric}, the interval's, on {first.n_eval} "
-              f"{first.protocol['report_on']} rows"
-              + (f"; * the frozen choice, {choice.record.features} {choice.record.head}, chosen on "
-                 f"{choice.record.protocol['select_on']})" if choice is not None else ")"))
-    return "\n".join(lines) + "\n" + footer
+    lines.append(f"(primary metric: {first.primary_metric}, the interval's, on {first.n_eval} "
+                 f"{first.protocol['report_on']} rows; select: {first.primary_metric} on {protocol['select_on']}, "
+                 "what a row is chosen by)")
+    if choice is not None:
+        lines.append(f"* the frozen choice, {choice.record.features} {choice.record.shown_head}: {rule_text(choice)}")
+    return "\n".join(lines)

@@ -9,6 +9,7 @@ import json
 import math
 from pathlib import Path
 
+from featx.config.pipeline import ProbeConfig
 from featx.errors import FeatxError
 from featx.report.provenance import comma_list
 from featx.report.verdict import Verdict
@@ -33,20 +34,52 @@ def index_texts(base: Path, described: dict, judged: "Verdict") -> tuple[str, st
              f"(`{described['command']}`).", "",
              "| configuration | backbone | fingerprint | init | probe | fine-tune | written | verdict |",
              "|---|---|---|---|---|---|---|---|"]
+    # What tells configurations apart beyond the cells' usual settings: the settings that differ
+    # between the listed ones (two that differ only by their seeds must not read alike).
+    data, extract, probes, tunes = (_differing(ordered, section)
+                                    for section in ("data", "extract", "probe", "finetune_settings"))
     for entry in ordered:
         backbone = entry.get("backbone") if isinstance(entry.get("backbone"), dict) else {}
         probe = entry.get("probe") if isinstance(entry.get("probe"), dict) else {}
         tuned = entry.get("finetune") if isinstance(entry.get("finetune"), dict) else {}
         lines.append("| " + " | ".join(_index_cell(v) for v in (
-            f"[{entry['id']}]({entry['id']}/report.md)", backbone.get("name") or "?",
-            str(backbone.get("fingerprint") or "?")[:12],
-            backbone.get("init") or "?", f"{probe.get('protocol', '-')}, {probe.get('grid', '-')}" if probe else "-",
-            f"{tuned.get('head_input')}, lr {comma_list(tuned.get('learning_rates'), '?')}" if tuned else "-",
+            f"[{entry['id']}]({entry['id']}/report.md)",
+            (backbone.get("name") or "?") + _settings(entry, "data", data) + _settings(entry, "extract", extract),
+            str(backbone.get("fingerprint") or "?")[:12], backbone.get("init") or "?",
+            f"{probe.get('protocol', '-')}, {probe.get('grid', '-')}{_settings(entry, 'probe', probes)}" if probe else "-",
+            f"{tuned.get('head_input')}, lr {comma_list(tuned.get('learning_rates'), '?')}"
+            f"{_settings(entry, 'finetune_settings', tunes)}" if tuned else "-",
             entry.get("written", "?"), entry.get("headline", ""))) + " |")
     latest = {"id": described["id"], "report": f"{described['id']}/report.md",
               "html": f"{described['id']}/report.html", "verdict": f"{described['id']}/verdict.json",
               "written": described["written"], "command": described["command"]}
     return "\n".join(lines) + "\n", json.dumps(latest, indent=1) + "\n"
+
+
+# The settings an index cell shows for every configuration, whatever the others': not repeated.
+SHOWN = ("protocol", "grid", "head_input", "learning_rates")
+# Seeds other than the probe's default are shown even when every listed configuration has them:
+# the numbers are means over them.
+DEFAULT_SEEDS = list(ProbeConfig.seeds)
+
+
+def _differing(entries: list[dict], section: str) -> list[str]:
+    """The keys of a configuration `section` whose values differ between `entries` (their
+    verdict.json configurations; an older one may lack the section), sorted, and the probe's
+    `seeds` wherever they are not the default."""
+    sections = [entry.get(section) if isinstance(entry.get(section), dict) else {} for entry in entries]
+    keys = sorted({key for found in sections for key in found} - set(SHOWN))
+    differ = [key for key in keys if len({json.dumps(found.get(key), sort_keys=True, default=str)
+                                          for found in sections}) > 1]
+    seeds = section == "probe" and any(found.get("seeds", DEFAULT_SEEDS) != DEFAULT_SEEDS for found in sections)
+    return sorted(set(differ) | ({"seeds"} if seeds else set()))
+
+
+def _settings(entry: dict, section: str, keys: list[str]) -> str:
+    """`, key value` for each of `keys` the entry's `section` holds (a value as JSON: `[0, 1]`)."""
+    found = entry.get(section) if isinstance(entry.get(section), dict) else {}
+    return "".join(f", {key} {found[key] if isinstance(found[key], str) else json.dumps(found[key], default=str)}"
+                   for key in keys if key in found)
 
 
 def _index_cell(value) -> str:

@@ -70,7 +70,7 @@ def _truncation_notes(records: list[Record]) -> list[str]:
     for tune in (r for r in records if r.stage == "finetune" and r.truncated):
         cut = tune.truncated
         if cut["train"] or cut["report"]:
-            notes.append(f"The fine-tune ({tune.head}) truncated {cut['train']:,} of "
+            notes.append(f"The fine-tune ({tune.shown_head}) truncated {cut['train']:,} of "
                          f"{tune.n_train:,} training texts at max_length = {cut['max_length']} "
                          f"tokens, and {cut['report']:,} of {tune.n_eval:,} "
                          f"{tune.protocol['report_on']} texts.")

@@ -43,7 +43,7 @@ def _tuned_levels(records: list[Record], primary: str, axis) -> None:
     for record in records:
         if record.stage == "finetune":
             axis.axhline(record.metrics[primary], linestyle="--", color="black", linewidth=1,
-                         label=f"fine-tuned ({record.features}, {record.head})")
+                         label=f"fine-tuned ({record.features}, {record.shown_head})")
 
 
 def _legend_outside(axis, **options) -> None:
@@ -66,29 +66,47 @@ def _ci_error(records: list[Record], primary: str):
 
 
 def _plot_layers(collected: Collected):
+    """Probe quality by layer, one curve per vectors and head of one layer each. When the frozen
+    choice reads a text pair's texts alone (`bi:`, `cos:`), the curves of those vectors, the ones
+    the verdict chose among; the title names the vectors shown."""
     import matplotlib.pyplot as plt
 
     single = [r for r in collected.main if r.stage == "probe" and len(r.layers) == 1 and not r.baseline]
+    pairs = any(r.combine != "joint" for r in single)
     curves: dict[tuple[str, str], list[Record]] = {}
     for r in single:
-        curves.setdefault((_vectors(r), r.head), []).append(r)
+        curves.setdefault((_vectors(r, pairs), r.shown_head), []).append(r)
     curves = {k: sorted(v, key=lambda r: r.layers[0]) for k, v in curves.items() if len(v) > 1}
     if not curves:
         return None
+    chosen = collected.choice.record if collected.choice else None
+    family = _vectors(chosen, pairs) if chosen is not None and chosen.combine != "joint" else None
+    title = "Probe quality by layer"
+    mine = {k: v for k, v in curves.items() if k[0] == family}
+    if family is not None:
+        # The layer sweep is of joint vectors; pair vectors have a curve when probe.layers lists
+        # several layers. Without one, the other curves stay and the choice is its own point.
+        title += f": {family}, the frozen choice's vectors" if mine else f" (the frozen choice: {family})"
+        curves = mine or curves
     primary = single[0].primary_metric
     figure, axis = plt.subplots(figsize=(7.5, 4))
-    for (pooling, head), records in sorted(curves.items()):
+    for (vectors, head), records in sorted(curves.items()):
         axis.errorbar([r.layers[0] for r in records], [r.metrics[primary] for r in records],
-                      yerr=_ci_error(records, primary), marker="o", capsize=3, label=f"{pooling} + {head}")
+                      yerr=_ci_error(records, primary), marker="o", capsize=3, label=f"{vectors} + {head}")
+    if family is not None and not mine and len(chosen.layers) == 1:
+        axis.errorbar([chosen.layers[0]], [chosen.metrics[primary]], yerr=_ci_error([chosen], primary), marker="*",
+                      markersize=12, capsize=3, linestyle="none",
+                      label=f"{chosen.features} + {chosen.shown_head} (the frozen choice)")
     _tuned_levels(collected.main, primary, axis)
-    axis.set(xlabel="layer (0 = embeddings)", ylabel=f"{primary} (95% interval)", title="Probe quality by layer")
+    axis.set(xlabel="layer (0 = embeddings)", ylabel=f"{primary} (95% interval)", title=title)
     _legend_outside(axis)
     return figure
 
 
-def _vectors(record: Record) -> str:
-    """A probe's vectors without their layers: `mean`, or a pair combination `bi:mean`."""
-    return record.pooling if record.combine == "joint" else f"{record.combine}:{record.pooling}"
+def _vectors(record: Record, pairs: bool = False) -> str:
+    """A probe's vectors without their layers: `mean`, or a pair combination `bi:mean`; with
+    `pairs` (a text-pair task's curves side by side), the pair encoded together is `joint:mean`."""
+    return record.pooling if record.combine == "joint" and not pairs else f"{record.combine}:{record.pooling}"
 
 
 def _plot_heads(collected: Collected):
@@ -119,18 +137,18 @@ def _plot_heads(collected: Collected):
     colours = ["#d62728" if r is choice.record else "#1f77b4" for r in rows]
     axis.errorbar([r.metrics[primary] for r in rows], y, xerr=errors, fmt="none", ecolor="grey", capsize=2)
     axis.scatter([r.metrics[primary] for r in rows], y, c=colours, zorder=3, s=25)
-    axis.set_yticks(y, [f"{r.features} {r.head}" + ("  (the frozen choice)" if r is choice.record else "")
+    axis.set_yticks(y, [f"{r.features} {r.shown_head}" + ("  (the frozen choice)" if r is choice.record else "")
                         for r in rows], fontsize=7)
     levels = [r.metrics[primary] - e for r, e in zip(rows, errors[0])] + \
              [r.metrics[primary] + e for r, e in zip(rows, errors[1])]
     for record in collected.main:
         if record.stage == "finetune" and record.primary_metric == primary:
             axis.axvline(record.metrics[primary], linestyle="--", color="black", linewidth=1,
-                         label=f"fine-tuned ({record.head})" + (", a lower bound" if record.converged is False else ""))
+                         label=f"fine-tuned ({record.shown_head})" + (", a lower bound" if record.converged is False else ""))
             levels.append(record.metrics[primary])
         elif record.baseline and record.primary_metric == primary and math.isfinite(record.metrics[primary]):
             axis.axvline(record.metrics[primary], linestyle=":" if record.baseline == "majority" else "-.",
-                         color="grey", linewidth=1, label=f"baseline: {record.head}")
+                         color="grey", linewidth=1, label=f"baseline: {record.shown_head}")
             levels.append(record.metrics[primary])
     finite = [v for v in levels if math.isfinite(v)]
     if finite:  # the axis spans the values, not 0 to 1: a point's difference must be visible
@@ -155,7 +173,7 @@ def _plot_training(collected: Collected):
     figure, loss_axis = plt.subplots(figsize=(7.5, 4))
     metric_axis = loss_axis.twinx()
     for record in tunes:
-        label = f"{record.features} {record.head} ({record.init})"
+        label = f"{record.features} {record.shown_head} ({record.init})"
         steps, losses = zip(*record.curve["loss"]) if record.curve["loss"] else ((), ())
         # Markers: a short run has a few points, which a bare line would not show.
         loss_axis.plot(steps, losses, marker="." if len(steps) < 50 else None, label=f"loss, {label}")
@@ -265,7 +283,7 @@ def _plot_cost(collected: Collected):
     for r in records:
         if r is best or r.stage == "finetune" or r.baseline:
             on_right = _cost_seconds(r) > right / 10  # labels of the rightmost points go to their left
-            axis.annotate(f"{r.features} {r.head}", (_cost_seconds(r), r.metrics[primary]),
+            axis.annotate(f"{r.features} {r.shown_head}", (_cost_seconds(r), r.metrics[primary]),
                           textcoords="offset points", xytext=(-6 if on_right else 6, 4), fontsize=7,
                           ha="right" if on_right else "left")
     axis.set_xscale("log")

@@ -29,7 +29,7 @@ def rows(collected: Collected) -> list[dict]:
             # A baseline reads the texts: no backbone, so no init and no cache of its own.
             "stage": record.stage, "init": "" if record.baseline else record.init,
             "features": record.features,
-            "head": record.head, "baseline": record.baseline or "",
+            "head": record.shown_head, "baseline": record.baseline or "",
             "protocol": record.protocol["name"], "primary_metric": primary,
             "primary": record.metrics[primary], "primary_std": record.metrics_std[primary],
             "primary_ci_low": ci[0], "primary_ci_high": ci[1],

@@ -170,18 +170,18 @@ def _frozen_text(choice) -> str:
     layers = f"layer{'s' if len(frozen.layers) > 1 else ''} {'+'.join(map(str, frozen.layers))}"
     vectors = {"bi": f"[u, v, |u - v|, u * v] of the two texts' {frozen.pooling} vectors",
                "cos": f"the cosine of the two texts' {frozen.pooling} vectors"}.get(frozen.combine, frozen.pooling)
-    head = "no training" if frozen.head == "identity" else frozen.head
+    head = "no training" if frozen.head == "identity" else frozen.shown_head
     rule = ""
     if choice.record is not choice.top and choice.paired:
         rule = (f", the simplest of the {choice.within} configurations that {frozen.protocol['select_on']} "
                 f"cannot tell apart from the best selection score, {selection_score(choice.top):.4f} "
-                f"({choice.top.features} {choice.top.head}): "
+                f"({choice.top.features} {choice.top.shown_head}): "
                 f"{selection_score(choice.top) - selection_score(frozen):.4f} "
                 f"below it, within one standard error of the paired difference ({choice.se:.4f})")
     elif choice.record is not choice.top:
         rule = (f", the simplest of the {choice.within} configurations within one standard error "
                 f"({choice.se:.4f}) of the best selection score, {selection_score(choice.top):.4f} "
-                f"({choice.top.features} {choice.top.head})")
+                f"({choice.top.features} {choice.top.shown_head})")
     return f"Frozen features ({vectors}, {layers}, {head}; chosen on {frozen.protocol['select_on']}{rule})"
 
 

@@ -102,6 +102,14 @@ def frozen_choice(records: list[Record], runs_dir: str | Path | None = None) -> 
     return FrozenChoice(chosen, top, judged[id(chosen)] if chosen is not top else se_top, len(within), paired)
 
 
+def rule_text(choice: FrozenChoice) -> str:
+    """How `choice` was made, in one clause for a table's footer (the verdict says it at length)."""
+    top = choice.top
+    best = "itself" if top is choice.record else f"{top.features} {top.shown_head}, {selection_score(top):.4f}"
+    return (f"the simplest head whose score on {choice.record.protocol['select_on']} is within one standard "
+            f"error of the best ({best}); test scores choose nothing")
+
+
 def _clearly_ahead(scout: Record, answers: list[Record]) -> bool:
     """Whether `scout` leads the best of `answers` of its metric by more than the larger
     of their selection standard errors, three times (a lead by noise is what dropped scouts)."""

@@ -110,6 +110,14 @@ class Record:
     eval_rows_processed: int | None = _of("finetune")
     truncated: dict | None = _of("finetune")
 
+    @property
+    def shown_head(self) -> str:
+        """The head's name as users read it on this record's task (`ridge` for a regression's
+        `logistic`: featx.heads.registry.shown_head); `head` stays the registry's name."""
+        from featx.heads.registry import shown_head
+
+        return shown_head(self.head, self.task)
+
 
 FIELDS = tuple(f.name for f in dataclasses.fields(Record))
 

@@ -281,9 +281,10 @@ def _choose(records: list[Record], head: str | None, finetuned: bool, pipeline,
                              "first (the default head is the verdict's best frozen configuration)")
         return chosen
     features, sep, name = head.partition("/")
-    matches = [r for r in records if r.stage == "probe" and r.features == features and r.head == name]
+    # A head as the records name it, or as the report shows it (a regression's `logistic` is `ridge`).
+    matches = [r for r in records if r.stage == "probe" and r.features == features and name in (r.head, r.shown_head)]
     if not sep or not matches:
-        available = sorted(f"{r.features}/{r.head}" for r in records if r.stage == "probe"
+        available = sorted(f"{r.features}/{r.shown_head}" for r in records if r.stage == "probe"
                            and r.protocol["name"] != "mteb")
         raise FeatxError(f"no probe record {shown(head)} for this cache; heads are named features/head, "
                          f"and these exist: {', '.join(available) or 'none (run featx probe)'}"

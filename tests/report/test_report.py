@@ -139,7 +139,7 @@ def test_report_of_every_task_type(tmp_path, task):
         table = list(csv.DictReader(f))
     assert len(table) == len(records)
     for record in records:
-        row = next(r for r in table if r["features"] == record.features and r["head"] == record.head
+        row = next(r for r in table if r["features"] == record.features and r["head"] == record.shown_head
                    and r["init"] == record.init)
         for name, value in record.metrics.items():
             assert float(row[f"metric:{name}"]) == pytest.approx(value)
@@ -155,7 +155,9 @@ def test_report_of_every_task_type(tmp_path, task):
     assert "0.7600 vs 0.8000" in judged.text
 
     markdown = paths["md"].read_text()
-    assert judged.text in markdown and "| mean@3 | logistic | pretrained |" in markdown
+    # On a regression task the logistic head is Ridge: the report names it so.
+    assert judged.text in markdown and f"| mean@3 | {judged.frozen.shown_head} | pretrained |" in markdown
+    assert judged.frozen.shown_head == ("ridge" if task == "regression" else "logistic")
     html_text = paths["html"].read_text()
     assert "`" not in html_text  # commands are set as <code>, never as literal backticks
     parser = Images()
@@ -502,7 +504,8 @@ def test_an_undefined_selection_score_is_never_the_choice(tmp_path):
     assert verdict(inputs).text.startswith("No verdict: every frozen probe's selection score is undefined")
     write_pairs(tmp_path / "runs", [(r, None) for r in probes[1:]])
     inputs = collect(tmp_path / "runs", "fx")
-    assert [(r["features"], r["head"]) for r in rows(inputs)] == [("mean@2", "logistic"), ("mean@1", "logistic"),
+    # the report's rows name the regression's logistic head by its model, Ridge
+    assert [(r["features"], r["head"]) for r in rows(inputs)] == [("mean@2", "ridge"), ("mean@1", "ridge"),
                                                                    ("mean@1", "lightgbm")]
     paths = write_report(tmp_path / "runs", tmp_path / "reports", "fx")
     json.loads(paths["json"].read_text(), parse_constant=lambda c: pytest.fail(f"{c} in verdict.json"))
