@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import signal
 import time
 from pathlib import Path
@@ -347,6 +348,9 @@ def test_interrupted_training_resumes_from_the_last_epoch(tmp_path, tiny_bert):
     resumed = run_featx("finetune", str(toml))
     assert resumed.returncode == 0, resumed.stderr
     assert "continuing lr-" in resumed.stderr
+    # What the checkpoints held is said first: each rate's epochs done, best score, and state.
+    said = next(line for line in resumed.stderr.splitlines() if "resuming the fine-tune" in line)
+    assert said.count("lr-") == 2 and "epoch(s) done" in said, said
     record = run_finetune(load_pipeline(toml))  # finished: reused, not retrained
     # One cost over both processes: the epochs the first one committed count in its wall time.
     assert record.wall_seconds >= record.fit_seconds
