@@ -1,5 +1,6 @@
-"""The README's quickstart for your own data works as copied: its pipeline file, `featx all`,
-then `featx predict` on new texts, with the real packaged model."""
+"""The README's quickstart for your own data works as copied: its pipeline file (train, dev and
+test files, integer labels and their names), `featx all`, `featx predict` on new texts and the
+exported fine-tune, whose id2label carries the names, with the real packaged model."""
 from __future__ import annotations
 
 import csv
@@ -36,16 +37,17 @@ def test_readme_quickstart_runs_as_written(tmp_path):
     toml, commands = quickstart()
     (tmp_path / "pipelines").mkdir()
     (tmp_path / "pipelines" / "mine.toml").write_text(toml)
-    data = tomllib.loads(toml)["data"]  # the columns the README names
-    data_file, text, label = data["path"], data.get("text", "text"), data.get("label", "label")
+    data = tomllib.loads(toml)["data"]  # the files and columns the README names
+    text, label = data.get("text", "text"), data.get("label", "label")
     trec = load_dataset(DataConfig(builtin="trec"))
-    train = trec.splits["train"]
-    rows = [{text: t, label: trec.label_names[y]} for t, y in zip(train.texts[:300], train.labels[:300])]
-    (tmp_path / data_file).parent.mkdir(parents=True)
-    with open(tmp_path / data_file, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=[text, label])
-        writer.writeheader()
-        writer.writerows(rows)
+    texts, labels = trec.splits["train"].texts, trec.splits["train"].labels
+    (tmp_path / data["label_names"]).parent.mkdir(parents=True)
+    (tmp_path / data["label_names"]).write_text("\n".join(trec.label_names) + "\n")
+    for split, rows in (("train", range(300)), ("dev", range(300, 360)), ("test", range(360, 420))):
+        with open(tmp_path / data[split], "w", newline="") as f:  # integer labels, named by label_names
+            writer = csv.DictWriter(f, fieldnames=[text, label])
+            writer.writeheader()
+            writer.writerows({text: texts[i], label: int(labels[i])} for i in rows)
     (tmp_path / "new.csv").write_text(f"id,{text}\n1,What is the capital of France ?\n2,Who wrote Hamlet ?\n")
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT))
     bin_dir = Path(sys.executable).parent
@@ -65,3 +67,5 @@ def test_readme_quickstart_runs_as_written(tmp_path):
         predicted = list(csv.DictReader(f))
     assert [r["id"] for r in predicted] == ["1", "2"]
     assert {r["prediction"] for r in predicted} <= set(trec.label_names)
+    exported = json.loads((tmp_path / "exported" / "config.json").read_text())
+    assert exported["id2label"] == {str(i): name for i, name in enumerate(trec.label_names)}
