@@ -104,10 +104,12 @@ def frozen_choice(records: list[Record], runs_dir: str | Path | None = None) -> 
 
 def rule_text(choice: FrozenChoice) -> str:
     """How `choice` was made, in one clause for a table's footer (the verdict says it at length)."""
-    top = choice.top
-    best = "itself" if top is choice.record else f"{top.features} {top.shown_head}, {selection_score(top):.4f}"
-    return (f"the simplest head whose score on {choice.record.protocol['select_on']} is within one standard "
-            f"error of the best ({best}); test scores choose nothing")
+    top, split = choice.top, choice.record.protocol["select_on"]
+    if top is choice.record:
+        return (f"the best score on {split}, with no simpler head within one standard error of it; test "
+                "scores choose nothing")
+    return (f"the simplest head whose score on {split} is within one standard error of the best "
+            f"({top.features} {top.shown_head}, {selection_score(top):.4f}); test scores choose nothing")
 
 
 def _clearly_ahead(scout: Record, answers: list[Record]) -> bool:

@@ -49,8 +49,8 @@ def test_a_regression_report_names_the_logistic_head_by_what_it_fits():
     assert ", ridge; chosen on dev" in text and "logistic" not in text
     table = format_table(records)
     assert "logistic" not in table and "ridge-torch" in table
-    assert "* the frozen choice, bi:sentence@6 ridge: the simplest head whose score on dev is within one " \
-           "standard error of the best (itself)" in table
+    assert "* the frozen choice, bi:sentence@6 ridge: the best score on dev, with no simpler head within one " \
+           "standard error of it" in table
     classification = fake("probe", "binary", "mean@6", "logistic", 0.7)
     assert classification.shown_head == "logistic" and "logistic" in format_table([classification])
 
