@@ -7,14 +7,17 @@ an Arrow table, columns as lists), the answer returned as an object.
 
 Each split becomes a file named by the sha256 of its content under `<data_dir>/inputs/`
 (Parquet; a `datasets.Dataset` its `save_to_disk` folder, whose ClassLabel names featx reads),
-and the run a pipeline file beside them, `<data_dir>/inputs/<name>.toml`, read back by
-`load_pipeline`. So the data is hashed by content, the cache, records and report are the CLI's
-own, and every command a message names (continue a fine-tune, predict, export) runs on that file.
+and the run a pipeline file beside them named by its own sha256, `<name>-<sha>.toml`, read back
+by `load_pipeline`. So the data is hashed by content, the cache, records and report are the
+CLI's own, every command a message names (continue a fine-tune, predict, export) runs on that
+file, and two runs never write one file with different content. A stored file found again is
+checked against its name before it is used.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import numbers
 import os
 import shutil
@@ -26,9 +29,12 @@ from pathlib import Path
 from featx.config.load import load_pipeline, pipeline_from_dict
 from featx.config.pipeline import SECTIONS, Pipeline
 from featx.errors import FeatxError, shown
-from featx.files import writable_dir, write_bytes
+from featx.files import refuse_link, writable_dir, write_bytes
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+DIGEST_CHARS = 16
+
+log = logging.getLogger("featx")
 
 
 @dataclass(frozen=True)
@@ -77,22 +83,24 @@ def run(train, test=None, dev=None, *, text: str = "text", label: str | Sequence
     if unknown:
         raise FeatxError(f"featx.run got unknown keyword(s) {unknown}; besides its own it takes a "
                          f"pipeline's sections as tables: {sorted(set(SECTIONS) - {'model', 'finetune'})}")
-    root = Path(data_dir).expanduser()
+    if not isinstance(finetune, (bool, Mapping)):
+        raise FeatxError(f"finetune must be True, False or the [finetune] table, got {shown(finetune)}")
+    root = Path(data_dir).expanduser().absolute()  # the pipeline file works from any folder
     inputs = writable_dir(root / "inputs", "the folder of featx.run's inputs", root=root)
     data = {"text": text, "label": list(label) if isinstance(label, (list, tuple)) else label,
-            **({"text_pair": text_pair} if text_pair else {})}
-    given = {"train": train, "dev": dev, "test": test}
-    for split, value in given.items():
+            **({"text_pair": text_pair} if text_pair else {}), **dict(sections.pop("data", None) or {})}
+    for split, value in {"train": train, "dev": dev, "test": test}.items():
         if value is not None:
             data[split] = str(stored(value, split, inputs, data))
-    data |= dict(sections.pop("data", None) or {})
-    raw = {"name": name, "data_dir": str(data_dir), "data": data, **sections,
+    raw = {"name": name, "data_dir": str(root), "data": data, **sections,
            "model": dict(model) if isinstance(model, Mapping) else {"name": str(model)},
            "finetune": dict(finetune) if isinstance(finetune, Mapping) else {}}
-    pipeline = pipeline_from_dict(raw, source="featx.run")  # refused here, before a file is written
-    path = write_bytes(inputs / f"{pipeline.name}.toml", toml_text(raw).encode())
-    pipeline = load_pipeline(path)
-    return _stages(pipeline, path, finetune is not False)
+    pipeline_from_dict(raw, source="featx.run")  # refused here, before the pipeline file is written
+    text_of = toml_text(raw)
+    path = inputs / f"{name}-{hashlib.sha256(text_of.encode()).hexdigest()[:DIGEST_CHARS]}.toml"
+    refuse_link(path, "where featx.run writes the run's pipeline file")
+    write_bytes(path, text_of.encode())
+    return _stages(load_pipeline(path), path, finetune is not False)
 
 
 def _stages(pipeline: Pipeline, path: Path, finetune: bool) -> Answer:
@@ -121,19 +129,44 @@ def stored(value, split: str, inputs: Path, data: dict) -> Path:
     """`value` as a file under `inputs` named by its content's sha256 (written once; the same
     data again is the same file, so the pipeline file and its cache pointer stay the same)."""
     if isinstance(value, (str, os.PathLike)):
-        return Path(value)
-    kind = type(value).__module__.partition(".")[0]
-    if kind == "datasets":
+        return Path(value).expanduser().absolute()
+    if type(value).__module__.partition(".")[0] == "datasets":
         return _saved_dataset(value, split, inputs)
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     table = _arrow_table(value, split, data)
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink)
-    content = sink.getvalue().to_pybytes()
-    path = inputs / f"{split}-{hashlib.sha256(content).hexdigest()[:16]}.parquet"
-    return path if path.is_file() else write_bytes(path, content)
+    return _by_content(inputs, split, ".parquet", lambda f: pq.write_table(table, f))
+
+
+def _by_content(inputs: Path, split: str, suffix: str, write) -> Path:
+    """`write(file)` into a new temporary file, then renamed to `<split>-<its sha256><suffix>`; a
+    file of that name already there is kept when its content is that (else replaced: a stored
+    file edited or truncated since), and a link there is refused."""
+    fd, name = tempfile.mkstemp(prefix=f".{split}-", suffix=".tmp", dir=inputs)
+    tmp = Path(name)
+    try:
+        with open(fd, "w+b") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        path = inputs / f"{split}-{_file_digest(tmp)[:DIGEST_CHARS]}{suffix}"
+        refuse_link(path, "where featx.run stores its inputs")
+        if not (path.is_file() and _file_digest(path) == _file_digest(tmp)):
+            os.replace(tmp, path)
+        return path
+    except OSError as exc:
+        raise FeatxError(f"cannot store the {split} rows under {inputs} ({exc.strerror or exc}); free "
+                         "some space or set data_dir to another folder") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _file_digest(path: Path, digest=None) -> str:
+    digest = digest or hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _arrow_table(value, split: str, data: dict):
@@ -144,20 +177,13 @@ def _arrow_table(value, split: str, data: dict):
         if isinstance(value, pa.Table):
             return value
         if type(value).__module__.partition(".")[0] == "pandas" and hasattr(value, "columns"):
-            return pa.Table.from_pandas(value, preserve_index=False)
+            return _from_pandas(value, split, data)
         if hasattr(value, "to_arrow"):  # polars
             return value.to_arrow()
         if isinstance(value, Mapping):
             return pa.table({str(k): list(v) for k, v in value.items()})
         if isinstance(value, tuple) and len(value) in (2, 3):
-            label = data["label"]
-            if not isinstance(label, str):
-                raise FeatxError(f"{split}: a (texts, labels) tuple holds one label column; give a "
-                                 "DataFrame or a mapping of columns for several label columns")
-            if len(value) == 3 and "text_pair" not in data:
-                raise FeatxError(f"{split}: a (texts, text_pairs, labels) tuple needs text_pair=<its column name>")
-            names = [data["text"], *([data["text_pair"]] if len(value) == 3 else []), label]
-            return pa.table({n: list(v) for n, v in zip(names, value)})
+            return pa.table(_tuple_columns(value, split, data))
     except (pa.ArrowException, TypeError, ValueError) as exc:
         raise FeatxError(f"{split}: its columns cannot be stored as Arrow columns ({str(exc)[:300]}); give "
                          "texts as strings and labels as strings or numbers, one type a column") from None
@@ -165,23 +191,57 @@ def _arrow_table(value, split: str, data: dict):
                      f"mapping of columns, a (texts, labels) tuple or a file path, not {type(value).__name__}")
 
 
+def _tuple_columns(value: tuple, split: str, data: dict) -> dict:
+    label = data["label"]
+    if not isinstance(label, str):
+        raise FeatxError(f"{split}: a (texts, labels) tuple holds one label column; give a DataFrame or "
+                         "a mapping of columns for several label columns")
+    if len(value) == 3 and "text_pair" not in data:
+        raise FeatxError(f"{split}: a (texts, text_pairs, labels) tuple needs text_pair=<its column name>")
+    names = [data["text"], *([data["text_pair"]] if len(value) == 3 else []), label]
+    return {n: list(v) for n, v in zip(names, value)}
+
+
+def _from_pandas(frame, split: str, data: dict):
+    """A DataFrame's columns as Arrow, a named index as a column; a column the pipeline does not
+    name that Arrow cannot hold (mixed types) is left out, one it names is an error naming it."""
+    import pyarrow as pa
+
+    if any(name is not None for name in frame.index.names):
+        frame = frame.reset_index()
+    named = {v for k in ("text", "text_pair", "label", "id", "split_column", "keep")
+             for v in ([data[k]] if isinstance(data.get(k), str) else data.get(k) or ())}
+    columns = {}
+    for column in frame.columns:
+        try:
+            columns[str(column)] = pa.Array.from_pandas(frame[column])
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            if str(column) in named:
+                raise FeatxError(f"{split}: column {shown(str(column))} cannot be stored as an Arrow column "
+                                 f"({str(exc)[:200]}): give one type a column (strings, or numbers)") from None
+            log.info("%s: column %r left out (featx.run reads no column of mixed types it is not told to)",
+                     split, column)
+    return pa.table(columns)
+
+
 def _saved_dataset(value, split: str, inputs: Path) -> Path:
     """A `datasets.Dataset` saved with `save_to_disk` into a folder named by its Arrow files' and
     features' sha256 (its ClassLabel names are read as the labels, as from any saved folder)."""
-    if not hasattr(value, "save_to_disk") or not hasattr(value, "features"):
+    if isinstance(value, Mapping):
         raise FeatxError(f"{split}: a {type(value).__name__} holds several splits; pass each one: "
                          "train=d['train'], dev=d['validation'], test=d['test']")
+    if not hasattr(value, "save_to_disk") or not hasattr(value, "features"):
+        raise FeatxError(f"{split}: a {type(value).__name__} is read as it streams; give a Dataset "
+                         "(datasets.Dataset.from_generator, or the dataset loaded without streaming)")
     tmp = Path(tempfile.mkdtemp(prefix=f".{split}-", dir=inputs))
     try:
         value.save_to_disk(str(tmp))
-        digest = hashlib.sha256(json.dumps(value.features.to_dict(), sort_keys=True).encode())
-        for file in sorted(tmp.glob("*.arrow")):
-            digest.update(file.name.encode())
-            with open(file, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(block)
-        path = inputs / f"{split}-{digest.hexdigest()[:16]}"
-        if not path.is_dir():
+        path = inputs / f"{split}-{_folder_digest(tmp)[:DIGEST_CHARS]}"
+        refuse_link(path, "where featx.run stores its inputs")
+        if path.exists() and _folder_digest(path) != _folder_digest(tmp):
+            raise FeatxError(f"{path} does not hold what its name says (edited since featx.run stored it): "
+                             "delete it and rerun")
+        if not path.exists():
             try:
                 os.rename(tmp, path)
             except OSError:  # another run stored the same content first
@@ -195,13 +255,33 @@ def _saved_dataset(value, split: str, inputs: Path) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _folder_digest(folder: Path) -> str:
+    """sha256 of a saved dataset's features and Arrow files (its state.json holds a run's fingerprint)."""
+    try:
+        features = json.loads((folder / "dataset_info.json").read_text()).get("features")
+    except (OSError, ValueError, AttributeError):
+        features = None
+    digest = hashlib.sha256(json.dumps(features, sort_keys=True).encode())
+    for file in sorted(folder.glob("*.arrow")):
+        digest.update(file.name.encode())
+        _file_digest(file, digest)
+    return digest.hexdigest()
+
+
 def toml_text(raw: dict) -> str:
-    """A pipeline's table as a TOML file: the top keys, then a table per section."""
-    lines = [f"{k} = {_value(v)}" for k, v in raw.items() if not isinstance(v, Mapping)]
+    """A pipeline's table as a TOML file: the top keys, then a table per section (a None value
+    is a key left unset)."""
+    lines = [f"{k} = {_value(v)}" for k, v in raw.items() if not isinstance(v, Mapping) and v is not None]
     for section, table in raw.items():
         if isinstance(table, Mapping) and table:
-            lines += ["", f"[{section}]", *(f"{k} = {_value(v)}" for k, v in table.items())]
-    return "# written by featx.run\n" + "\n".join(lines) + "\n"
+            lines += ["", f"[{section}]", *(f"{k} = {_value(v)}" for k, v in table.items() if v is not None)]
+    text = "# written by featx.run\n" + "\n".join(lines) + "\n"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise FeatxError(f"featx.run: a setting holds a character that is not valid Unicode ({exc.reason} at "
+                         f"{shown(exc.object[max(0, exc.start - 20):exc.end + 20])})") from None
+    return text
 
 
 def _value(value) -> str:

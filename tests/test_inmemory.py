@@ -121,6 +121,7 @@ def test_one_frame_is_split_as_one_file_and_a_fine_tune_runs(tmp_path, tiny_bert
     (dict(train=(["a"], ["x"]), label=["l1", "l2"]), "one label column"),
     (dict(train=(["a"], ["x"]), heads=["mlp"]), r"unknown keyword\(s\) \['heads'\]"),
     (dict(train=(["a"], ["x"]), probe={"nope": 1}), r"unknown key\(s\) \['nope'\] in \[probe\]"),
+    (dict(train=(["a"], ["x"]), finetune=None), "finetune must be True, False or the"),
 ])
 def test_what_featx_run_refuses_it_names(tmp_path, tiny_bert, call, message):
     with pytest.raises(FeatxError, match=message):
@@ -136,3 +137,44 @@ def test_the_pipeline_file_holds_any_string_toml_can(tmp_path):
     raw = {"name": "x", "data": {"text": 'a "quoted"\\ \n\t\x7f \u00e9 name', "label": ["a", "b"],
                                  "dev_fraction": 0.25, "max_rows": 7}}
     assert tomllib.loads(toml_text(raw)) == raw
+    assert tomllib.loads(toml_text({"name": "x", "data": {"label_names": None}})) == {"name": "x", "data": {}}
+    with pytest.raises(FeatxError, match="not valid Unicode"):
+        toml_text({"name": "x", "data": {"text": "a\ud800b"}})
+
+
+def test_runs_of_other_data_keep_their_own_pipeline_files(tmp_path, tiny_bert, frames):
+    first = _run(tmp_path, tiny_bert, "mem", **frames)
+    other = {s: f.assign(text=f["text"] + " again") for s, f in frames.items()}
+    second = _run(tmp_path, tiny_bert, "mem", **other)
+    assert first.pipeline != second.pipeline and first.pipeline.is_file()
+    assert load_pipeline(first.pipeline).data.train != load_pipeline(second.pipeline).data.train
+
+
+def test_a_stored_input_is_checked_against_its_name(tmp_path, frames):
+    from featx.inmemory import stored
+
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    path = stored(frames["train"], "train", inputs, {"text": "text", "label": "label"})
+    content = path.read_bytes()
+    path.write_bytes(content[:100])  # truncated since: stored again whole
+    assert stored(frames["train"], "train", inputs, {"text": "text", "label": "label"}) == path
+    assert path.read_bytes() == content
+    path.unlink()
+    path.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(FeatxError, match="symbolic link"):
+        stored(frames["train"], "train", inputs, {"text": "text", "label": "label"})
+
+
+def test_a_frame_keeps_a_named_index_and_leaves_out_an_unused_mixed_column(tmp_path, frames):
+    import pyarrow.parquet as pq
+
+    from featx.inmemory import stored
+
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    frame = frames["train"].assign(notes=[1, "x"] * 30).set_index("text")
+    table = pq.read_table(stored(frame, "train", inputs, {"text": "text", "label": "label"}))
+    assert set(table.column_names) == {"text", "label"}
+    with pytest.raises(FeatxError, match="column 'notes' cannot be stored"):
+        stored(frame, "train", inputs, {"text": "text", "label": "notes"})

@@ -37,7 +37,7 @@ from featx.config.pipeline import Pipeline
 from featx.errors import FeatxError
 from featx.files import writable_dir
 from featx.cache.plan import Plan, make_plan, remember
-from featx.cache.reuse import copy_vectors, source_info, vectors_source
+from featx.cache.reuse import copy_vectors, mark_computed, source_info, vectors_source
 from featx.progress import progress
 from featx.backbone.pooling import pool
 
@@ -117,6 +117,7 @@ def build(path: Path, plan: Plan, spec, device: torch.device, compute_dtype: str
         if stats["rows_computed"]:
             if loaded is None:
                 loaded = _load(plan, device, compute_dtype)
+            mark_computed(writer, writer_info(plan, loaded.model, device, compute_dtype))
             stats |= run(loaded, plan, todo, writer)
         stats["truncated_total"] = writer.count("truncated")
         writer.file.attrs["extract_stats"] = json.dumps(stats)

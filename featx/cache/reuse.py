@@ -19,7 +19,7 @@ import h5py
 import numpy as np
 
 from featx.cache.reader import Cache
-from featx.cache.schema import CacheSpec, decode_attr
+from featx.cache.schema import CacheSpec, decode_attr, encode_attr, partial_path
 from featx.data import Dataset
 from featx.data.columns import json_pieces
 from featx.errors import FeatxError
@@ -45,8 +45,13 @@ def texts_fingerprint(dataset: Dataset) -> str:
 
 def vectors_source(spec: CacheSpec, texts: str, cache_dir: Path, path: Path) -> Path | None:
     """A finished cache in `cache_dir` other than `path` whose vectors are this spec's: the same
-    key fields but the dataset's, and the same texts fingerprint. Unreadable files are passed by."""
-    wanted = _computed_fields(spec)
+    key fields but the dataset's, the same texts fingerprint, and every checksum holding (a
+    damaged source is passed by with a warning, never copied into a cache that verifies). A
+    partial cache at `path` is finished the way it began: from the source it names, or by
+    computing."""
+    wanted, started = _computed_fields(spec), _started_from(partial_path(path))
+    if started is False:
+        return None
     for candidate in sorted(cache_dir.glob("*.h5")):
         if candidate == path or candidate.is_symlink() or not candidate.is_file():
             continue
@@ -55,10 +60,30 @@ def vectors_source(spec: CacheSpec, texts: str, cache_dir: Path, path: Path) -> 
                 meta = {k: decode_attr(v) for k, v in file.attrs.items()}
         except (OSError, ValueError, TypeError, KeyError):
             continue
-        if meta.get("complete") is True and meta.get("texts_fingerprint") == texts and \
-                {k: meta.get(k) for k in wanted} == wanted:
+        if meta.get("complete") is not True or meta.get("texts_fingerprint") != texts or \
+                {k: meta.get(k) for k in wanted} != wanted or started not in (None, meta.get("key")):
+            continue
+        try:
+            with Cache(candidate) as cache:
+                cache.verify()
             return candidate
+        except FeatxError as exc:
+            log.warning("%s holds these texts' vectors but is not copied (%s); they are computed instead",
+                        candidate, str(exc)[:300])
     return None
+
+
+def _started_from(partial: Path) -> str | bool | None:
+    """How the partial cache at `partial` began: the key of the cache its vectors were copied
+    from, False when they were computed, None when there is no partial."""
+    if not partial.is_file() or partial.is_symlink():
+        return None
+    try:
+        with h5py.File(partial, "r", locking=False) as file:
+            source = file.attrs.get("vectors_from")
+    except (OSError, ValueError, TypeError, KeyError):
+        return None  # the writer names what is wrong with it
+    return decode_attr(source) if source is not None else False
 
 
 def _computed_fields(spec: CacheSpec) -> dict:
@@ -76,9 +101,9 @@ def source_info(source: Path) -> dict:
             "vectors_from": cache.key}
 
 
-def copy_vectors(source: Path, writer, groups: list[str]) -> int:
+def copy_vectors(source: Path, writer, groups: list[str], block_bytes: int = 64 << 20) -> int:
     """Every pending row of `groups` written from `source`'s vectors, token counts and truncation
-    flags, a block at a time; returns the rows copied."""
+    flags, a block of at most `block_bytes` at a time; returns the rows copied."""
     copied = 0
     with Cache(source) as cache:
         for group in groups:
@@ -87,11 +112,25 @@ def copy_vectors(source: Path, writer, groups: list[str]) -> int:
             if len(pending) and have["n_tokens"].shape[0] != len(writer.done[group]):
                 raise FeatxError(f"{source} holds {have['n_tokens'].shape[0]} rows of {group!r} where this "
                                  f"cache has {len(writer.done[group])}; delete {writer.path}.partial and rerun")
-            for start in range(0, len(pending), COPY_ROWS):
-                rows = pending[start:start + COPY_ROWS]
+            step = max(1, min(COPY_ROWS, block_bytes // max(1, writer.row_bytes(group))))
+            for start in range(0, len(pending), step):
+                rows = pending[start:start + step]
                 lo, hi = int(rows[0]), int(rows[-1]) + 1
-                block = lambda name: np.asarray(have[name][lo:hi])[rows - lo]  # noqa: E731
+                whole = hi - lo == len(rows)  # contiguous: a slice, no gather
+                block = lambda name: have[name][lo:hi] if whole else np.asarray(have[name][lo:hi])[rows - lo]  # noqa: E731
                 writer.write(group, rows, {p: block(p) for p in poolings}, block("n_tokens"), block("truncated"))
                 writer.flush()
                 copied += len(rows)
     return copied
+
+
+def mark_computed(writer, computed_by: dict) -> None:
+    """A cache begun by copying and finished by computing (its source gone meanwhile): its
+    provenance names both."""
+    source = writer.file.attrs.get("vectors_from")
+    if source is None:
+        return
+    writer.file.attrs["vectors_from"] = f"{decode_attr(source)} (some rows; the rest computed)"
+    for key in COMPUTED_BY:
+        if computed_by.get(key) is not None:
+            writer.file.attrs[key] = encode_attr(computed_by[key])

@@ -64,10 +64,11 @@ DEFAULT_SEEDS = list(ProbeConfig.seeds)
 
 
 def _differing(entries: list[dict], section: str) -> list[str]:
-    """The keys of a configuration `section` whose values differ between `entries` (their
-    verdict.json configurations; an older one may lack the section), sorted, and the probe's
-    `seeds` wherever they are not the default."""
-    sections = [entry.get(section) if isinstance(entry.get(section), dict) else {} for entry in entries]
+    """The keys of a configuration `section` whose values differ between the `entries` that hold
+    the section (their verdict.json configurations; a frozen-only or older one may lack it),
+    sorted, and the probe's `seeds` wherever they are not the default."""
+    # Among the configurations that have the section: a frozen-only one has no fine-tune settings.
+    sections = [entry[section] for entry in entries if isinstance(entry.get(section), dict)]
     keys = sorted({key for found in sections for key in found} - set(SHOWN))
     differ = [key for key in keys if len({json.dumps(found.get(key), sort_keys=True, default=str)
                                           for found in sections}) > 1]

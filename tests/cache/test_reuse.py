@@ -51,3 +51,49 @@ def test_other_texts_or_settings_are_computed(make_pipeline, numbered, tmp_path)
     assert "rows_copied" not in fewer.stats and fewer.stats["rows_computed"] > 0
     shorter = extract(make_pipeline({"path": str(numbered), "label_names": ["x", "y", "z"]}, extract={"max_length": 8}))
     assert "rows_copied" not in shorter.stats and shorter.stats["rows_computed"] == 60
+
+
+def test_a_damaged_source_is_not_copied_but_computed_again(make_pipeline, numbered, caplog):
+    from tests.cache.test_corruption import flip
+
+    first = extract(make_pipeline({"path": str(numbered)}))
+    flip(first.path, "train/mean")
+    named = extract(make_pipeline({"path": str(numbered), "label_names": ["x", "y", "z"]}))
+    assert "rows_copied" not in named.stats and named.stats["rows_computed"] == 60
+    assert "is not copied" in caplog.text and "computed instead" in caplog.text
+    with Cache(named.path) as cache:
+        cache.verify()  # computed afresh: every checksum holds
+        assert "vectors_from" not in cache.meta
+
+
+def test_a_partial_cache_is_finished_the_way_it_began(make_pipeline, numbered, monkeypatch):
+    """A copy stopped part-way and its source gone: the rest is computed and the cache says
+    both. A forward pass stopped part-way: finished by computing, never from a source."""
+    import featx.cache.reuse as reuse
+
+    first = extract(make_pipeline({"path": str(numbered)}))
+    named = make_pipeline({"path": str(numbered), "label_names": ["x", "y", "z"]})
+    real_write = reuse.copy_vectors
+
+    def stop_after_one_block(source, writer, groups, block_bytes=64 << 20):
+        real_write(source, writer, groups[:1], block_bytes)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(extract_module, "copy_vectors", stop_after_one_block)
+    with pytest.raises(KeyboardInterrupt):
+        extract(named)
+    monkeypatch.undo()
+    first.path.unlink()  # the source is gone: the rest is computed
+    done = extract(named)
+    assert 0 < done.stats["rows_computed"] < 60
+    with Cache(done.path) as cache:
+        assert cache.meta["vectors_from"].endswith("(some rows; the rest computed)")
+        cache.verify()
+    # A partial begun by a forward pass is finished by computing, though a source now exists.
+    again = make_pipeline({"path": str(numbered), "label_names": ["p", "q", "r"]})
+    monkeypatch.setattr(extract_module, "vectors_source", lambda *a: None)
+    monkeypatch.setattr(extract_module, "run", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        extract(again)
+    monkeypatch.undo()
+    assert extract(again).stats["rows_computed"] == 60

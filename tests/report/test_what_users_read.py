@@ -71,6 +71,11 @@ def test_the_index_tells_apart_configurations_that_differ_by_their_seeds(tmp_pat
     assert "heads" not in index  # alike in both: nothing to tell apart
     alone, _ = index_texts(tmp_path / "alone", older, Verdict("Older.", None, None, None, None))
     assert "| auto, staged |" in alone  # the default seeds, alone: nothing added
+    # A fine-tuned configuration beside frozen-only ones: its settings differ from none of theirs.
+    tuned = newer | {"id": "aaaa-cccc-dddd", "finetune": {"head_input": "pooler", "learning_rates": [1e-4]},
+                     "finetune_settings": {"max_epochs": 3, "batch_size": 32}}
+    index, _ = index_texts(base, tuned, Verdict("Tuned.", None, None, None, None))
+    assert "pooler, lr 0.0001 |" in index and "max_epochs" not in index
 
 
 def _pair_records(bi_layers: tuple[int, ...]) -> list:
