@@ -5,13 +5,13 @@ import importlib
 import logging
 import sys
 
-BENCHMARKS = ("extraction", "process", "levers", "probe", "heads", "predict", "finetune", "dtype", "scale", "gpu",
-              "convergence")
+BENCHMARKS = ("extraction", "process", "levers", "probe", "heads", "predict", "finetune", "busy", "dtype", "scale",
+              "gpu", "convergence")
 # Not in the default run: gpu (on a CUDA machine, via bench/gpu_check.sh); dtype (the measurement
 # behind extract.dtype = "auto", about 10 minutes); scale (2M and 10M rows, about half an hour on
 # 2 cores; FEATX_SCALE_ROWS picks smaller sizes); convergence (the default fine-tune against twice
 # its epochs on three pipelines, about an hour).
-DEFAULT = ("extraction", "process", "levers", "probe", "heads", "predict", "finetune")
+DEFAULT = ("extraction", "process", "levers", "probe", "heads", "predict", "finetune", "busy")
 
 
 def main(argv: list[str]) -> int:

@@ -51,6 +51,10 @@ def __getattr__(name: str):
     if name == "embed":
         from featx.serve.embedding import embed
         return embed
+    if name in ("run", "embed", "load_predictor"):
+        from featx.cpus import share_cores
+
+        share_cores()  # before torch loads: how its threads wait on a busy machine (featx.cpus)
     if name == "run":
         from featx.inmemory import run
         return run

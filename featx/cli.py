@@ -18,6 +18,7 @@ from pathlib import Path
 
 from featx.config.pipeline import Pipeline
 from featx.config.load import load_pipeline
+from featx.cpus import share_cores
 from featx.errors import FeatxError, Terminated
 from featx.serve.manifest import refuse_export
 
@@ -269,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     # and torchrun kills what its SIGTERM leaves).
     mine = (threading.current_thread() is threading.main_thread() and int(os.environ.get("WORLD_SIZE", "1")) <= 1
             and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+    share_cores()  # before any stage loads torch
     if mine:
         signal.signal(signal.SIGTERM, _terminated)
     try:

@@ -14,7 +14,7 @@ from collections import defaultdict
 from tests.conftest import ROOT
 
 # A package imports featx's top modules and packages of a lower rank only.
-TOP = {"errors", "version", "files", "progress", "tasks"}
+TOP = {"errors", "version", "files", "progress", "tasks", "cpus"}
 RANKS = {"top": 0, "config": 1, "data": 2, "backbone": 2, "heads": 2, "stats": 2, "runs": 3, "cache": 3,
          "probe": 4, "finetune": 5, "report": 5, "serve": 6, "curve": 6, "cli": 7, "inmemory": 7, "__init__": 8,
          "__main__": 8}

@@ -34,6 +34,7 @@ from featx.config.pipeline import Pipeline
 from featx.errors import FeatxError
 from featx.files import own_file, refuse_link
 from featx.version import __version__
+from featx.cpus import available
 
 log = logging.getLogger("featx")
 ASSEMBLY_ROWS = 65536  # final rows copied per step when rank 0 assembles (bounded memory)
@@ -76,7 +77,7 @@ def _device(spec: str, local_rank: int):
     else:
         # torchrun sets OMP_NUM_THREADS=1; share the cores between the ranks of this host.
         per_host = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // per_host))
+        torch.set_num_threads(max(1, available() // per_host))
     return device
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from featx.cache.schema import (SINGLES, attrs_crc32, check_compatible, check_meta, crc32, datasets,
                                decode_attr, partial_path)
 from featx.config.pipeline import resolve_layers
+from featx.cpus import available
 from featx.errors import FeatxError
 from featx.stats.duplicates import row_groups
 from featx.files import regular_file
@@ -287,7 +288,7 @@ class Cache:
 # of rows converted on a few threads (numpy releases the GIL in casts), each block small enough
 # to stay in cache between the read and the write.
 _COPY_BLOCK_BYTES = 1 << 20
-_COPY_THREADS = min(4, os.cpu_count() or 1)
+_COPY_THREADS = min(4, available())
 _copy_pool: ThreadPoolExecutor | None = None
 
 

@@ -20,6 +20,8 @@ import time
 
 import torch
 
+from featx.cpus import available
+
 log = logging.getLogger("featx")
 
 # A narrow model's matrix products are too small to share between threads, and its tokenizer
@@ -48,9 +50,9 @@ def runtime(device: torch.device, hidden: int, threads_asked: int):
 def _set_threads(device: torch.device, hidden: int, asked: int, threads: int) -> int:
     """Set torch's threads for this extraction; the number of forward passes side by side."""
     if asked:
-        if asked > (os.cpu_count() or 1):
-            log.warning("extract.threads = %d is more than this machine's %d cores: torch runs slower "
-                        "with more threads than cores (0 uses one per core)", asked, os.cpu_count() or 1)
+        if asked > available():
+            log.warning("extract.threads = %d is more than the %d CPUs this process may use: torch runs slower "
+                        "with more threads than cores (0 uses one per core)", asked, available())
         torch.set_num_threads(asked)
         return 1
     if device.type == "cpu" and hidden < SMALL_HIDDEN and threads > 1:
@@ -66,7 +68,7 @@ def tokenizer_threads(device: torch.device) -> tuple[int, int]:
     """(threads for the first window, threads for the others): every core while the model
     waits for the first window, then the cores the model's threads leave (one at least; a GPU's
     model needs one core to feed it)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = available()
     model = torch.get_num_threads() if device.type == "cpu" else 1
     return cores, max(1, cores - model)
 

@@ -10,7 +10,6 @@ and whether it finished.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from featx.runs.records import (curve_dir, curve_hash, point_name, read_predicti
                                 write_record, write_run_status)
 from featx.runs.schema import Record
 from featx.stats import ladder
+from featx.cpus import available
 
 log = logging.getLogger("featx")
 
@@ -183,7 +183,7 @@ def _frozen_point(pipeline: Pipeline, plan: CurvePlan, point: Point, directory: 
         return reused
     features = Features(frozen.pooling, tuple(frozen.layers), frozen.combine)
     record, predictions = probe_one(plan.cache_path, features, frozen.head, pipeline.probe, pipeline=pipeline.name,
-                                    threads=os.cpu_count() or 1,
+                                    threads=available(),
                                     budget={"train_rows": point.rows, "record": point.label_budget})
     return write_record(writable_dir(directory, root=pipeline.root), record, predictions)
 

@@ -30,6 +30,7 @@ from featx.runs.records import configuration, probe_config_hash, probe_dir, read
 from featx.runs.choice import selection_difference_se, selection_score, stored_selection
 from featx.probe.search import choose_protocol
 from featx.tasks import TASKS
+from featx.cpus import available
 
 log = logging.getLogger("featx")
 
@@ -221,9 +222,9 @@ class _Workers:
     once the scouts are in. With one worker the jobs run in this process, in order, when gathered."""
 
     def __init__(self, run: _Run, bar):
-        # The cores this process may run on (taskset, a scheduler's or a container's cpuset), as
+        # The cores this process may run on (taskset, a cpuset, a cgroup quota: featx.cpus), as
         # the extraction counts them: os.cpu_count() is every core of the host.
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cores = available()
         self.run, self.bar, self.workers = run, bar, run.cfg.n_jobs or cores
         # The share of the configured processes, not of a stage's job count: a stage of one job
         # (the MLP past 20 classes) would run on every core's thread, and BLAS threads that spin
