@@ -48,13 +48,13 @@ def __getattr__(name: str):
     """`featx.run`, `featx.embed` and `featx.load_predictor` are the functions themselves, with
     their own signatures and docs (featx.inmemory.run, featx.serve.embedding.embed,
     featx.serve.predict.load_predictor), imported when first used: `import featx` stays without torch."""
-    if name == "embed":
-        from featx.serve.embedding import embed
-        return embed
     if name in ("run", "embed", "load_predictor"):
         from featx.cpus import share_cores
 
         share_cores()  # before torch loads: how its threads wait on a busy machine (featx.cpus)
+    if name == "embed":
+        from featx.serve.embedding import embed
+        return embed
     if name == "run":
         from featx.inmemory import run
         return run

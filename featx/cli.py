@@ -198,6 +198,8 @@ def cmd_export(pipeline: Pipeline, args) -> None:
 
 
 
+# The commands that run a model or torch heads.
+LOAD_TORCH = {"extract", "probe", "finetune", "curve", "all", "predict", "export"}
 COMMANDS = {"extract": cmd_extract, "probe": cmd_probe, "finetune": cmd_finetune, "curve": cmd_curve,
             "report": cmd_report, "all": cmd_all, "info": cmd_info, "verify": cmd_verify}
 # Commands with arguments of their own besides the pipeline and its overrides.
@@ -270,7 +272,6 @@ def main(argv: list[str] | None = None) -> int:
     # and torchrun kills what its SIGTERM leaves).
     mine = (threading.current_thread() is threading.main_thread() and int(os.environ.get("WORLD_SIZE", "1")) <= 1
             and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
-    share_cores()  # before any stage loads torch
     if mine:
         signal.signal(signal.SIGTERM, _terminated)
     try:
@@ -303,6 +304,8 @@ def _main(argv: list[str] | None) -> int:
         overrides = list(args.overrides) + (["progress=false"] if args.quiet else [])
         refuse_export(Path(args.pipeline), f"featx {args.command}")
         pipeline = load_pipeline(args.pipeline, overrides)
+        if args.command in LOAD_TORCH:
+            share_cores()  # before the stage loads torch: how its threads wait (featx.cpus)
         if args.command in USE:
             USE[args.command](pipeline, args)
         else:

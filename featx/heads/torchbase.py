@@ -18,6 +18,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from featx.cpus import WAIT_SETTINGS, decided
 from featx.errors import check_choice
 
 
@@ -25,11 +26,13 @@ from featx.errors import check_choice
 def _torch(device: str, n_jobs: int):
     """(torch, the device) for one fit, with torch's thread count set to `n_jobs` for its
     length (the probe's processes x threads = cores)."""
-    # Threads that sleep while they wait instead of spinning, unless the user said otherwise. It
-    # counts only where this import is torch's first (a probe worker's): read when torch's
-    # OpenMP starts. On a busy machine spinning threads burn the time slices their peers wait
-    # for, and a fit took several times as long (bench/HISTORY.md, Heads).
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # Threads that sleep while they wait instead of spinning, unless the user said otherwise or
+    # featx.cpus chose for this process. It counts only where this import is torch's first (a
+    # probe worker's): read when torch's OpenMP starts. On a busy machine spinning threads burn
+    # the time slices their peers wait for, and a fit took several times as long
+    # (bench/HISTORY.md, Heads).
+    if not decided() and not any(name in os.environ for name in WAIT_SETTINGS):
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     import torch
 
     if device == "auto":

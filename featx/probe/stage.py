@@ -30,7 +30,7 @@ from featx.runs.records import configuration, probe_config_hash, probe_dir, read
 from featx.runs.choice import selection_difference_se, selection_score, stored_selection
 from featx.probe.search import choose_protocol
 from featx.tasks import TASKS
-from featx.cpus import available
+from featx import cpus
 
 log = logging.getLogger("featx")
 
@@ -224,7 +224,7 @@ class _Workers:
     def __init__(self, run: _Run, bar):
         # The cores this process may run on (taskset, a cpuset, a cgroup quota: featx.cpus), as
         # the extraction counts them: os.cpu_count() is every core of the host.
-        cores = available()
+        cores = cpus.available()
         self.run, self.bar, self.workers = run, bar, run.cfg.n_jobs or cores
         # The share of the configured processes, not of a stage's job count: a stage of one job
         # (the MLP past 20 classes) would run on every core's thread, and BLAS threads that spin
@@ -285,7 +285,8 @@ class _Workers:
 
         if self._pool is None:
             # Thread caps for the libraries that read them at import, as joblib sets them.
-            caps = {name: os.environ.get(name, str(self.threads)) for name in THREAD_VARIABLES}
+            caps = {name: os.environ[name] if name in os.environ and name not in cpus.set_here else str(self.threads)
+                    for name in THREAD_VARIABLES}
             self._pool = get_reusable_executor(max_workers=self.workers, env=caps | malloc_keeps_memory(),
                                                timeout=300, initializer=die_with_parent, initargs=(os.getpid(),))
         return self._pool
