@@ -7,15 +7,18 @@ both, each in a fresh process timed from spawn to exit (wait4: its own peak RSS)
 
 - featx: `python -m featx -q extract <pipeline>` into a fresh data_dir: `mean` of the last
   layer, fp32 (one pooling: what `encode` computes), the default float16 store.
+- featx at its default dtype (`auto`: bf16 autocast on a CPU with native bf16), the same otherwise.
 - sentence-transformers: a script that reads the same JSONL, `SentenceTransformer(<the same
   packaged all-MiniLM-L6-v2>).encode(texts)` at its defaults (batch 32, length-sorted), and
-  saves the vectors with `np.save`.
+  saves the vectors with `np.save`; and, on a CPU with native bf16, the same with the model's
+  weights in bf16 (`model_kwargs={"torch_dtype": torch.bfloat16}`).
 
 Two text sets: "mixed", the built-in TREC questions and SMS messages, distinct, topped up to
 13,083 with GoEmotions train comments when ../shared/data is present (13,083 is the size of
 the independent held-out timing); "short", the TREC questions alone (5,381, about 13 tokens
-each), where a process's fixed costs and per-batch overheads weigh the most. Target: featx
->= 1.3x sentence-transformers (wall time ratio) on each.
+each), where a process's fixed costs and per-batch overheads weigh the most. Compared: fp32
+against fp32 (like for like; target featx >= 1.3x sentence-transformers, wall time ratio, on
+each set), the defaults side by side, and bf16 against bf16.
 
     python -m bench process                     # 3 rounds
     FEATX_PROCESS_ROUNDS=5 python -m bench process
@@ -43,10 +46,12 @@ FOLDER = OUT / "process"
 ST_SCRIPT = """
 import json, sys
 import numpy as np
+import torch
 from sentence_transformers import SentenceTransformer
 texts = [json.loads(line)["text"] for line in open(sys.argv[1], encoding="utf-8")]
-model = SentenceTransformer(sys.argv[2], device="cpu")
-np.save(sys.argv[3], model.encode(texts))
+dtype = getattr(torch, sys.argv[4])
+model = SentenceTransformer(sys.argv[2], device="cpu", model_kwargs={"torch_dtype": dtype})
+np.save(sys.argv[3], model.encode(texts).astype(np.float32))
 """
 
 
@@ -103,32 +108,53 @@ def run() -> dict:
     return out
 
 
-def compare(name: str, data: Path, rows: int) -> dict:
+def contenders(data: Path) -> dict[str, list[str]]:
+    """The commands timed: featx in fp32 and at its default dtype (`auto`: bf16 autocast on a CPU
+    with native bf16), sentence-transformers at its default (fp32) and, where the CPU has bf16,
+    with its weights in bf16."""
+    from featx.backbone.load import cpu_has_bf16
     from featx.backbone.resolve import resolve
 
     model = str(resolve(MODEL).path)
-    data_dir = FOLDER / "featx-data"
-    featx = [sys.executable, "-m", "featx", "-q", "extract", str(extract_pipeline(FOLDER / f"{data.stem}.toml", "process", data, MODEL, data_dir))]
+    pipeline = str(extract_pipeline(FOLDER / f"{data.stem}.toml", "process", data, MODEL, FOLDER / "featx-data"))
+    featx = [sys.executable, "-m", "featx", "-q", "extract", pipeline]
     st = [sys.executable, "-c", ST_SCRIPT, str(data), model, str(FOLDER / "st.npy")]
-    rounds = []
+    out = {"featx fp32": featx, "featx default": [*featx, 'extract.dtype="auto"'],
+           "sentence-transformers fp32": [*st, "float32"]}
+    if cpu_has_bf16():
+        out["sentence-transformers bf16"] = [*st, "bfloat16"]
+    return out
+
+
+# (featx, sentence-transformers, target): the pairs compared. fp32 against fp32 is like for like;
+# the defaults are what each gives a user who sets nothing; bf16 against bf16 where the CPU has it.
+PAIRS = (("featx fp32", "sentence-transformers fp32", TARGET),
+         ("featx default", "sentence-transformers fp32", None),
+         ("featx default", "sentence-transformers bf16", None))
+
+
+def compare(name: str, data: Path, rows: int) -> dict:
+    commands, data_dir = contenders(data), FOLDER / "featx-data"
+    seconds: dict[str, list[float]] = {who: [] for who in commands}
+    rss: dict[str, list[float]] = {who: [] for who in commands}
     for i in range(ROUNDS):
-        order = ["featx", "sentence-transformers"][:: -1 if i % 2 else 1]
-        got = {}
-        for who in order:
+        for who in list(commands)[:: -1 if i % 2 else 1]:  # alternated: drift cancels from the ratios
             shutil.rmtree(data_dir, ignore_errors=True)  # a fresh cache every round
-            got[who] = timed(featx if who == "featx" else st, FOLDER / f"{name}-{who}-{i}.log")
-        rounds.append({"featx_s": got["featx"][0], "st_s": got["sentence-transformers"][0],
-                       "featx_rss_mb": got["featx"][1], "st_rss_mb": got["sentence-transformers"][1],
-                       "speedup": got["sentence-transformers"][0] / got["featx"][0],
-                       "load_after": os.getloadavg()[0]})
-    print(table([[i + 1, r["featx_s"], r["st_s"], r["speedup"], r["featx_rss_mb"], r["st_rss_mb"],
-                  r["load_after"]] for i, r in enumerate(rounds)],
-                ["round", "featx s", "sentence-transformers s", "x (ST s / featx s)", "featx peak RSS MB",
-                 "ST peak RSS MB", "load after"]))
-    median = statistics.median(r["speedup"] for r in rounds)
-    print(f"{name}, {rows:,} texts, whole processes: featx {median:.2f}x sentence-transformers (median of "
-          f"{ROUNDS} rounds; target >= {TARGET}x: {'met' if median >= TARGET else 'MISSED'})")
-    return {"texts": rows, "rounds": rounds, "median_speedup": median}
+            took, peak = timed(commands[who], FOLDER / f"{name}-{who.replace(' ', '-')}-{i}.log")
+            seconds[who].append(took)
+            rss[who].append(peak)
+    print(table([[who, statistics.median(seconds[who]), rows / statistics.median(seconds[who]),
+                  max(rss[who])] for who in commands],
+                ["process", "median s", "texts/s", "peak RSS MB"]))
+    out = {"texts": rows, "seconds": seconds, "peak_rss_mb": rss, "ratios": {}}
+    for a, b, target in PAIRS:
+        if a in commands and b in commands:
+            ratio = statistics.median(y / x for x, y in zip(seconds[a], seconds[b]))
+            out["ratios"][f"{a} vs {b}"] = ratio
+            verdict = f"; target >= {target}x: {'met' if ratio >= target else 'MISSED'}" if target else ""
+            print(f"{name}, {rows:,} texts, whole processes: {a} {ratio:.2f}x {b} (median of {ROUNDS} "
+                  f"rounds{verdict})")
+    return out
 
 
 if __name__ == "__main__":
