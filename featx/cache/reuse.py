@@ -115,13 +115,18 @@ def copy_vectors(source: Path, writer, groups: list[str], block_bytes: int = 64 
             step = max(1, min(COPY_ROWS, block_bytes // max(1, writer.row_bytes(group))))
             for start in range(0, len(pending), step):
                 rows = pending[start:start + step]
-                lo, hi = int(rows[0]), int(rows[-1]) + 1
-                whole = hi - lo == len(rows)  # contiguous: a slice, no gather
-                block = lambda name: have[name][lo:hi] if whole else np.asarray(have[name][lo:hi])[rows - lo]  # noqa: E731
-                writer.write(group, rows, {p: block(p) for p in poolings}, block("n_tokens"), block("truncated"))
+                pooled = {p: _take(have[p], rows) for p in poolings}
+                writer.write(group, rows, pooled, _take(have["n_tokens"], rows), _take(have["truncated"], rows))
                 writer.flush()
                 copied += len(rows)
     return copied
+
+
+def _take(dataset, rows: np.ndarray) -> np.ndarray:
+    """`rows` (sorted) of an HDF5 dataset: one slice, gathered only when they are not contiguous."""
+    lo, hi = int(rows[0]), int(rows[-1]) + 1
+    block = dataset[lo:hi]
+    return block if hi - lo == len(rows) else block[rows - lo]
 
 
 def mark_computed(writer, computed_by: dict) -> None:

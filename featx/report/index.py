@@ -46,7 +46,8 @@ def index_texts(base: Path, described: dict, judged: "Verdict") -> tuple[str, st
             f"[{entry['id']}]({entry['id']}/report.md)",
             (backbone.get("name") or "?") + _settings(entry, "data", data) + _settings(entry, "extract", extract),
             str(backbone.get("fingerprint") or "?")[:12], backbone.get("init") or "?",
-            f"{probe.get('protocol', '-')}, {probe.get('grid', '-')}{_settings(entry, 'probe', probes)}" if probe else "-",
+            (f"{probe.get('protocol', '-')}, {probe.get('grid', '-')}{_settings(entry, 'probe', probes)}"
+             if probe else "-"),
             f"{tuned.get('head_input')}, lr {comma_list(tuned.get('learning_rates'), '?')}"
             f"{_settings(entry, 'finetune_settings', tunes)}" if tuned else "-",
             entry.get("written", "?"), entry.get("headline", ""))) + " |")

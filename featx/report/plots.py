@@ -144,7 +144,8 @@ def _plot_heads(collected: Collected):
     for record in collected.main:
         if record.stage == "finetune" and record.primary_metric == primary:
             axis.axvline(record.metrics[primary], linestyle="--", color="black", linewidth=1,
-                         label=f"fine-tuned ({record.shown_head})" + (", a lower bound" if record.converged is False else ""))
+                         label=f"fine-tuned ({record.shown_head})"
+                         + (", a lower bound" if record.converged is False else ""))
             levels.append(record.metrics[primary])
         elif record.baseline and record.primary_metric == primary and math.isfinite(record.metrics[primary]):
             axis.axvline(record.metrics[primary], linestyle=":" if record.baseline == "majority" else "-.",
