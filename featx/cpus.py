@@ -5,9 +5,9 @@ machine spinning is the fastest wait; beside other busy processes the spinning t
 time slices their peers wait for, and threads that sleep (`OMP_WAIT_POLICY=PASSIVE`) finish a
 fine-tune about twice as fast there, while costing an idle machine about a tenth
 (bench/HISTORY.md, Busy machines). So a featx command that loads torch looks once, before it
-does: other processes keeping at least half of this process's CPUs busy (Linux's /proc/stat,
-over a tenth of a second; elsewhere featx keeps the default) make its threads sleep while they
-wait. A wait the environment sets (`OMP_WAIT_POLICY`, `GOMP_SPINCOUNT`, `KMP_BLOCKTIME`) is left
+does: other processes keeping at least half a CPU of this process's CPUs busy (Linux's
+/proc/stat, over a tenth of a second; elsewhere featx keeps the default) make its threads sleep
+while they wait. A wait the environment sets (`OMP_WAIT_POLICY`, `GOMP_SPINCOUNT`, `KMP_BLOCKTIME`) is left
 as it is, and so is a process that loaded torch before featx, or a torchrun rank (its threads are
 set by the launch).
 

@@ -66,12 +66,12 @@ class Answer:
         return self.text
 
 
-def run(train, test=None, dev=None, *, text: str = "text", label: str | Sequence[str] = "label",
+def run(train, *, dev=None, test=None, text: str = "text", label: str | Sequence[str] = "label",
         text_pair: str | None = None, model: str | Mapping = DEFAULT_MODEL, name: str = "run",
         finetune: bool | Mapping = True, data_dir: str | os.PathLike = "data", **sections) -> Answer:
     """Extract, probe, fine-tune (`finetune=False`: frozen side only) and report on data in memory.
 
-    `train`, `test`, `dev`: a pandas or polars DataFrame, a `datasets.Dataset`, a pyarrow Table,
+    `train`, `dev`, `test` (these two by name): a pandas or polars DataFrame, a `datasets.Dataset`, a pyarrow Table,
     a mapping of column name -> list, a `(texts, labels)` or `(texts, text_pairs, labels)` tuple, or
     a file path as a pipeline names one. Without `test` (and `dev`), featx splits `train` as it
     splits one file. `text`, `label`, `text_pair`: column names (a tuple's are these). `model`: a

@@ -41,8 +41,9 @@ class ExtractConfig:
     max_batch_rows: int = 1024
     """Upper bound on rows per batch, however short the texts."""
     threads: int = 0
-    """CPU threads for torch; 0 keeps torch's default (one per core), one fewer for a model
-    narrower than 128 (its tokenizer needs a core as much as its matrix products do)."""
+    """CPU threads for torch; 0: one per CPU this process may use (featx.cpus), and for a model
+    narrower than 128 one thread per forward pass with as many passes side by side as CPUs (its
+    operations are too small to share between threads). Set, one pass on this many threads."""
     prompt: str | None = None
     """Text put before every text encoded (and before the first text of a jointly encoded pair),
     as sentence-transformers' `encode(prompt=...)`: E5's "query: ", a BGE instruction, nomic's
