@@ -197,7 +197,6 @@ def cmd_export(pipeline: Pipeline, args) -> None:
     print(export(pipeline, args.directory, head=args.head, finetuned=args.finetuned))
 
 
-
 # The commands that run a model or torch heads.
 LOAD_TORCH = {"extract", "probe", "finetune", "curve", "all", "predict", "export"}
 COMMANDS = {"extract": cmd_extract, "probe": cmd_probe, "finetune": cmd_finetune, "curve": cmd_curve,

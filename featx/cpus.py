@@ -38,8 +38,8 @@ _decided = False
 
 def available() -> int:
     """The CPUs this process may run on: its affinity mask, capped by a cgroup CPU quota."""
-    quota = cgroup_quota()
-    return max(1, min(len(_cpus()), math.ceil(quota))) if quota else len(_cpus())
+    cpus, quota = len(_cpus()), cgroup_quota()
+    return max(1, min(cpus, math.ceil(quota))) if quota else cpus
 
 
 def _cpus() -> list[int]:

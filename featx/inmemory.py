@@ -149,9 +149,10 @@ def _by_content(inputs: Path, split: str, suffix: str, write) -> Path:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        path = inputs / f"{split}-{_file_digest(tmp)[:DIGEST_CHARS]}{suffix}"
+        digest = _file_digest(tmp)
+        path = inputs / f"{split}-{digest[:DIGEST_CHARS]}{suffix}"
         refuse_link(path, "where featx.run stores its inputs")
-        if not (path.is_file() and _file_digest(path) == _file_digest(tmp)):
+        if not (path.is_file() and _file_digest(path) == digest):
             os.replace(tmp, path)
         return path
     except OSError as exc:
@@ -236,9 +237,10 @@ def _saved_dataset(value, split: str, inputs: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{split}-", dir=inputs))
     try:
         value.save_to_disk(str(tmp))
-        path = inputs / f"{split}-{_folder_digest(tmp)[:DIGEST_CHARS]}"
+        digest = _folder_digest(tmp)
+        path = inputs / f"{split}-{digest[:DIGEST_CHARS]}"
         refuse_link(path, "where featx.run stores its inputs")
-        if path.exists() and _folder_digest(path) != _folder_digest(tmp):
+        if path.exists() and _folder_digest(path) != digest:
             raise FeatxError(f"{path} does not hold what its name says (edited since featx.run stored it): "
                              "delete it and rerun")
         if not path.exists():
