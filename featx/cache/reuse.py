@@ -21,7 +21,6 @@ import numpy as np
 from featx.cache.reader import Cache
 from featx.cache.schema import CacheSpec, decode_attr, encode_attr, partial_path
 from featx.data import Dataset
-from featx.data.columns import json_pieces
 from featx.errors import FeatxError
 
 log = logging.getLogger("featx")
@@ -32,14 +31,11 @@ COPY_ROWS = 1 << 14
 
 
 def texts_fingerprint(dataset: Dataset) -> str:
-    """sha256 of each split's name, texts and second texts, in order: what the vectors depend on
-    of the data (the key's other fields say how they were computed)."""
+    """sha256 of each split's name, length and `texts_digest`, in order: what the vectors depend
+    on of the data (the key's other fields say how they were computed)."""
     h = hashlib.sha256()
     for name, split in dataset.splits.items():
-        h.update(f"split:{name}:{len(split)}".encode())
-        for part in (split.texts, split.text_pairs or []):
-            for piece in json_pieces(part):
-                h.update(piece)
+        h.update(f"split:{name}:{len(split)}:{split.texts_digest()}".encode())
     return h.hexdigest()
 
 

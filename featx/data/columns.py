@@ -192,7 +192,8 @@ def plain_zero_one(values) -> bool:
 
 
 def json_pieces(values):
-    """The UTF-8 of `json.dumps(list(values), ensure_ascii=False)`, a block of values at a time.
+    """Bytes-like pieces whose concatenation is the UTF-8 of `json.dumps(list(values),
+    ensure_ascii=False)`, a block of values at a time.
     Values that come as Arrow arrays (the row store's columns, numbered ids) are encoded from
     their buffers unless a block holds a character JSON escapes."""
     if not len(values):
@@ -206,15 +207,19 @@ def json_pieces(values):
         if inner is None:
             block = block.to_pylist() if hasattr(block, "to_pylist") else list(block)
             inner = json.dumps(block, ensure_ascii=False)[1:-1].encode("utf-8")
-        yield (b"[" if first else b", ") + inner
+        yield b"[" if first else b", "
+        yield inner
         first = False
     yield b"]"
 
 
-def _json_strings(values) -> bytes | None:
-    """`json.dumps(values.to_pylist(), ensure_ascii=False)[1:-1]` as UTF-8, from an Arrow string
-    array's buffers: each value quoted, joined by ", "; None when a value is null or holds a
-    character JSON escapes (the caller encodes that block value by value)."""
+def _json_strings(values):
+    """`json.dumps(values.to_pylist(), ensure_ascii=False)[1:-1]` as UTF-8 (an Arrow buffer),
+    from an Arrow string array: each value quoted, joined by ", " in Arrow; None when a value is
+    null or holds a character JSON escapes (the caller encodes that block value by value)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if not len(values) or not is_string_array(values) or values.null_count:
         return None
     offsets, data = string_buffers(values)
@@ -222,6 +227,7 @@ def _json_strings(values) -> bytes | None:
     # What JSON escapes in a string: control characters, the quote and the backslash.
     if (data < 0x20).any() or (data == 0x22).any() or (data == 0x5C).any():
         return None
-    cuts = np.repeat(offsets[1:-1].astype(np.int64) - offsets[0], 4)
-    quotes = np.tile(np.frombuffer(b'", "', np.uint8), len(values) - 1)
-    return b'"' + np.insert(data, cuts, quotes).tobytes() + b'"'
+    text = lambda value: pa.scalar(value, values.type)  # noqa: E731 (string or large_string)
+    quoted = pc.binary_join_element_wise(text('"'), values, text('"'), text(""))
+    one_list = pa.ListArray.from_arrays(pa.array([0, len(values)], pa.int32()), quoted)
+    return pc.binary_join(one_list, text(", "))[0].as_buffer()

@@ -61,24 +61,34 @@ class Split:
 
     def fingerprint(self) -> str:
         """sha256 of everything the cache depends on: ids, texts, pairs, labels and kept columns.
-        Computed once (the rows never change)."""
+        Computed once (the rows never change), with `texts_digest` in the same pass."""
         if "_fingerprint" not in self.__dict__:
-            self.__dict__["_fingerprint"] = self._hash()
+            self._hash()
         return self.__dict__["_fingerprint"]
 
-    def _hash(self) -> str:
-        h = hashlib.sha256()
+    def texts_digest(self) -> str:
+        """sha256 of the texts and second texts alone: what the backbone's vectors depend on of
+        the rows (featx.cache.reuse)."""
+        if "_texts_digest" not in self.__dict__:
+            self._hash()
+        return self.__dict__["_texts_digest"]
+
+    def _hash(self) -> None:
+        h, texts = hashlib.sha256(), hashlib.sha256()
         h.update(self.name.encode())
-        for part in (self.ids, self.texts, self.text_pairs or []):
+        for piece in json_pieces(self.ids):
+            h.update(piece)
+        for part in (self.texts, self.text_pairs or []):
             for piece in json_pieces(part):
                 h.update(piece)
+                texts.update(piece)
         h.update(str(self.labels.dtype).encode() + repr(self.labels.shape).encode())
         h.update(np.ascontiguousarray(self.labels))
         for name in sorted(self.columns):  # kept columns are cached too: another kept column, another cache
             h.update(json.dumps(["keep", name]).encode())
             for piece in json_pieces(self.columns[name]):
                 h.update(piece)
-        return h.hexdigest()
+        self.__dict__["_fingerprint"], self.__dict__["_texts_digest"] = h.hexdigest(), texts.hexdigest()
 
 
 class Numbered(Values):

@@ -40,11 +40,36 @@ def row_hashes(texts, pairs=None) -> np.ndarray:
     process's hashes: compared within it); a pair's two hashes are one (int64 products wrap, as a
     hash may). The cache counts the held rows train holds with them, and data.drop_in_train
     drops those rows."""
-    keys = np.fromiter((hash(text_key(v)) for v in texts), dtype=np.int64, count=len(texts))
+    keys = _key_hashes(texts)
     if pairs is not None:
-        keys = keys * np.int64(1_000_003) ^ np.fromiter((hash(text_key(v)) for v in pairs), dtype=np.int64,
-                                                       count=len(pairs))
+        keys = keys * np.int64(1_000_003) ^ _key_hashes(pairs)
     return keys
+
+
+HASH_BLOCK = 1 << 16  # texts keyed at a time
+# A text `text_key` returns lowercased and nothing else: printable ASCII, no run of spaces, none
+# at either end. Arrow lowercases those a block at a time; the others go through `text_key`.
+_NOT_PLAIN = r"[^ -~]|  |^ | $"
+
+
+def _key_hashes(texts) -> np.ndarray:
+    """(n,) int64: `hash(text_key(t))` of each text, the plain ones keyed by Arrow."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    out = np.empty(len(texts), dtype=np.int64)
+    blocks = texts.arrow_blocks() if hasattr(texts, "arrow_blocks") else (
+        pa.array(texts[start:start + HASH_BLOCK], type=pa.string()) for start in range(0, len(texts), HASH_BLOCK))
+    start = 0
+    for block in blocks:
+        keys = pc.ascii_lower(block).to_pylist()
+        others = np.flatnonzero(pc.match_substring_regex(block, _NOT_PLAIN).to_numpy(zero_copy_only=False))
+        if len(others):
+            for i, text in zip(others.tolist(), block.take(others).to_pylist()):
+                keys[i] = text_key(text)
+        out[start:start + len(keys)] = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys))
+        start += len(keys)
+    return out
 
 
 @functools.cache
