@@ -39,22 +39,38 @@ class LexicalFeatures(TransformerMixin, BaseEstimator):
         self.max_features = max_features
 
     def fit(self, X, y=None):
+        self._fit(self._texts(X).ravel(), transform=False)
+        return self
+
+    def fit_transform(self, X, y=None):
+        """`fit(X).transform(X)`, each text's n-grams counted once (a vectorizer's fit_transform
+        gives the matrix its transform after fit gives)."""
+        import scipy.sparse as sp
+
+        texts = self._texts(X)
+        if texts.shape[1] == 2:  # a pair: one vocabulary of both sides, then each side transformed
+            return self.fit(X).transform(X)
+        return sp.hstack(self._fit(texts[:, 0], transform=True)).tocsr()
+
+    def _fit(self, texts: np.ndarray, *, transform: bool) -> list:
+        """Fit the word and the character vectorizer on `texts`; returns their matrices of
+        `texts` when `transform`."""
         from sklearn.feature_extraction.text import TfidfVectorizer
 
-        texts = self._texts(X).ravel()
         common = dict(sublinear_tf=True, max_features=self.max_features, dtype=np.float32)
-        self.vectorizers_ = []
+        self.vectorizers_, blocks = [], []
         for analyzer, ngrams, pattern in (("word", self.word_ngrams, WORD_PATTERN),
                                           ("char_wb", self.char_ngrams, CHAR_PATTERN)):
             vectorizer = TfidfVectorizer(analyzer=analyzer, ngram_range=tuple(ngrams), token_pattern=pattern,
                                          **common)
             try:
-                self.vectorizers_.append(vectorizer.fit(texts))
+                blocks.append(vectorizer.fit_transform(texts) if transform else vectorizer.fit(texts))
             except ValueError:  # no token of this kind in any text (punctuation only): skip the block
                 continue
+            self.vectorizers_.append(vectorizer)
         if not self.vectorizers_:
             raise ValueError("the texts hold no word or character n-grams to build TF-IDF features from")
-        return self
+        return blocks
 
     def transform(self, X):
         import scipy.sparse as sp
@@ -83,9 +99,12 @@ def tfidf(task: str, seed: int, threads: int, C: float = 1.0, alpha: float = 1.0
         # One binary problem per label, and MultiOutputClassifier clones its estimator for each
         # (no warm start across C): liblinear is the fastest fresh fit there, and its dual
         # coordinate descent (the rows fewer than the n-gram columns) faster again than its
-        # primal Newton steps, to the same optimum (bench/HISTORY.md, Heads and Probe cost).
+        # primal Newton steps, to the same optimum. It stops at liblinear's own tolerance for the
+        # dual, as the classes' problems below do: on long documents with 76 labels, a third less
+        # time than at 1e-3 for the same predictions at every C from 100 to 1e5 (bench/HISTORY.md,
+        # Probe cost).
         return VaryingLabels(MultiOutputClassifier(LogisticRegression(
-            C=C, solver="liblinear", dual=True, tol=1e-3, max_iter=1000, random_state=seed)))
+            C=C, solver="liblinear", dual=True, tol=0.1, max_iter=50, random_state=seed)))
     # One binary liblinear problem per class (one for a binary task). A binary task's problem
     # is solved in liblinear's primal form (trust-region Newton), whose cost hardly grows with
     # C: on a balanced binary set of many rows the dual's coordinate descent slows down past C =

@@ -125,8 +125,8 @@ def _prepared(head: str, p: Problem):
     prepare = H.HEADS[head].prepare
     if prepare is None:
         return None, p.X, p.X_dev, p.X_report
-    transformer = prepare().fit(p.X)
-    return (transformer, transformer.transform(p.X),
+    transformer = prepare()
+    return (transformer, transformer.fit_transform(p.X),
             None if p.X_dev is None else transformer.transform(p.X_dev), transformer.transform(p.X_report))
 
 

@@ -893,6 +893,14 @@ def test_lexical_features_of_pairs_read_overlap_and_difference():
     assert Z[1, half:].sum() > 0
 
 
+def test_lexical_fit_transform_is_fit_then_transform():
+    texts = np.array(["The cat sat on the mat.", "a dog ran", "!!", "cats and dogs, cats"], dtype=object)
+    pairs = np.array([["the cat sat", "a cat sat"], ["a dog ran", "!!"]], dtype=object)
+    for X in (texts, pairs):
+        once, twice = LexicalFeatures().fit_transform(X), LexicalFeatures().fit(X).transform(X)
+        assert once.shape == twice.shape and (once != twice).nnz == 0 and once.dtype == twice.dtype
+
+
 def test_mteb_sampling_reseeds_every_experiment_as_mteb_does(tmp_path):
     path = synthetic(tmp_path, "multiclass", True)
     cfg = ProbeConfig(protocol="mteb", mteb_experiments=3, mteb_samples_per_label=5)
