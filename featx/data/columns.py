@@ -194,8 +194,8 @@ def plain_zero_one(values) -> bool:
 def json_pieces(values):
     """Bytes-like pieces whose concatenation is the UTF-8 of `json.dumps(list(values),
     ensure_ascii=False)`, a block of values at a time.
-    Values that come as Arrow arrays (the row store's columns, numbered ids) are encoded from
-    their buffers unless a block holds a character JSON escapes."""
+    Values that come as Arrow arrays (the row store's columns, numbered ids) are quoted and
+    joined by Arrow unless a block holds a character JSON escapes."""
     if not len(values):
         yield b"[]"
         return

@@ -50,7 +50,9 @@ class LexicalFeatures(TransformerMixin, BaseEstimator):
         texts = self._texts(X)
         if texts.shape[1] == 2:  # a pair: one vocabulary of both sides, then each side transformed
             return self.fit(X).transform(X)
-        return sp.hstack(self._fit(texts[:, 0], transform=True)).tocsr()
+        out = sp.hstack(self._fit(texts[:, 0], transform=True)).tocsr()
+        out.sort_indices()  # stored as transform stores it: a solver sums each row in that order
+        return out
 
     def _fit(self, texts: np.ndarray, *, transform: bool) -> list:
         """Fit the word and the character vectorizer on `texts`; returns their matrices of
@@ -101,8 +103,8 @@ def tfidf(task: str, seed: int, threads: int, C: float = 1.0, alpha: float = 1.0
         # coordinate descent (the rows fewer than the n-gram columns) faster again than its
         # primal Newton steps, to the same optimum. It stops at liblinear's own tolerance for the
         # dual, as the classes' problems below do: on long documents with 76 labels, a third less
-        # time than at 1e-3 for the same predictions at every C from 100 to 1e5 (bench/HISTORY.md,
-        # Probe cost).
+        # time than at 1e-3 for the same predictions at every C from 1,000 to 1e5 (bench/HISTORY.md,
+        # Probe cost: long documents).
         return VaryingLabels(MultiOutputClassifier(LogisticRegression(
             C=C, solver="liblinear", dual=True, tol=0.1, max_iter=50, random_state=seed)))
     # One binary liblinear problem per class (one for a binary task). A binary task's problem

@@ -156,9 +156,9 @@ class Head:
     grid: Callable[[str], list[dict]]
     """task -> the hyperparameter candidates tried, in order."""
     deterministic: bool
-    """True when the seed cannot change the fitted model beyond its solver's tolerance (one fit
-    serves every seed). TF-IDF's liblinear takes the seed for the order of its coordinate steps
-    only, toward the one optimum of its strictly convex problem."""
+    """True when the seed cannot change what a fit is for (one fit serves every seed). TF-IDF's
+    liblinear takes the seed for the order of its coordinate steps only, toward the one optimum
+    of a strictly convex problem (reached within its tolerance, or its 50-pass cap)."""
     path: bool = False
     """True for a convex head whose grid is a regularisation path: each candidate's fit may start
     from the previous one's solution (warm start) and reach the same optimum."""

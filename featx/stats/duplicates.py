@@ -62,9 +62,11 @@ def _key_hashes(texts) -> np.ndarray:
         pa.array(texts[start:start + HASH_BLOCK], type=pa.string()) for start in range(0, len(texts), HASH_BLOCK))
     start = 0
     for block in blocks:
-        keys = pc.ascii_lower(block).to_pylist()
         others = np.flatnonzero(pc.match_substring_regex(block, _NOT_PLAIN).to_numpy(zero_copy_only=False))
-        if len(others):
+        if 2 * len(others) > len(block):  # mostly other texts (another script, lines): each keyed alone
+            keys = list(map(text_key, block.to_pylist()))
+        else:
+            keys = pc.ascii_lower(block).to_pylist()
             for i, text in zip(others.tolist(), block.take(others).to_pylist()):
                 keys[i] = text_key(text)
         out[start:start + len(keys)] = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys))
