@@ -10,8 +10,10 @@ bound and its best score is the best of the fits it finished.
 
 Datasets: built-in TREC coarse (6 classes) and fine (47; also under 5-fold cv, as for a data set
 with no dev split), and when ../shared/data is present, a 75-class set with train and test only
-(TREC fine's questions and GoEmotions' single-emotion comments, cross-validated), GoEmotions (43,410 train, 28 labels, multilabel), SST-2's full train (67,349, binary), CoLA
-(binary, MCC) and STS-B (pairs, regression).
+(TREC fine's questions and GoEmotions' single-emotion comments, cross-validated), GoEmotions
+(43,410 train, 28 labels, multilabel), long multilabel documents (10,000 of about 300 words, 76
+labels, cross-validated), SST-2's full train (67,349, binary), CoLA (binary, MCC) and STS-B
+(pairs, regression).
 
 Selection: the default probe runs once per seed (`FEATX_BENCH_SEEDS`, default 0,1,2; the seed
 moves the MLP's and LightGBM's fits and the folds), and on each seed's records the verdict's
