@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import filecmp
+import functools
 import hashlib
 import itertools
 import json
@@ -60,20 +61,16 @@ class Split:
                      {k: pick(v) for k, v in self.columns.items()})
 
     def fingerprint(self) -> str:
-        """sha256 of everything the cache depends on: ids, texts, pairs, labels and kept columns.
-        Computed once (the rows never change), with `texts_digest` in the same pass."""
-        if "_fingerprint" not in self.__dict__:
-            self._hash()
-        return self.__dict__["_fingerprint"]
+        """sha256 of everything the cache depends on: ids, texts, pairs, labels and kept columns."""
+        return self._digests[0]
 
     def texts_digest(self) -> str:
-        """sha256 of the texts and second texts alone: what the backbone's vectors depend on of
-        the rows (featx.cache.reuse)."""
-        if "_texts_digest" not in self.__dict__:
-            self._hash()
-        return self.__dict__["_texts_digest"]
+        """sha256 of the texts and second texts: what the vectors depend on (featx.cache.reuse)."""
+        return self._digests[1]
 
-    def _hash(self) -> None:
+    @functools.cached_property
+    def _digests(self) -> tuple[str, str]:
+        """(fingerprint, texts digest), in one pass and once (the rows never change)."""
         h, texts = hashlib.sha256(), hashlib.sha256()
         h.update(self.name.encode())
         for piece in json_pieces(self.ids):
@@ -88,7 +85,7 @@ class Split:
             h.update(json.dumps(["keep", name]).encode())
             for piece in json_pieces(self.columns[name]):
                 h.update(piece)
-        self.__dict__["_fingerprint"], self.__dict__["_texts_digest"] = h.hexdigest(), texts.hexdigest()
+        return h.hexdigest(), texts.hexdigest()
 
 
 class Numbered(Values):
