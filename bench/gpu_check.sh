@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# GPU check, one script, under 5 minutes on a CUDA machine: the CUDA-marked tests, then the
-# GPU benchmark (tokens/s and MFU against the GPU's measured bf16 matmul peak).
+# GPU check, one script, under 10 minutes on a CUDA machine: the CUDA-marked tests; the GPU
+# benchmark (featx extract in bf16 and fp16 against sentence-transformers in fp32 and fp16:
+# texts/s, tokens/s, MFU against the GPU's measured bf16 matmul peak, peak GPU memory); then
+# featx's fine-tune against Hugging Face Trainer, the same recipe, on the same GPU.
 #
 # Needs featx's dependencies with a CUDA build of torch, e.g. from the repository root:
 #   make venv TORCH_SPEC='torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128'
@@ -16,4 +18,5 @@ print("torch", torch.__version__, "on", torch.cuda.get_device_name(0),
       "bf16" if torch.cuda.is_bf16_supported() else "fp16 only")
 PY
 timeout 120 $PY -m pytest -m cuda tests/cache/test_cuda.py -q -p no:cacheprovider
-timeout 170 $PY -m bench gpu
+timeout 200 $PY -m bench gpu
+FEATX_BENCH_ONLY=trainer timeout 300 $PY -m bench finetune
