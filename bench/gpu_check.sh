@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check, one script, under 10 minutes on a CUDA machine: the CUDA-marked tests; the GPU
+# GPU check, one script, under 9 minutes on a CUDA machine (one device call): the CUDA-marked tests; the GPU
 # benchmark (featx extract in bf16 and fp16 against sentence-transformers in fp32 and fp16:
 # texts/s, tokens/s, MFU against the GPU's measured bf16 matmul peak, peak GPU memory); then
 # featx's fine-tune against Hugging Face Trainer, the same recipe, on the same GPU.
@@ -17,6 +17,6 @@ assert torch.cuda.is_available(), "no CUDA device visible to torch " + torch.__v
 print("torch", torch.__version__, "on", torch.cuda.get_device_name(0),
       "bf16" if torch.cuda.is_bf16_supported() else "fp16 only")
 PY
-timeout 120 $PY -m pytest -m cuda tests/cache/test_cuda.py -q -p no:cacheprovider
-timeout 200 $PY -m bench gpu
-FEATX_BENCH_ONLY=trainer timeout 300 $PY -m bench finetune
+timeout 100 $PY -m pytest -m cuda tests/cache/test_cuda.py -q -p no:cacheprovider
+timeout 180 $PY -m bench gpu
+FEATX_BENCH_ONLY=trainer timeout 240 $PY -m bench finetune
