@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# GPU check, one script, under 9 minutes on a CUDA machine (one device call): the CUDA-marked tests; the GPU
-# benchmark (featx extract in bf16 and fp16 against sentence-transformers in fp32 and fp16:
-# texts/s, tokens/s, MFU against the GPU's measured bf16 matmul peak, peak GPU memory); then
-# featx's fine-tune against Hugging Face Trainer, the same recipe, on the same GPU.
+# GPU check, one script, under 9 minutes on a CUDA machine (one device call): the CUDA-marked
+# tests; the GPU benchmark (featx extract in bf16 and fp16 against sentence-transformers in fp32
+# and fp16: texts/s, tokens/s, MFU against the GPU's measured bf16 matmul peak, peak GPU
+# memory); then featx's fine-tune against Hugging Face Trainer, the same recipe, on the same GPU.
 #
 # Needs featx's dependencies with a CUDA build of torch, e.g. from the repository root:
 #   make venv TORCH_SPEC='torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128'
