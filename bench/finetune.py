@@ -1,4 +1,4 @@
-"""Fine-tuning on CPU, in one run:
+"""Fine-tuning, in one run (on the GPU where torch sees one, both sides alike; else the CPU):
 
 1. featx's fine-tune against Hugging Face `Trainer`, the same recipe (BertForSequenceClassification,
    one learning rate, batch 32, AdamW with weight decay 0.01 off biases and LayerNorm, 6% warmup
@@ -34,7 +34,9 @@ TARGET = 1.5
 
 
 def _env() -> dict:
-    return dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT))
+    # The repository first, then whatever the caller's path held (packages installed beside it).
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=path)
 
 
 def featx_child(data_dir: Path, overrides: list[str]):
@@ -94,7 +96,7 @@ def trainer_child(epochs: int, target: float, stop_after: int, bf16: bool) -> di
     model = BertForSequenceClassification.from_pretrained(model_path, num_labels=len(data.label_names))
     steps = int(np.ceil(len(train) / 32)) * epochs
     args = TrainingArguments(
-        output_dir=tempfile.mkdtemp(), use_cpu=True, report_to=[], seed=0, learning_rate=LEARNING_RATE,
+        output_dir=tempfile.mkdtemp(), use_cpu=not torch.cuda.is_available(), report_to=[], seed=0, learning_rate=LEARNING_RATE,
         per_device_train_batch_size=32, per_device_eval_batch_size=128, num_train_epochs=epochs,
         warmup_steps=int(np.ceil(0.06 * steps)), weight_decay=0.01, lr_scheduler_type="linear",
         max_grad_norm=1.0, eval_strategy="epoch", save_strategy="no", logging_strategy="no",
@@ -124,8 +126,9 @@ def trainer_child(epochs: int, target: float, stop_after: int, bf16: bool) -> di
 def _run_trainer(epochs: int, target: float, stop_after: int, bf16: bool) -> dict:
     code = (f"import json, bench.finetune as b; print('RESULT', json.dumps(b.trainer_child({epochs}, "
             f"{target!r}, {stop_after}, {bf16})))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(), check=True,
-                          capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the Trainer process failed:\n{done.stderr[-3000:]}")
     line = next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))
     return json.loads(line.removeprefix("RESULT "))
 
